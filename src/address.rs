@@ -1,0 +1,141 @@
+//! Node URLs: parsing, duplicate detection and redaction of secrets for display.
+
+use crate::error::ConfigError;
+
+/// A parsed master address: the `redis` client that connects to it, and the text that names it
+/// in errors and traces (with any password replaced by `***`).
+#[derive(Clone)]
+pub(crate) struct NodeAddress {
+    pub(crate) client: redis::Client,
+    pub(crate) display: String,
+    /// `host:port` (or socket path) that identifies the server, for duplicate detection.
+    pub(crate) identity: String,
+}
+
+impl std::fmt::Debug for NodeAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
+impl NodeAddress {
+    /// Parses one node URL without connecting.
+    pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
+        let display = redact(url);
+        let invalid = |reason: String| ConfigError::InvalidUrl {
+            url: display.clone(),
+            reason,
+        };
+        if url.trim().is_empty() {
+            return Err(invalid("empty URL: expected redis://host:port".into()));
+        }
+        if !url.contains("://") {
+            return Err(invalid(
+                "missing scheme: expected redis://host:port, rediss://host:port or redis+unix:///path"
+                    .into(),
+            ));
+        }
+        let client = redis::Client::open(url).map_err(|e| {
+            // The redis crate's message may quote the URL: never let a password through.
+            invalid(e.to_string().replace(url, &display).to_lowercase())
+        })?;
+        let identity = client.get_connection_info().addr().to_string();
+        Ok(Self {
+            client,
+            display,
+            identity,
+        })
+    }
+}
+
+/// `url` with the password (or a lone user-info part, which Redis URLs may use for the
+/// password) and any `password=`/`pass=` query value replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return redact_query(url);
+    };
+    let (scheme, rest) = url.split_at(scheme_end + 3);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rfind('@') {
+        Some(at) => {
+            let (userinfo, host) = authority.split_at(at);
+            match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{user}:***{host}"),
+                None if userinfo.is_empty() => authority.to_string(),
+                None => format!("***{host}"),
+            }
+        }
+        None => authority.to_string(),
+    };
+    format!("{scheme}{authority}{}", redact_query(tail))
+}
+
+/// Replaces the values of `password` and `pass` query parameters by `***`.
+fn redact_query(text: &str) -> String {
+    let Some(q) = text.find('?') else {
+        return text.to_string();
+    };
+    let (path, query) = text.split_at(q + 1);
+    let redacted: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _))
+                if name.eq_ignore_ascii_case("password") || name.eq_ignore_ascii_case("pass") =>
+            {
+                format!("{name}=***")
+            }
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{path}{}", redacted.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("redis://user:s3cret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(
+            redact("redis://:s3cret@host:6379"),
+            "redis://:***@host:6379"
+        );
+        assert_eq!(redact("rediss://s3cret@host"), "rediss://***@host");
+        assert_eq!(
+            redact("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(redact("redis://127.0.0.1:7001"), "redis://127.0.0.1:7001");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn bad_urls_are_rejected_with_the_password_redacted() {
+        for url in [
+            "",
+            "127.0.0.1:6379",
+            "http://u:s3cret@host",
+            "redis://u:s3cret@[::1",
+        ] {
+            match NodeAddress::parse(url) {
+                Err(ConfigError::InvalidUrl { url: shown, reason }) => {
+                    assert!(!shown.contains("s3cret"), "{shown}");
+                    assert!(!reason.contains("s3cret"), "{reason}");
+                }
+                other => panic!("{url:?} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn identity_ignores_database_and_credentials() {
+        let a = NodeAddress::parse("redis://127.0.0.1:7001/0").expect("valid");
+        let b = NodeAddress::parse("redis://u:p@127.0.0.1:7001/3").expect("valid");
+        assert_eq!(a.identity, b.identity);
+    }
+}

@@ -1,0 +1,267 @@
+//! [`RedlockBuilder`]: the settings of a lock manager, their defaults and their validation.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::address::NodeAddress;
+use crate::error::ConfigError;
+use crate::manager::Redlock;
+use crate::node::RedisNode;
+
+/// Default [`RedlockBuilder::node_timeout`]: 50 ms, the top of the 5–50 ms range the Redlock
+/// spec suggests for a 10 s TTL.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default [`RedlockBuilder::connect_timeout`]: 1 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default [`RedlockBuilder::drift_factor`]: 0.01, as in the reference implementation.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default [`RedlockBuilder::retry_count`]: 3 retries after the first attempt.
+pub const DEFAULT_RETRY_COUNT: u32 = 3;
+/// Default [`RedlockBuilder::retry_delay`]: retries wait a uniformly random time below 200 ms.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
+/// Default [`RedlockBuilder::key_prefix`]: `"quorumlock:"`.
+pub const DEFAULT_KEY_PREFIX: &str = "quorumlock:";
+/// Default [`RedlockBuilder::max_unanswered`]: 512 abandoned requests per node.
+pub const DEFAULT_MAX_UNANSWERED: usize = 512;
+/// The longest TTL accepted. Redis rejects a `PX` whose absolute expiry overflows a signed 64-bit
+/// millisecond count; half of that range keeps every node clock far from the edge.
+pub const MAX_TTL: Duration = Duration::from_millis(i64::MAX as u64 / 2);
+
+/// The validated settings a [`Redlock`] runs with.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) retry_count: u32,
+    pub(crate) retry_delay: Duration,
+    pub(crate) key_prefix: String,
+    pub(crate) max_unanswered: usize,
+}
+
+/// Builds a [`Redlock`] manager. Created by [`Redlock::builder`].
+///
+/// Every setter documents its default. [`build`](Self::build) validates everything and never
+/// connects: no node needs to be up at build time.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let locks = quorumlock::Redlock::builder()
+///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .node_timeout(Duration::from_millis(20))
+///     .build()?;
+/// # Ok::<(), quorumlock::ConfigError>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct RedlockBuilder {
+    nodes: Vec<String>,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    drift_factor: f64,
+    retry_count: u32,
+    retry_delay: Duration,
+    key_prefix: String,
+    max_unanswered: usize,
+}
+
+impl Default for RedlockBuilder {
+    fn default() -> Self {
+        Self {
+            nodes: Vec::new(),
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            retry_count: DEFAULT_RETRY_COUNT,
+            retry_delay: DEFAULT_RETRY_DELAY,
+            key_prefix: DEFAULT_KEY_PREFIX.to_string(),
+            max_unanswered: DEFAULT_MAX_UNANSWERED,
+        }
+    }
+}
+
+impl RedlockBuilder {
+    /// Adds one master by URL (`redis://[user:password@]host:port[/db]`, `rediss://…` for TLS).
+    /// The masters must be independent (no replication between them). No nodes by default.
+    pub fn node(mut self, url: impl Into<String>) -> Self {
+        self.nodes.push(url.into());
+        self
+    }
+
+    /// Adds several masters by URL; see [`node`](Self::node). No nodes by default.
+    pub fn nodes<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.nodes.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
+    /// How long one request to one master may take before that master's vote counts as a
+    /// failure. Keep it small against the TTL: a slow or paused master then costs at most this
+    /// much, and only when it is needed for the quorum. Defaults to 50 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// How long opening a connection to a master may take. Connections are opened lazily, in the
+    /// background, and kept; a request waits for a connection at most its node timeout.
+    /// Defaults to 1 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The clock-drift allowance as a fraction of the TTL; the drift taken off every validity is
+    /// `ttl × factor + 2 ms`. Must lie in `[0, 1)`. Defaults to 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// How many times [`Redlock::lock`] retries after a failed first round (so it runs at most
+    /// `retry_count + 1` rounds). Defaults to 3.
+    pub fn retry_count(mut self, count: u32) -> Self {
+        self.retry_count = count;
+        self
+    }
+
+    /// The upper bound of the random delay before each retry (uniform in `[0, delay)`), which
+    /// keeps competing clients from retrying in lockstep. Defaults to 200 ms.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// The prefix of every lock key: resource `job:42` lives at key `<prefix>job:42`.
+    /// Defaults to `"quorumlock:"`.
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        self.key_prefix = prefix.to_string();
+        self
+    }
+
+    /// How many requests to one master may be abandoned unanswered (timed out, or no longer
+    /// needed once the quorum was decided) before no more lock requests are queued behind them.
+    /// A paused master would otherwise collect requests that all run when it resumes. The node
+    /// is probed in the background and used again as soon as it answers. Defaults to 512.
+    pub fn max_unanswered(mut self, max: usize) -> Self {
+        self.max_unanswered = max;
+        self
+    }
+
+    /// Validates the settings and builds the manager. Connects to nothing.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when no node is given, a URL does not parse (the message shows the
+    /// URL with its password redacted), a master is listed twice, the drift factor is outside
+    /// `[0, 1)`, or a timeout or `max_unanswered` is zero.
+    pub fn build(self) -> Result<Redlock, ConfigError> {
+        if self.nodes.is_empty() {
+            return Err(ConfigError::NoNodes);
+        }
+        if !(0.0..1.0).contains(&self.drift_factor) {
+            return Err(ConfigError::DriftFactor(self.drift_factor));
+        }
+        if self.node_timeout.is_zero() {
+            return Err(ConfigError::ZeroNodeTimeout);
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(ConfigError::ZeroConnectTimeout);
+        }
+        if self.max_unanswered == 0 {
+            return Err(ConfigError::ZeroMaxUnanswered);
+        }
+        let mut seen = HashSet::new();
+        let mut addresses = Vec::with_capacity(self.nodes.len());
+        for url in &self.nodes {
+            let address = NodeAddress::parse(url)?;
+            if !seen.insert(address.identity.clone()) {
+                return Err(ConfigError::DuplicateNode {
+                    url: address.display,
+                });
+            }
+            addresses.push(address);
+        }
+        let config = Config {
+            node_timeout: self.node_timeout,
+            connect_timeout: self.connect_timeout,
+            drift_factor: self.drift_factor,
+            retry_count: self.retry_count,
+            retry_delay: self.retry_delay,
+            key_prefix: self.key_prefix,
+            max_unanswered: self.max_unanswered,
+        };
+        let nodes = addresses
+            .into_iter()
+            .map(|address| Arc::new(RedisNode::new(address, &config)))
+            .collect();
+        Ok(Redlock::from_parts(nodes, config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three() -> RedlockBuilder {
+        RedlockBuilder::default().nodes([
+            "redis://127.0.0.1:1",
+            "redis://127.0.0.1:2",
+            "redis://127.0.0.1:3",
+        ])
+    }
+
+    #[test]
+    fn builds_without_any_node_up() {
+        assert!(three().build().is_ok());
+    }
+
+    #[test]
+    fn rejects_bad_configurations() {
+        assert_eq!(
+            RedlockBuilder::default().build().err(),
+            Some(ConfigError::NoNodes)
+        );
+        assert_eq!(
+            three().drift_factor(1.0).build().err(),
+            Some(ConfigError::DriftFactor(1.0))
+        );
+        assert_eq!(
+            three().drift_factor(-0.1).build().err(),
+            Some(ConfigError::DriftFactor(-0.1))
+        );
+        assert!(matches!(
+            three().drift_factor(f64::NAN).build().err(),
+            Some(ConfigError::DriftFactor(_))
+        ));
+        assert_eq!(
+            three().node_timeout(Duration::ZERO).build().err(),
+            Some(ConfigError::ZeroNodeTimeout)
+        );
+        assert_eq!(
+            three().connect_timeout(Duration::ZERO).build().err(),
+            Some(ConfigError::ZeroConnectTimeout)
+        );
+        assert_eq!(
+            three().max_unanswered(0).build().err(),
+            Some(ConfigError::ZeroMaxUnanswered)
+        );
+        assert_eq!(
+            three().node("redis://u:pw@127.0.0.1:2/4").build().err(),
+            Some(ConfigError::DuplicateNode {
+                url: "redis://u:***@127.0.0.1:2/4".into()
+            })
+        );
+        assert!(matches!(
+            three().node("localhost").build().err(),
+            Some(ConfigError::InvalidUrl { .. })
+        ));
+    }
+}

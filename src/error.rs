@@ -1,0 +1,367 @@
+//! The errors of quorumlock: one typed error per thing a caller acts on differently.
+//!
+//! * [`LockError`] comes back from every lock operation (`try_lock`, `lock`, `lock_until`,
+//!   `extend`, `release`) and tells contention, unreachable nodes, exhausted validity, a lock that
+//!   is no longer held, a passed deadline and bad arguments apart.
+//! * [`NodeError`] names one master and says what went wrong with it; [`LockError`] carries one per
+//!   failing master.
+//! * [`ConfigError`] comes from [`RedlockBuilder::build`](crate::RedlockBuilder::build).
+//!
+//! Node addresses in every message are redacted: a password in a URL is printed as `***`.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong with one master during one request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("node {node}: {kind}")]
+pub struct NodeError {
+    node: String,
+    kind: NodeErrorKind,
+}
+
+impl NodeError {
+    pub(crate) fn new(node: impl Into<String>, kind: NodeErrorKind) -> Self {
+        Self {
+            node: node.into(),
+            kind,
+        }
+    }
+
+    /// The master's address, with any password redacted.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &NodeErrorKind {
+        &self.kind
+    }
+
+    /// Whether the same request may succeed later without any change on the caller's side
+    /// (a timeout, a refused or broken connection, a backlogged node). Server-side errors such
+    /// as a key of the wrong type and unexpected replies are not retryable.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            NodeErrorKind::Timeout { .. }
+                | NodeErrorKind::Connect(_)
+                | NodeErrorKind::ConnectionLost(_)
+                | NodeErrorKind::Backlogged { .. }
+        )
+    }
+}
+
+/// The kinds of [`NodeError`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// The master did not answer within the node timeout. The request may still be executed
+    /// later; quorumlock's cleanup is queued behind it on the same connection.
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    /// A connection could not be opened (refused, unresolvable, TLS or AUTH failure, a peer that
+    /// does not speak Redis).
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// An open connection broke; the next request opens a new one.
+    #[error("connection lost: {0}")]
+    ConnectionLost(String),
+    /// Too many requests to this master went unanswered (it is paused or overloaded), so no more
+    /// are queued behind them until it answers again.
+    #[error("{unanswered} requests unanswered; not sending more until the node answers")]
+    Backlogged {
+        /// How many requests were abandoned without a reply.
+        unanswered: usize,
+    },
+    /// The server answered with an error (for example `WRONGTYPE` when the lock key holds a
+    /// value of another type, `OOM`, `READONLY`, `NOPERM`).
+    #[error("server error: {0}")]
+    Server(String),
+    /// The server answered something a lock command never returns.
+    #[error("unexpected reply: {0}")]
+    UnexpectedReply(String),
+}
+
+/// Why a lock is no longer held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotHeldReason {
+    /// Its validity ran out on the client's clock before the operation could prove it held.
+    Expired,
+    /// Fewer than a quorum of masters still hold this lock's value: the keys expired or were
+    /// taken by someone else.
+    Lost {
+        /// How many masters confirmed the value.
+        confirmed: usize,
+        /// How many were needed.
+        quorum: usize,
+    },
+    /// The guard was already released.
+    Released,
+}
+
+impl fmt::Display for NotHeldReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Expired => f.write_str("its validity ran out"),
+            Self::Lost { confirmed, quorum } => write!(
+                f,
+                "only {confirmed} node(s) still hold it, a quorum needs {quorum}"
+            ),
+            Self::Released => f.write_str("it was already released"),
+        }
+    }
+}
+
+/// An argument that no master is asked about: rejected before anything is sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidArgument {
+    /// The resource name is empty.
+    #[error("resource name is empty: expected at least one byte")]
+    EmptyResource,
+    /// The TTL is zero (or under one millisecond, the precision of Redis expiry).
+    #[error("ttl is {0:?}: expected at least 1 ms")]
+    ZeroTtl(Duration),
+    /// The TTL leaves no validity once the drift allowance is taken off.
+    #[error(
+        "ttl {ttl:?} is not longer than its drift allowance {drift:?}: no validity would be left"
+    )]
+    TtlTooShort {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// `ttl × drift_factor + 2 ms`.
+        drift: Duration,
+    },
+    /// The TTL is beyond what Redis accepts or beyond the manager's configured maximum.
+    #[error("ttl {ttl:?} is too long: expected at most {max:?}")]
+    TtlTooLong {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The largest TTL accepted.
+        max: Duration,
+    },
+}
+
+/// The error of every lock operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// An argument was rejected before any master was asked.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(#[from] InvalidArgument),
+
+    /// Another owner holds the resource on enough masters that no quorum is possible.
+    #[error(
+        "{resource:?} is held by another owner on {held_elsewhere} of {nodes} nodes (quorum {quorum}){}",
+        list_suffix(.failures)
+    )]
+    Contended {
+        /// The resource asked for.
+        resource: String,
+        /// How many masters answered that the key is already set.
+        held_elsewhere: usize,
+        /// How many masters are configured.
+        nodes: usize,
+        /// The votes needed.
+        quorum: usize,
+        /// The masters that failed rather than refused, if any.
+        failures: Vec<NodeError>,
+    },
+
+    /// Too many masters failed (unreachable, timed out, backlogged, answered an error) for a
+    /// quorum to be possible.
+    #[error(
+        "quorum unreachable for {resource:?}: {granted} of {nodes} nodes granted, quorum {quorum}{}",
+        list_suffix(.failures)
+    )]
+    QuorumUnreachable {
+        /// The resource asked for.
+        resource: String,
+        /// How many masters agreed before the round was decided.
+        granted: usize,
+        /// How many masters are configured.
+        nodes: usize,
+        /// The votes needed.
+        quorum: usize,
+        /// Each failing master and what went wrong with it.
+        failures: Vec<NodeError>,
+    },
+
+    /// A quorum agreed, but so late that no validity was left after elapsed time and drift.
+    #[error(
+        "validity exhausted for {resource:?}: quorum took {elapsed:?}, ttl {ttl:?} minus drift {drift:?} leaves nothing"
+    )]
+    ValidityExhausted {
+        /// The resource asked for.
+        resource: String,
+        /// Time from the start of the round to the quorum, on the client's monotonic clock.
+        elapsed: Duration,
+        /// The TTL of the round.
+        ttl: Duration,
+        /// The drift allowance.
+        drift: Duration,
+    },
+
+    /// `extend` or `release` of a lock that is no longer held.
+    #[error("lock on {resource:?} is not held: {reason}")]
+    NotHeld {
+        /// The resource of the lock.
+        resource: String,
+        /// Why it is not held.
+        reason: NotHeldReason,
+    },
+
+    /// `lock_until` (or `lock` with its retry policy) ran out of time or attempts.
+    #[error(
+        "gave up on {resource:?} after {attempts} attempt(s){}",
+        match .last { Some(e) => format!(": last attempt: {e}"), None => String::new() }
+    )]
+    DeadlinePassed {
+        /// The resource asked for.
+        resource: String,
+        /// How many rounds were run.
+        attempts: u32,
+        /// The error of the last round, if any ran.
+        last: Option<Box<LockError>>,
+    },
+}
+
+impl LockError {
+    /// Whether trying again later may succeed: contention, unreachable masters and exhausted
+    /// validity are transient; bad arguments and a lost lock are not.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Contended { .. }
+            | Self::QuorumUnreachable { .. }
+            | Self::ValidityExhausted { .. } => true,
+            Self::DeadlinePassed { last, .. } => last.as_ref().is_some_and(|e| e.is_retryable()),
+            Self::InvalidArgument(_) | Self::NotHeld { .. } => false,
+        }
+    }
+
+    /// Whether the resource is held by someone else (directly, or as the last attempt's error
+    /// of a passed deadline).
+    pub fn is_contended(&self) -> bool {
+        match self {
+            Self::Contended { .. } => true,
+            Self::DeadlinePassed { last, .. } => last.as_ref().is_some_and(|e| e.is_contended()),
+            _ => false,
+        }
+    }
+
+    /// Whether this is a [`LockError::NotHeld`].
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Self::NotHeld { .. })
+    }
+
+    /// The per-master errors this error carries (empty for errors that involve no master).
+    pub fn node_errors(&self) -> &[NodeError] {
+        match self {
+            Self::Contended { failures, .. } | Self::QuorumUnreachable { failures, .. } => failures,
+            Self::DeadlinePassed { last: Some(e), .. } => e.node_errors(),
+            _ => &[],
+        }
+    }
+}
+
+/// A configuration that [`RedlockBuilder::build`](crate::RedlockBuilder::build) rejects.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No master was configured.
+    #[error("no nodes configured: expected at least one redis:// URL")]
+    NoNodes,
+    /// A node URL could not be parsed.
+    #[error("invalid node URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL, with any password redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The same master was given twice (it would vote twice).
+    #[error("duplicate node {url:?}: each master must be listed once")]
+    DuplicateNode {
+        /// The URL, with any password redacted.
+        url: String,
+    },
+    /// The drift factor is outside `[0, 1)`.
+    #[error("drift factor {0} is outside [0, 1)")]
+    DriftFactor(f64),
+    /// The node timeout is zero.
+    #[error("node timeout is zero: expected a positive duration, small against the TTL")]
+    ZeroNodeTimeout,
+    /// The connect timeout is zero.
+    #[error("connect timeout is zero: expected a positive duration")]
+    ZeroConnectTimeout,
+    /// The maximum number of unanswered requests per node is zero.
+    #[error("max unanswered requests per node is zero: expected at least 1")]
+    ZeroMaxUnanswered,
+}
+
+/// `"; <e1>; <e2>"` for a non-empty list of node errors, `""` otherwise.
+fn list_suffix(failures: &[NodeError]) -> String {
+    let mut out = String::new();
+    for failure in failures {
+        out.push_str("; ");
+        out.push_str(&failure.to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_node_and_are_lowercase() {
+        let e = LockError::QuorumUnreachable {
+            resource: "job".into(),
+            granted: 1,
+            nodes: 3,
+            quorum: 2,
+            failures: vec![
+                NodeError::new(
+                    "redis://127.0.0.1:1",
+                    NodeErrorKind::Connect("refused".into()),
+                ),
+                NodeError::new(
+                    "redis://127.0.0.1:2",
+                    NodeErrorKind::Timeout(Duration::from_millis(50)),
+                ),
+            ],
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("quorum unreachable"), "{text}");
+        assert!(
+            text.contains("redis://127.0.0.1:1: cannot connect: refused"),
+            "{text}"
+        );
+        assert!(text.contains("no reply within 50ms"), "{text}");
+        assert!(!text.ends_with('.'));
+        assert!(e.is_retryable());
+        assert_eq!(e.node_errors().len(), 2);
+    }
+
+    #[test]
+    fn deadline_passed_inherits_retryability_and_contention() {
+        let last = LockError::Contended {
+            resource: "r".into(),
+            held_elsewhere: 2,
+            nodes: 3,
+            quorum: 2,
+            failures: vec![],
+        };
+        let e = LockError::DeadlinePassed {
+            resource: "r".into(),
+            attempts: 4,
+            last: Some(Box::new(last)),
+        };
+        assert!(e.is_contended());
+        assert!(e.is_retryable());
+        assert!(e.to_string().contains("after 4 attempt(s): last attempt"));
+        assert!(!LockError::from(InvalidArgument::EmptyResource).is_retryable());
+    }
+}

@@ -1,0 +1,204 @@
+//! [`LockGuard`]: a held lock, with extend, release, and release on drop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::manager::{validate_ttl, Shared};
+use crate::round::{self, Grant};
+use crate::timing::drift;
+use crate::value::LockValue;
+
+/// A lock held on a quorum of masters, valid until [`valid_until`](Self::valid_until).
+///
+/// Validity is a promise about the *masters*, measured on this process's monotonic clock: until
+/// then no other client can obtain a quorum (under Redlock's assumptions, see the crate docs).
+/// It says nothing about pauses of this process after it checked: to make stale holders
+/// harmless, the protected resource must check fencing tokens.
+///
+/// # Drop
+///
+/// Dropping a guard that was not [`release`](Self::release)d spawns a best-effort release on
+/// the current tokio runtime, if there is one. Without a runtime nothing can be sent and the
+/// keys expire after their TTL. Prefer `release().await`, which reports the outcome.
+#[must_use = "dropping the guard releases the lock at once (in the background)"]
+pub struct LockGuard {
+    shared: Arc<Shared>,
+    resource: String,
+    key: Arc<str>,
+    value: LockValue,
+    holders: Arc<[bool]>,
+    ttl: Duration,
+    valid_until: Instant,
+    /// Set once the guard's keys were handed to a release, so `Drop` does nothing.
+    released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("resource", &self.resource)
+            .field("ttl", &self.ttl)
+            .field("remaining", &self.remaining())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        resource: String,
+        key: Arc<str>,
+        ttl: Duration,
+        grant: Grant,
+    ) -> Self {
+        Self {
+            shared,
+            resource,
+            key,
+            value: grant.value,
+            holders: grant.holders,
+            ttl,
+            valid_until: grant.valid_until,
+            released: false,
+        }
+    }
+
+    /// The resource name this lock was acquired for.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The TTL of the last successful acquire or extend.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The instant the lock's validity ends: the start of the last successful acquire or
+    /// extend round plus its TTL minus drift.
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.valid_until.into_std()
+    }
+
+    /// The validity left now (zero once it ran out).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the validity has not run out yet.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.valid_until
+    }
+
+    /// Sets the lock's TTL to `ttl` from now, on a quorum of the masters that hold it.
+    ///
+    /// The extension counts only if a quorum confirms before the current validity ends; the new
+    /// validity is `ttl − elapsed − drift` from the start of this round. It never re-creates a
+    /// key that expired: a lock that lapsed may already belong to someone else.
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::NotHeld`]: the validity already ran out (or ran out before the quorum
+    ///   confirmed), or too few masters still hold this lock's value;
+    /// * [`LockError::QuorumUnreachable`]: too many masters failed to answer; the lock may still
+    ///   be held until [`valid_until`](Self::valid_until);
+    /// * [`LockError::ValidityExhausted`]: the quorum confirmed too late for `ttl` to leave
+    ///   any validity;
+    /// * [`LockError::InvalidArgument`]: a TTL that is zero, too short for its drift, or too long.
+    ///
+    /// After an error [`valid_until`](Self::valid_until) never moves later, and moves earlier
+    /// when the attempt may have shortened the keys' TTL or showed the lock lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in the sense that dropping the future leaves the guard consistent: before
+    /// any request is sent, `valid_until` is lowered to what the new TTL alone would
+    /// guarantee, so a cancelled extension never leaves the guard claiming more than the keys
+    /// may hold.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
+        let config = &self.shared.config;
+        let timing = validate_ttl(ttl, config.drift_factor)?;
+        let before = self.valid_until;
+        // A shorter TTL shortens the keys as soon as the first master applies it.
+        let pessimistic = Instant::now()
+            .checked_add(
+                timing
+                    .ttl
+                    .saturating_sub(drift(timing.ttl, config.drift_factor)),
+            )
+            .map_or(before, |t| t.min(before));
+        self.valid_until = pessimistic;
+        let outcome = round::extend(
+            &self.shared.nodes,
+            &self.resource,
+            &self.key,
+            &self.value,
+            &self.holders,
+            timing,
+            before,
+        )
+        .await;
+        match outcome {
+            Ok(valid_until) => {
+                self.valid_until = valid_until;
+                self.ttl = timing.ttl;
+                Ok(())
+            }
+            Err(error) => {
+                if matches!(error, LockError::NotHeld { .. }) {
+                    self.valid_until = self.valid_until.min(Instant::now());
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Releases the lock: compare-and-delete on every master that may hold it.
+    ///
+    /// Returns as soon as the outcome is known; deletes still in flight finish in the
+    /// background, behind any late request on their connections.
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::NotHeld`]: the validity had already run out (the deletes are still sent,
+    ///   and never touch another owner's key), or fewer than a quorum still held this value;
+    /// * [`LockError::QuorumUnreachable`]: too many masters failed to confirm; their keys expire
+    ///   after the TTL at the latest.
+    ///
+    /// # Cancel safety
+    ///
+    /// The guard is consumed. If the future is dropped before the outcome is known, the guard's
+    /// `Drop` sends the deletes again in the background (a second compare-and-delete is
+    /// harmless), so nothing is left behind.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        let still_valid = self.is_valid();
+        let outcome = round::release(
+            &self.shared.nodes,
+            &self.resource,
+            &self.key,
+            &self.value,
+            &self.holders,
+            still_valid,
+        )
+        .await;
+        self.released = true;
+        outcome
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        tracing::debug!(resource = %self.resource, "lock guard dropped without release; releasing in the background");
+        round::release_in_background(
+            Arc::clone(&self.shared.nodes),
+            Arc::clone(&self.key),
+            self.value.clone(),
+            &self.holders,
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! # quorumlock: Redlock for tokio
+//!
+//! A distributed lock held by a majority of N independent Redis masters (no replication between
+//! them), following the Redlock algorithm, with the details that decide whether it is safe done
+//! right:
+//!
+//! * `SET key value NX PX ttl` goes to **all masters at once**, each request bounded by a
+//!   per-node timeout, and the round is **decided as soon as the outcome is known**: at the
+//!   quorum-th grant, or as soon as a quorum has become impossible. A slow, paused or dead
+//!   minority costs nothing.
+//! * Validity is `ttl − elapsed − (ttl × drift_factor + 2 ms)`, on a monotonic clock started
+//!   before the first request. A lock is granted only with a quorum **and** validity left.
+//! * On failure, and when a `lock()` future is dropped mid-flight, every key the round may have
+//!   set is released with a compare-and-delete — **including** on masters that timed out: the
+//!   release travels on the same connection behind the late `SET`, so the master runs it after.
+//! * Lock values are 128 random bits from the OS CSPRNG, fresh for every attempt.
+//! * Release and extend are atomic Lua scripts (compare-and-delete, compare-and-`PEXPIRE`);
+//!   an extension counts only if a quorum confirms it within the current validity.
+//! * One typed [`LockError`] tells contention, unreachable masters, exhausted validity, a lock
+//!   no longer held and a passed deadline apart.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use std::time::{Duration, Instant};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let locks = quorumlock::Redlock::builder()
+//!     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+//!     .build()?; // no master needs to be up yet
+//!
+//! let mut guard = locks.lock("job:42", Duration::from_secs(10)).await?;
+//! assert!(guard.is_valid());
+//! // ... do work that finishes well within guard.remaining() ...
+//! guard.extend(Duration::from_secs(10)).await?; // need more time
+//! guard.release().await?;
+//!
+//! // Wait at most two seconds for a contended lock:
+//! let wait = Instant::now() + Duration::from_secs(2);
+//! match locks.lock_until("job:42", Duration::from_secs(10), wait).await {
+//!     Ok(guard) => guard.release().await?,
+//!     Err(e) if e.is_contended() => println!("someone else is running job 42"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## What is guaranteed
+//!
+//! While [`LockGuard::is_valid`] holds, no other client can have been granted the same
+//! resource by a quorum, provided Redlock's assumptions hold:
+//!
+//! * the masters are independent, and a master that loses its data does not rejoin while locks
+//!   it granted may still be valid (see below);
+//! * clocks of masters and clients run at about the same rate (the drift allowance covers
+//!   `drift_factor` of the TTL); no clock **jumps**;
+//! * the holder finishes its work before the validity ends.
+//!
+//! ## What Redlock does not promise
+//!
+//! * **Pauses after the check.** A holder that pauses (GC, `SIGSTOP`, page faults, swapping) or
+//!   whose packets are delayed **after** it checked the validity can act after the lock moved
+//!   on. No lease lock can prevent this; only a **fencing token** checked by the protected
+//!   resource (reject any write older than the newest seen) makes the stale write harmless.
+//! * **Wall-clock jumps on a master.** Redis expires keys by the wall clock. A clock that jumps
+//!   forward on a master frees the lock there early, and two clients can then both gather a
+//!   quorum. Run masters with slewing time synchronisation, never stepping.
+//! * **Masters that restart without their data.** A master that crashes and comes back empty
+//!   can grant the lock again while the old holder still counts on it. Either persist with
+//!   `appendfsync always`, or keep a restarted master out of service for longer than the
+//!   maximum TTL in use ("delayed restarts"). `SIGKILL` with `appendfsync everysec` usually
+//!   keeps the data (it is in the page cache); a power loss does not.
+//!
+//! When correctness depends on the lock (not just efficiency), use fencing tokens, or a
+//! consensus system (etcd, ZooKeeper) whose leases carry them. When the lock only avoids
+//! duplicate work, a single Redis master (`N = 1`, the same API) is simpler and faster.
+//!
+//! ## Choosing settings
+//!
+//! * **TTL**: longer than the work plus a margin; extend for long work. The validity you get is
+//!   a little shorter (elapsed time and drift).
+//! * **Node timeout** ([`RedlockBuilder::node_timeout`], 50 ms): small against the TTL (the spec
+//!   suggests 5–50 ms for 10 s); it bounds how long a dead or paused master can delay a round
+//!   that needs it.
+//! * **Drift factor** ([`RedlockBuilder::drift_factor`], 0.01): the fraction of the TTL set aside
+//!   for clock-rate differences.
+//! * **Retries** ([`RedlockBuilder::retry_count`] = 3, [`RedlockBuilder::retry_delay`] = 200 ms
+//!   upper bound of a uniform random delay): the randomness keeps competing clients apart.
+//!
+//! ## Cancellation and drop
+//!
+//! Every async method documents its cancel safety. Dropping a [`LockGuard`] releases the lock
+//! in the background; dropping an acquisition future releases whatever it may have set.
+#![forbid(unsafe_code)]
+
+mod address;
+mod config;
+mod error;
+mod guard;
+mod manager;
+mod master;
+mod node;
+mod round;
+mod scripts;
+mod timing;
+mod value;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use config::{
+    RedlockBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_KEY_PREFIX,
+    DEFAULT_MAX_UNANSWERED, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY,
+    MAX_TTL,
+};
+pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};
+pub use guard::LockGuard;
+pub use manager::Redlock;

@@ -1,0 +1,278 @@
+//! [`Redlock`]: the lock manager and its three ways to acquire.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::RngExt;
+use tokio::time::Instant;
+
+use crate::config::{Config, RedlockBuilder, MAX_TTL};
+use crate::error::{InvalidArgument, LockError};
+use crate::guard::LockGuard;
+use crate::node::RedisNode;
+use crate::round::{self, Nodes, RoundTiming};
+use crate::timing::{drift, quorum, validity};
+
+/// What every handle and guard of one manager shares.
+pub(crate) struct Shared {
+    pub(crate) nodes: Nodes<RedisNode>,
+    pub(crate) config: Config,
+}
+
+/// A Redlock manager over N independent Redis masters.
+///
+/// Cheap to clone (an `Arc` inside) and safe to share between tasks: every clone uses the same
+/// connections, one multiplexed connection per master, opened lazily.
+///
+/// With a single master (N = 1) this is the single-instance Redis lock, through the same code.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let locks = quorumlock::Redlock::builder()
+///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .build()?;
+/// let guard = locks.lock("job:42", Duration::from_secs(10)).await?;
+/// // ... work, finishing well within guard.remaining() ...
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<&str> = self.node_names().collect();
+        f.debug_struct("Redlock")
+            .field("nodes", &nodes)
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl Redlock {
+    /// A builder with every setting at its default; add masters with
+    /// [`nodes`](RedlockBuilder::nodes).
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
+    }
+
+    pub(crate) fn from_parts(nodes: Vec<Arc<RedisNode>>, config: Config) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                nodes: nodes.into(),
+                config,
+            }),
+        }
+    }
+
+    /// The number of masters.
+    pub fn node_count(&self) -> usize {
+        self.shared.nodes.len()
+    }
+
+    /// The number of masters that must agree: `N / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        quorum(self.node_count())
+    }
+
+    /// The masters' addresses, in configuration order, with passwords redacted.
+    pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
+        use crate::master::Master;
+        self.shared.nodes.iter().map(|n| n.name())
+    }
+
+    /// One acquisition round, no retry: the lock if a quorum granted it in time.
+    ///
+    /// `SET NX PX` goes to every master at once; the round is decided as soon as a quorum
+    /// granted or became impossible, so it takes about the round-trip time of the quorum-th
+    /// fastest master and never more than the node timeout. The lock's validity is
+    /// `ttl − elapsed − (ttl × drift_factor + 2 ms)`, measured on a monotonic clock from before
+    /// the first request. TTLs have millisecond precision (sub-millisecond parts are dropped).
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::Contended`]: another owner holds it on too many masters;
+    /// * [`LockError::QuorumUnreachable`]: too many masters failed, each listed with its error;
+    /// * [`LockError::ValidityExhausted`]: the quorum came too late to leave any validity;
+    /// * [`LockError::InvalidArgument`]: an empty resource, a TTL of zero, one that leaves no
+    ///   validity after drift, or one beyond [`MAX_TTL`].
+    ///
+    /// On any error, the keys this round may have set are released in the background.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future mid-flight releases, in the background, every key it may have set:
+    /// requests not yet sent are never sent, requests already sent are followed by a
+    /// compare-and-delete on the same connection, which the master runs after them.
+    pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
+        let (key, timing) = self.validate(resource, ttl)?;
+        self.round(resource, key, timing).await
+    }
+
+    /// Acquires with retries: up to [`retry_count`](RedlockBuilder::retry_count) more rounds
+    /// after the first, each after a random delay below
+    /// [`retry_delay`](RedlockBuilder::retry_delay).
+    ///
+    /// # Errors
+    ///
+    /// The error of the last round (see [`try_lock`](Self::try_lock)) once the retries are
+    /// spent; an argument error at once. Errors that retrying cannot fix are returned at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`try_lock`](Self::try_lock): dropping the future releases whatever the current
+    /// round may have set.
+    pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
+        let (key, timing) = self.validate(resource, ttl)?;
+        let mut retries_left = self.shared.config.retry_count;
+        loop {
+            match self.round(resource, Arc::clone(&key), timing).await {
+                Err(error) if error.is_retryable() && retries_left > 0 => {
+                    retries_left -= 1;
+                    tokio::time::sleep(self.jitter()).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// Acquires, retrying after random delays until `deadline` (a rounds in flight at the
+    /// deadline is allowed to finish: rounds take at most the node timeout).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::DeadlinePassed`], carrying the last round's error, once the deadline is
+    /// reached without the lock (at once, without contacting any master, if it already passed);
+    /// an argument error at once; errors that retrying cannot fix at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`try_lock`](Self::try_lock).
+    pub async fn lock_until(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        deadline: std::time::Instant,
+    ) -> Result<LockGuard, LockError> {
+        let (key, timing) = self.validate(resource, ttl)?;
+        let deadline = Instant::from_std(deadline);
+        let mut attempts = 0u32;
+        let mut last = None;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(LockError::DeadlinePassed {
+                    resource: resource.to_string(),
+                    attempts,
+                    last: last.map(Box::new),
+                });
+            }
+            attempts = attempts.saturating_add(1);
+            match self.round(resource, Arc::clone(&key), timing).await {
+                Err(error) if error.is_retryable() => last = Some(error),
+                outcome => return outcome,
+            }
+            let wake = Instant::now()
+                .checked_add(self.jitter())
+                .map_or(deadline, |t| t.min(deadline));
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+
+    async fn round(
+        &self,
+        resource: &str,
+        key: Arc<str>,
+        timing: RoundTiming,
+    ) -> Result<LockGuard, LockError> {
+        let grant = round::acquire(&self.shared.nodes, resource, &key, timing).await?;
+        Ok(LockGuard::new(
+            Arc::clone(&self.shared),
+            resource.to_string(),
+            key,
+            timing.ttl,
+            grant,
+        ))
+    }
+
+    /// Checks the arguments and builds the key; TTLs are truncated to whole milliseconds.
+    fn validate(
+        &self,
+        resource: &str,
+        ttl: Duration,
+    ) -> Result<(Arc<str>, RoundTiming), LockError> {
+        if resource.is_empty() {
+            return Err(InvalidArgument::EmptyResource.into());
+        }
+        let timing = validate_ttl(ttl, self.shared.config.drift_factor)?;
+        let key = format!("{}{}", self.shared.config.key_prefix, resource);
+        Ok((Arc::from(key), timing))
+    }
+
+    /// A uniformly random delay in `[0, retry_delay)`.
+    fn jitter(&self) -> Duration {
+        let bound = self.shared.config.retry_delay;
+        if bound.is_zero() {
+            return Duration::ZERO;
+        }
+        let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(rand::rng().random_range(0..nanos))
+    }
+}
+
+/// Validates a TTL for a round (also used by extend): whole milliseconds, at least one, at most
+/// [`MAX_TTL`], and longer than its drift allowance.
+pub(crate) fn validate_ttl(
+    ttl: Duration,
+    drift_factor: f64,
+) -> Result<RoundTiming, InvalidArgument> {
+    if ttl > MAX_TTL {
+        return Err(InvalidArgument::TtlTooLong { ttl, max: MAX_TTL });
+    }
+    let whole = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+    if whole.is_zero() {
+        return Err(InvalidArgument::ZeroTtl(ttl));
+    }
+    let drift = drift(whole, drift_factor);
+    if validity(whole, Duration::ZERO, drift).is_none() {
+        return Err(InvalidArgument::TtlTooShort { ttl: whole, drift });
+    }
+    Ok(RoundTiming {
+        ttl: whole,
+        drift_factor,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_validation() {
+        assert_eq!(
+            validate_ttl(Duration::ZERO, 0.01).err(),
+            Some(InvalidArgument::ZeroTtl(Duration::ZERO))
+        );
+        assert_eq!(
+            validate_ttl(Duration::from_micros(900), 0.01).err(),
+            Some(InvalidArgument::ZeroTtl(Duration::from_micros(900)))
+        );
+        assert!(matches!(
+            validate_ttl(Duration::from_millis(2), 0.01),
+            Err(InvalidArgument::TtlTooShort { .. })
+        ));
+        assert!(matches!(
+            validate_ttl(Duration::MAX, 0.01),
+            Err(InvalidArgument::TtlTooLong { .. })
+        ));
+        let timing = validate_ttl(Duration::from_micros(10_500), 0.01).expect("valid");
+        assert_eq!(timing.ttl, Duration::from_millis(10));
+        assert!(validate_ttl(MAX_TTL, 0.5).is_ok());
+    }
+}
