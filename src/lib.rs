@@ -106,6 +106,11 @@ mod scripts;
 mod timing;
 mod value;
 
+#[cfg(test)]
+mod fake_master;
+#[cfg(test)]
+mod round_properties;
+
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -1,0 +1,377 @@
+//! Properties of the quorum round over fake masters on a virtual clock: arbitrary per-node
+//! delays, failures, foreign keys, cancellation at any moment, and several competing clients.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::fake_master::{Applied, Behaviour, FakeMaster, Fault};
+use crate::round::{self, Nodes, RoundTiming};
+use crate::timing::{drift, quorum};
+
+const KEY: &str = "quorumlock:r";
+
+fn runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => panic!("cannot build a test runtime: {e}"),
+    }
+}
+
+fn behaviour() -> impl Strategy<Value = Behaviour> {
+    let fault = prop_oneof![
+        6 => Just(Fault::None),
+        1 => Just(Fault::LostAfterApply),
+        1 => Just(Fault::Backlogged),
+        1 => Just(Fault::Unreachable),
+    ];
+    (0u64..120, 0u64..120, fault).prop_map(|(apply, reply, fault)| Behaviour {
+        apply_after: Duration::from_millis(apply),
+        reply_after: Duration::from_millis(reply),
+        fault,
+    })
+}
+
+/// Per node: its behaviour and whether a foreign owner holds the key on it.
+fn cluster() -> impl Strategy<Value = Vec<(Behaviour, bool)>> {
+    prop::collection::vec((behaviour(), prop::bool::weighted(0.25)), 1..=7)
+}
+
+fn build(
+    spec: &[(Behaviour, bool)],
+    node_timeout: Duration,
+) -> (Nodes<FakeMaster>, Vec<Arc<FakeMaster>>) {
+    let fakes: Vec<Arc<FakeMaster>> = spec
+        .iter()
+        .enumerate()
+        .map(|(i, (b, foreign))| {
+            let fake = FakeMaster::new(i, node_timeout, b.clone());
+            if *foreign {
+                fake.preset(KEY, "foreign");
+            }
+            fake
+        })
+        .collect();
+    (fakes.clone().into(), fakes)
+}
+
+/// Every `SET` of ours that took effect on a master is followed there by a compare-and-delete
+/// of the same value. (The delete finds nothing if the key expired first; it can find no other
+/// owner's value, since `SET NX` cannot replace a live key.) `keep` is a value allowed to stay.
+fn every_set_cleaned_up(fakes: &[Arc<FakeMaster>], keep: Option<&str>) -> Result<(), String> {
+    for fake in fakes {
+        let log = fake.log();
+        for (i, (_, op)) in log.iter().enumerate() {
+            if let Applied::Set { value, ok: true } = op {
+                if Some(value.as_str()) == keep {
+                    continue;
+                }
+                let deleted = log[i..].iter().any(|(_, later)| {
+                    matches!(later, Applied::Delete { value: v, .. } if v == value)
+                });
+                if !deleted {
+                    return Err(format!(
+                        "{} kept a key set by a failed round: {log:?}",
+                        fake.name_for_tests()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl FakeMaster {
+    fn name_for_tests(&self) -> String {
+        use crate::master::Master;
+        self.name().to_string()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A grant has a strict majority behind it and never more validity than
+    /// `ttl − elapsed − drift`; a failure leaves no key of ours anywhere once cleanup ran.
+    #[test]
+    fn round_grants_only_with_majority_and_cleans_up_failures(
+        spec in cluster(),
+        ttl_ms in 20u64..2_000,
+        timeout_ms in 10u64..300,
+    ) {
+        let rt = runtime();
+        let result: Result<(), TestCaseError> = rt.block_on(async {
+            let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
+            let timing = RoundTiming { ttl: Duration::from_millis(ttl_ms), drift_factor: 0.01 };
+            let key: Arc<str> = Arc::from(KEY);
+            let start = Instant::now();
+            let outcome = round::acquire(&nodes, "r", &key, timing).await;
+            let end = Instant::now();
+            prop_assert!(end - start <= Duration::from_millis(timeout_ms), "a round never outlasts the node timeout");
+            match outcome {
+                Ok(grant) => {
+                    let holding = fakes.iter().filter(|f| f.value_of(KEY).as_deref() == Some(grant.value.as_str())).count();
+                    prop_assert!(holding >= quorum(fakes.len()), "granted with {holding} of {}", fakes.len());
+                    let bound = start + timing.ttl - drift(timing.ttl, timing.drift_factor);
+                    prop_assert!(grant.valid_until <= bound);
+                    prop_assert!(grant.valid_until > end);
+                    // Release reaches every master that may hold the key, stragglers included.
+                    let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
+                }
+                Err(error) => {
+                    prop_assert!(matches!(
+                        error,
+                        LockError::Contended { .. } | LockError::QuorumUnreachable { .. } | LockError::ValidityExhausted { .. }
+                    ), "unexpected {error:?}");
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
+                }
+            }
+            Ok(())
+        });
+        result?;
+    }
+
+    /// Dropping the acquire future at any moment leaves no key of ours behind.
+    #[test]
+    fn cancelled_round_leaves_no_keys(
+        spec in cluster(),
+        cancel_after_ms in 0u64..250,
+        timeout_ms in 10u64..300,
+    ) {
+        let rt = runtime();
+        let result: Result<(), TestCaseError> = rt.block_on(async {
+            let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
+            let timing = RoundTiming { ttl: Duration::from_secs(60), drift_factor: 0.01 };
+            let key: Arc<str> = Arc::from(KEY);
+            let attempt = round::acquire(&nodes, "r", &key, timing);
+            match tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
+                Ok(Ok(grant)) => {
+                    let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
+                }
+                Ok(Err(_)) | Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
+            Ok(())
+        });
+        result?;
+    }
+
+    /// Competing clients on healthy-but-slow masters (no fault outside Redlock's model) never
+    /// hold overlapping claims: each claim runs from the grant to the end of its validity or the
+    /// start of its release, whichever is first.
+    #[test]
+    fn competing_clients_never_overlap(
+        delays in prop::collection::vec((0u64..40, 0u64..40), 3..=5),
+        clients in 2usize..5,
+        hold_ms in prop::collection::vec(0u64..400, 8),
+        ttl_ms in 100u64..600,
+    ) {
+        let rt = runtime();
+        let result: Result<(), TestCaseError> = rt.block_on(async {
+            let spec: Vec<(Behaviour, bool)> = delays.iter().map(|(a, r)| (Behaviour {
+                apply_after: Duration::from_millis(*a),
+                reply_after: Duration::from_millis(*r),
+                fault: Fault::None,
+            }, false)).collect();
+            let (nodes, _fakes) = build(&spec, Duration::from_millis(100));
+            let timing = RoundTiming { ttl: Duration::from_millis(ttl_ms), drift_factor: 0.01 };
+            let key: Arc<str> = Arc::from(KEY);
+            let claims: Arc<Mutex<Vec<(usize, Instant, Instant)>>> = Arc::default();
+            let stop = Instant::now() + Duration::from_secs(5);
+            let mut tasks = Vec::new();
+            for client in 0..clients {
+                let (nodes, key, claims, hold_ms) = (nodes.clone(), key.clone(), claims.clone(), hold_ms.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut turn = client;
+                    while Instant::now() < stop {
+                        turn += 1;
+                        match round::acquire(&nodes, "r", &key, timing).await {
+                            Ok(grant) => {
+                                let from = Instant::now();
+                                let hold = Duration::from_millis(hold_ms[turn % hold_ms.len()]);
+                                tokio::time::sleep(hold).await;
+                                let until = Instant::now().min(grant.valid_until);
+                                claims.lock().unwrap_or_else(|p| p.into_inner()).push((client, from, until));
+                                let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(7 * (client as u64 + 1))).await,
+                        }
+                    }
+                }));
+            }
+            for task in tasks {
+                prop_assert!(task.await.is_ok());
+            }
+            let claims = claims.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            prop_assert!(!claims.is_empty(), "nobody ever got the lock");
+            for (i, a) in claims.iter().enumerate() {
+                for b in &claims[i + 1..] {
+                    if a.1 < a.2 && b.1 < b.2 {
+                        prop_assert!(a.2 <= b.1 || b.2 <= a.1, "overlapping claims {a:?} and {b:?}");
+                    }
+                }
+            }
+            Ok(())
+        });
+        result?;
+    }
+}
+
+/// The round decides at the quorum-th grant and does not wait for a slow master.
+#[test]
+fn decides_without_waiting_for_stragglers() {
+    runtime().block_on(async {
+        let fast = Behaviour {
+            apply_after: Duration::from_millis(1),
+            reply_after: Duration::from_millis(1),
+            fault: Fault::None,
+        };
+        let slow = Behaviour {
+            apply_after: Duration::from_secs(10),
+            ..fast.clone()
+        };
+        let spec = vec![
+            (fast.clone(), false),
+            (fast.clone(), false),
+            (fast, false),
+            (slow.clone(), false),
+            (slow, false),
+        ];
+        let (nodes, _fakes) = build(&spec, Duration::from_secs(30));
+        let timing = RoundTiming {
+            ttl: Duration::from_secs(10),
+            drift_factor: 0.01,
+        };
+        let start = Instant::now();
+        let grant = round::acquire(&nodes, "r", &Arc::from(KEY), timing).await;
+        assert!(grant.is_ok(), "{grant:?}");
+        assert!(start.elapsed() < Duration::from_millis(10));
+    });
+}
+
+/// A round fails as soon as the refusals make a quorum impossible, as `Contended`.
+#[test]
+fn contended_fails_early() {
+    runtime().block_on(async {
+        let quick = Behaviour {
+            apply_after: Duration::from_millis(1),
+            reply_after: Duration::from_millis(1),
+            fault: Fault::None,
+        };
+        let hung = Behaviour {
+            apply_after: Duration::from_secs(100),
+            ..quick.clone()
+        };
+        let spec = vec![(quick.clone(), true), (quick, true), (hung, false)];
+        let (nodes, fakes) = build(&spec, Duration::from_secs(30));
+        let timing = RoundTiming {
+            ttl: Duration::from_secs(10),
+            drift_factor: 0.01,
+        };
+        let start = Instant::now();
+        let err = round::acquire(&nodes, "r", &Arc::from(KEY), timing).await;
+        assert!(
+            matches!(
+                err,
+                Err(LockError::Contended {
+                    held_elsewhere: 2,
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+        assert!(start.elapsed() < Duration::from_millis(10));
+        // The hung master's late SET gets the delete queued behind it.
+        fakes[2].set_behaviour(Behaviour {
+            apply_after: Duration::ZERO,
+            reply_after: Duration::ZERO,
+            fault: Fault::None,
+        });
+        tokio::time::sleep(Duration::from_secs(200)).await;
+        assert_eq!(every_set_cleaned_up(&fakes, None), Ok(()));
+    });
+}
+
+/// Extend counts only with a quorum inside the validity, and never revives a lost key.
+#[test]
+fn extend_needs_quorum_within_validity() {
+    runtime().block_on(async {
+        let quick = Behaviour {
+            apply_after: Duration::from_millis(1),
+            reply_after: Duration::from_millis(1),
+            fault: Fault::None,
+        };
+        let spec = vec![
+            (quick.clone(), false),
+            (quick.clone(), false),
+            (quick, false),
+        ];
+        let (nodes, fakes) = build(&spec, Duration::from_millis(50));
+        let timing = RoundTiming {
+            ttl: Duration::from_millis(300),
+            drift_factor: 0.01,
+        };
+        let key: Arc<str> = Arc::from(KEY);
+        let grant = match round::acquire(&nodes, "r", &key, timing).await {
+            Ok(grant) => grant,
+            Err(e) => panic!("{e}"),
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let longer = RoundTiming {
+            ttl: Duration::from_secs(1),
+            drift_factor: 0.01,
+        };
+        let until = round::extend(
+            &nodes,
+            "r",
+            &key,
+            &grant.value,
+            &grant.holders,
+            longer,
+            grant.valid_until,
+        )
+        .await;
+        let until = match until {
+            Ok(until) => until,
+            Err(e) => panic!("{e}"),
+        };
+        assert!(until > grant.valid_until);
+        // Past the new validity the keys are gone: extending must fail and not re-create them.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let late = round::extend(
+            &nodes,
+            "r",
+            &key,
+            &grant.value,
+            &grant.holders,
+            longer,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await;
+        assert!(late.as_ref().is_err_and(LockError::is_not_held), "{late:?}");
+        assert!(fakes.iter().all(|f| f.value_of(KEY).is_none()));
+        // And with the local validity over, nothing is even sent.
+        let expired = round::extend(
+            &nodes,
+            "r",
+            &key,
+            &grant.value,
+            &grant.holders,
+            longer,
+            grant.valid_until,
+        )
+        .await;
+        assert!(expired.as_ref().is_err_and(LockError::is_not_held));
+    });
+}

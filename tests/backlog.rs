@@ -1,0 +1,77 @@
+//! What piles up behind a paused master is bounded: past `max_unanswered` abandoned requests no
+//! lock request is sent to it, and it is used again as soon as it answers.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{
+    builder, calls, cluster, get, key, our_keys, total_keys, wait_until, wait_until_async, warm_up,
+    PATIENCE,
+};
+
+const TTL: Duration = Duration::from_secs(10);
+const MAX_UNANSWERED: usize = 2;
+const ROUNDS: u64 = 6;
+
+/// With `max_unanswered(2)`, six rounds against a paused master queue only a bounded number of
+/// `SET`s on it; after it resumes, it holds no key of ours and takes part in rounds again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_master_gets_a_bounded_backlog_and_is_used_again() {
+    let mut cluster = cluster(3);
+    let locks = builder(&cluster.urls())
+        .max_unanswered(MAX_UNANSWERED)
+        .build()
+        .expect("build manager");
+    warm_up(&locks, &cluster).await;
+    let sets_before = calls(&cluster[2], "set");
+    let pings_before = calls(&cluster[2], "ping");
+    cluster[2].pause().expect("pause");
+
+    for round in 0..ROUNDS {
+        let guard = locks
+            .try_lock("backlog", TTL)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: 2 of 3 masters answer, yet: {e}"));
+        guard.release().await.expect("release");
+    }
+
+    cluster[2].resume().expect("resume");
+    // A refused request started a probe: a PING queued behind everything sent to the master.
+    // Once it ran, so did the whole backlog.
+    wait_until(
+        "the probe behind the backlog was answered",
+        PATIENCE,
+        || calls(&cluster[2], "ping") > pings_before,
+    )
+    .await;
+    let late_sets = calls(&cluster[2], "set") - sets_before;
+    assert!(
+        late_sets <= MAX_UNANSWERED as u64,
+        "{late_sets} SETs were queued behind the paused master, the bound is {MAX_UNANSWERED}"
+    );
+    println!("{late_sets} of {ROUNDS} rounds sent a SET to the paused master");
+    wait_until("the resumed master holds no key of ours", PATIENCE, || {
+        our_keys(&cluster[2]).is_empty()
+    })
+    .await;
+
+    // It is asked again: a round's SET reaches it.
+    let key = key("backlog");
+    wait_until_async(
+        "the resumed master is sent SETs again",
+        PATIENCE,
+        || async {
+            let before = calls(&cluster[2], "set");
+            if let Ok(guard) = locks.try_lock("backlog", TTL).await {
+                guard.release().await.expect("release");
+            }
+            calls(&cluster[2], "set") > before
+        },
+    )
+    .await;
+    wait_until("no key of ours is left", PATIENCE, || {
+        total_keys(&cluster) == 0 && get(&cluster[2], &key).is_none()
+    })
+    .await;
+}

@@ -1,0 +1,63 @@
+//! A master paused with `SIGSTOP` (a long GC pause): rounds are decided without it, and what
+//! was queued to it while paused leaves nothing behind once it resumes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use quorumlock::Redlock;
+use support::{builder, calls, cluster, our_keys, script_calls, wait_until, warm_up, PATIENCE};
+
+/// Long enough that a round waiting for the paused master would plainly show.
+const NODE_TIMEOUT: Duration = Duration::from_secs(1);
+const TTL: Duration = Duration::from_secs(10);
+const ROUNDS: u64 = 3;
+
+/// One of 3 masters paused: `try_lock` succeeds without waiting for it, and once it resumes,
+/// the late `SET`s it runs are undone by the compare-and-deletes queued behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_master_neither_blocks_nor_keeps_keys() {
+    let mut cluster = cluster(3);
+    let locks: Redlock = builder(&cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("build manager");
+    warm_up(&locks, &cluster).await;
+    let sets_before = calls(&cluster[2], "set");
+    let scripts_before = script_calls(&cluster[2]);
+    cluster[2].pause().expect("pause");
+
+    for round in 0..ROUNDS {
+        let start = Instant::now();
+        let guard = locks
+            .try_lock("paused", TTL)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: 2 of 3 masters answer, yet: {e}"));
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed < NODE_TIMEOUT,
+            "round {round} took {elapsed:?}: it waited for the paused master"
+        );
+        assert!(guard.is_valid());
+        guard.release().await.expect("release");
+    }
+    assert!(our_keys(&cluster[0]).is_empty() && our_keys(&cluster[1]).is_empty());
+
+    cluster[2].resume().expect("resume");
+    // Every release queued a compare-and-delete behind its round's SET; a SET abandoned before
+    // it was written to the socket is never sent, so only one late SET is certain to land.
+    wait_until(
+        "the resumed master ran the late SETs, then the deletes behind them",
+        PATIENCE,
+        || {
+            calls(&cluster[2], "set") > sets_before
+                && script_calls(&cluster[2]) >= scripts_before + ROUNDS
+                && our_keys(&cluster[2]).is_empty()
+        },
+    )
+    .await;
+
+    // And it takes part in rounds again.
+    let guard = locks.try_lock("paused", TTL).await.expect("lock");
+    guard.release().await.expect("release");
+}

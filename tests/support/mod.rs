@@ -1,0 +1,181 @@
+//! Shared helpers of the integration tests: a manager over a cluster of real masters, what our
+//! keys look like on a master, and waiting for a condition with a deadline instead of sleeping.
+//!
+//! Every test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
+use quorumlock::{Redlock, RedlockBuilder, DEFAULT_KEY_PREFIX};
+
+/// A node timeout generous enough for a loaded 2-core CI box; tests about timeouts set their own.
+pub(crate) const NODE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// How long a test waits for a condition that should hold within milliseconds.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(5);
+
+/// How often a condition is polled.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// Starts `n` independent masters.
+pub(crate) fn cluster(n: usize) -> RedisCluster {
+    RedisCluster::start(n).expect("start redis masters")
+}
+
+/// A builder over `urls` with the generous test node timeout.
+pub(crate) fn builder<S: AsRef<str>>(urls: &[S]) -> RedlockBuilder {
+    Redlock::builder()
+        .nodes(urls.iter().map(|u| u.as_ref().to_string()))
+        .node_timeout(NODE_TIMEOUT)
+}
+
+/// A manager over every master of `cluster`, with the generous test node timeout.
+pub(crate) fn manager(cluster: &RedisCluster) -> Redlock {
+    builder(&cluster.urls()).build().expect("build manager")
+}
+
+/// The key a resource is stored under with the default prefix.
+pub(crate) fn key(resource: &str) -> String {
+    format!("{DEFAULT_KEY_PREFIX}{resource}")
+}
+
+/// The keys with our prefix on `master` (which must not be paused: the query would block).
+pub(crate) fn our_keys(master: &RedisMaster) -> Vec<String> {
+    let pattern = format!("{DEFAULT_KEY_PREFIX}*");
+    match master.query(&["KEYS", &pattern]).expect("KEYS") {
+        Reply::Array(items) => items.iter().map(ToString::to_string).collect(),
+        other => panic!("KEYS on port {} gave {other:?}", master.port()),
+    }
+}
+
+/// How many keys with our prefix `master` holds.
+pub(crate) fn count_keys(master: &RedisMaster) -> usize {
+    our_keys(master).len()
+}
+
+/// How many keys with our prefix the running, unpaused masters of `cluster` hold together.
+pub(crate) fn total_keys(cluster: &RedisCluster) -> usize {
+    cluster
+        .iter()
+        .filter(|m| m.is_running() && !m.is_paused())
+        .map(count_keys)
+        .sum()
+}
+
+/// The string value of `key` on `master`, `None` if it does not exist.
+pub(crate) fn get(master: &RedisMaster, key: &str) -> Option<String> {
+    match master.query(&["GET", key]).expect("GET") {
+        Reply::Nil => None,
+        Reply::Bulk(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        other => panic!("GET {key} on port {} gave {other:?}", master.port()),
+    }
+}
+
+/// The remaining time to live of `key` on `master` in milliseconds (`PTTL`: -2 if missing,
+/// -1 if it has no expiry).
+pub(crate) fn pttl(master: &RedisMaster, key: &str) -> i64 {
+    match master.query(&["PTTL", key]).expect("PTTL") {
+        Reply::Integer(ms) => ms,
+        other => panic!("PTTL {key} on port {} gave {other:?}", master.port()),
+    }
+}
+
+/// How many times `master` has run `command` (lowercase, e.g. `"set"`), from
+/// `INFO commandstats`. Commands run inside Lua scripts count under their own names too.
+pub(crate) fn calls(master: &RedisMaster, command: &str) -> u64 {
+    let info = master
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("calls is an integer"))
+}
+
+/// How many compare-and-… scripts `master` has run (`EVALSHA`, or `EVAL` as a fallback).
+pub(crate) fn script_calls(master: &RedisMaster) -> u64 {
+    calls(master, "evalsha") + calls(master, "eval")
+}
+
+/// Polls `condition` every 10 ms until it holds; panics naming `what` if it does not within
+/// `timeout`. Returns how long it took.
+pub(crate) async fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut condition: impl FnMut() -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        if condition() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Like [`wait_until`], for a condition that needs to await (e.g. a lock attempt).
+pub(crate) async fn wait_until_async<F, Fut>(what: &str, timeout: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if condition().await {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Makes sure `locks` has a working connection to every master of `cluster`, and that every
+/// request it sent before this call has run: each master has run a `SET` that `locks` sent
+/// after this call started, and a connection runs its requests in order.
+///
+/// Connections are opened lazily, and a round decided early drops its straggler requests, which
+/// are then never sent if they were not written yet, or run a moment later if they were. Tests
+/// that pause a master need this first (a master paused before `locks` connected to it is never
+/// sent a `SET`), and tests that change keys behind a lock's back need it after acquiring (so
+/// that no late `SET` lands afterwards).
+pub(crate) async fn warm_up(locks: &Redlock, cluster: &RedisCluster) {
+    const RESOURCE: &str = "warm-up";
+    let before: Vec<u64> = cluster.iter().map(|m| calls(m, "set")).collect();
+    wait_until_async("every master ran a warm-up SET", PATIENCE, || async {
+        if let Ok(guard) = locks.try_lock(RESOURCE, Duration::from_secs(10)).await {
+            guard.release().await.expect("release the warm-up lock");
+        }
+        cluster
+            .iter()
+            .zip(&before)
+            .all(|(m, &before)| calls(m, "set") > before)
+    })
+    .await;
+    let key = key(RESOURCE);
+    wait_until("the warm-up keys are gone", PATIENCE, || {
+        cluster.iter().all(|m| get(m, &key).is_none())
+    })
+    .await;
+}
+
+/// An address on 127.0.0.1 where nothing listens and nothing will while the socket is kept:
+/// the port is bound but not listening, so connections to it are refused at once.
+pub(crate) fn dead_port() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("bind");
+    let addr = socket.local_addr().expect("local addr");
+    (socket, addr)
+}
