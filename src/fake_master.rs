@@ -1,16 +1,20 @@
 //! A fake [`Master`] on tokio's virtual clock, for the unit and property tests of the quorum
 //! round.
 //!
-//! Each fake processes its requests strictly in order, like a Redis master behind one
-//! connection: a request is applied `apply_after` after it arrives (or after the previous one,
-//! whichever is later) and answered `reply_after` later. A reply later than the node timeout
+//! A [`FakeMaster`] is one client's connection to a fake node: requests on it are applied
+//! strictly in order, like a Redis master behind one multiplexed connection. A request is
+//! applied `apply_after` (plus a random jitter) after it is sent, or after the previous request
+//! on the same connection, whichever is later, and answered `reply_after` later. Connections of
+//! different clients ([`FakeMaster::connect`]) share the node's keys and interleave freely. A reply later than the node timeout
 //! yields [`NodeErrorKind::Timeout`], but the request is still applied: a late `SET`, exactly
 //! what a paused master does. Every applied operation is logged for the properties to inspect.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use crate::error::NodeErrorKind;
@@ -22,6 +26,8 @@ use crate::value::LockValue;
 pub(crate) struct Behaviour {
     pub(crate) apply_after: Duration,
     pub(crate) reply_after: Duration,
+    /// Upper bound of a uniformly random extra delay before each request is applied.
+    pub(crate) jitter: Duration,
     pub(crate) fault: Fault,
 }
 
@@ -59,48 +65,79 @@ struct Op {
     kind: OpKind,
 }
 
+/// The node itself: its keys, the requests not yet applied, and everything applied so far.
 #[derive(Debug)]
-struct State {
-    queue: VecDeque<Op>,
+struct Store {
+    pending: Vec<Op>,
     keys: HashMap<String, (String, Instant)>,
-    next_free: Instant,
     next_id: u64,
     results: HashMap<u64, bool>,
     log: Vec<(Instant, Applied)>,
 }
 
-/// A fake master.
+/// One client's connection to a fake node.
 #[derive(Debug)]
 pub(crate) struct FakeMaster {
     name: String,
     node_timeout: Duration,
     behaviour: Mutex<Behaviour>,
-    state: Mutex<State>,
+    /// When the previous request on this connection is applied: the next one cannot be earlier.
+    next_free: Mutex<(Instant, StdRng)>,
+    store: Arc<Mutex<Store>>,
 }
 
 impl FakeMaster {
     pub(crate) fn new(index: usize, node_timeout: Duration, behaviour: Behaviour) -> Arc<Self> {
+        let store = Arc::new(Mutex::new(Store {
+            pending: Vec::new(),
+            keys: HashMap::new(),
+            next_id: 0,
+            results: HashMap::new(),
+            log: Vec::new(),
+        }));
+        Self::with_store(
+            format!("fake-{index}"),
+            node_timeout,
+            behaviour,
+            store,
+            index as u64,
+        )
+    }
+
+    fn with_store(
+        name: String,
+        node_timeout: Duration,
+        behaviour: Behaviour,
+        store: Arc<Mutex<Store>>,
+        seed: u64,
+    ) -> Arc<Self> {
         Arc::new(Self {
-            name: format!("fake-{index}"),
+            name,
             node_timeout,
             behaviour: Mutex::new(behaviour),
-            state: Mutex::new(State {
-                queue: VecDeque::new(),
-                keys: HashMap::new(),
-                next_free: Instant::now(),
-                next_id: 0,
-                results: HashMap::new(),
-                log: Vec::new(),
-            }),
+            next_free: Mutex::new((Instant::now(), StdRng::seed_from_u64(seed))),
+            store,
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// Another client's connection to the same node, with its own order and jitter.
+    pub(crate) fn connect(&self, seed: u64) -> Arc<Self> {
+        let behaviour = lock(&self.behaviour).clone();
+        Self::with_store(
+            self.name.clone(),
+            self.node_timeout,
+            behaviour,
+            Arc::clone(&self.store),
+            seed,
+        )
+    }
+
+    fn state(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
     }
 
     pub(crate) fn set_behaviour(&self, behaviour: Behaviour) {
-        *self.behaviour.lock().unwrap_or_else(|p| p.into_inner()) = behaviour;
+        *lock(&self.behaviour) = behaviour;
     }
 
     /// Sets `key` to a foreign value that never expires during a test.
@@ -129,11 +166,7 @@ impl FakeMaster {
     }
 
     async fn call(&self, kind: OpKind, cleanup: bool) -> Result<bool, NodeErrorKind> {
-        let behaviour = self
-            .behaviour
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let behaviour = lock(&self.behaviour).clone();
         match behaviour.fault {
             Fault::Unreachable => return Err(NodeErrorKind::Connect("fake: unreachable".into())),
             Fault::Backlogged if !cleanup => {
@@ -142,15 +175,24 @@ impl FakeMaster {
             _ => {}
         }
         let now = Instant::now();
-        let (id, reply_at) = {
+        let at = {
+            let mut connection = lock(&self.next_free);
+            let jitter_ns = u64::try_from(behaviour.jitter.as_nanos()).unwrap_or(u64::MAX);
+            let jitter = Duration::from_nanos(connection.1.random_range(0..=jitter_ns));
+            let at = (now + behaviour.apply_after + jitter).max(connection.0);
+            connection.0 = at;
+            at
+        };
+        let id = {
             let mut state = self.state();
-            let at = (now + behaviour.apply_after).max(state.next_free);
-            state.next_free = at;
             let id = state.next_id;
             state.next_id += 1;
-            state.queue.push_back(Op { id, at, kind });
-            (id, at + behaviour.reply_after)
+            // Keep `pending` sorted by application time (ties in sending order).
+            let position = state.pending.partition_point(|op| op.at <= at);
+            state.pending.insert(position, Op { id, at, kind });
+            id
         };
+        let reply_at = at + behaviour.reply_after;
         let deadline = now + self.node_timeout;
         if reply_at > deadline {
             tokio::time::sleep_until(deadline).await;
@@ -171,12 +213,14 @@ impl FakeMaster {
     }
 }
 
-/// Applies, in order, every queued operation whose time has come.
-fn settle(state: &mut State, now: Instant) {
-    while state.queue.front().is_some_and(|op| op.at <= now) {
-        let Some(op) = state.queue.pop_front() else {
-            break;
-        };
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Applies, in order, every pending operation whose time has come.
+fn settle(state: &mut Store, now: Instant) {
+    while state.pending.first().is_some_and(|op| op.at <= now) {
+        let op = state.pending.remove(0);
         let live = |keys: &HashMap<String, (String, Instant)>, key: &str| {
             keys.get(key)
                 .filter(|(_, expires)| *expires > op.at)
