@@ -156,11 +156,8 @@ proptest! {
             let timing = RoundTiming { ttl: Duration::from_secs(60), drift_factor: 0.01 };
             let key: Arc<str> = Arc::from(KEY);
             let attempt = round::acquire(&nodes, "r", &key, timing);
-            match tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
-                Ok(Ok(grant)) => {
-                    let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
-                }
-                Ok(Err(_)) | Err(_) => {}
+            if let Ok(Ok(grant)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
+                let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
             }
             tokio::time::sleep(Duration::from_secs(5)).await;
             every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
