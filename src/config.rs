@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::address::NodeAddress;
 use crate::error::ConfigError;
 use crate::manager::Redlock;
+use crate::mutation::Mutation;
 use crate::node::RedisNode;
 
 /// Default [`RedlockBuilder::node_timeout`]: 50 ms, the top of the 5–50 ms range the Redlock
@@ -38,6 +39,7 @@ pub(crate) struct Config {
     pub(crate) retry_delay: Duration,
     pub(crate) key_prefix: String,
     pub(crate) max_unanswered: usize,
+    pub(crate) mutation: Option<Mutation>,
 }
 
 /// Builds a [`Redlock`] manager. Created by [`Redlock::builder`].
@@ -67,6 +69,7 @@ pub struct RedlockBuilder {
     retry_delay: Duration,
     key_prefix: String,
     max_unanswered: usize,
+    mutation: Option<Mutation>,
 }
 
 impl Default for RedlockBuilder {
@@ -80,6 +83,7 @@ impl Default for RedlockBuilder {
             retry_delay: DEFAULT_RETRY_DELAY,
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             max_unanswered: DEFAULT_MAX_UNANSWERED,
+            mutation: None,
         }
     }
 }
@@ -155,6 +159,14 @@ impl RedlockBuilder {
         self
     }
 
+    /// Breaks the algorithm on purpose, for the jepsen-lite harness. Never use this.
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn mutation(mut self, mutation: Mutation) -> Self {
+        self.mutation = Some(mutation);
+        self
+    }
+
     /// Validates the settings and builds the manager. Connects to nothing.
     ///
     /// # Errors
@@ -197,6 +209,7 @@ impl RedlockBuilder {
             retry_delay: self.retry_delay,
             key_prefix: self.key_prefix,
             max_unanswered: self.max_unanswered,
+            mutation: self.mutation,
         };
         let nodes = addresses
             .into_iter()

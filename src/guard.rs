@@ -119,7 +119,8 @@ impl LockGuard {
     /// may hold.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
         let config = &self.shared.config;
-        let timing = validate_ttl(ttl, config.drift_factor)?;
+        let mut timing = validate_ttl(ttl, config.drift_factor)?;
+        timing.mutation = config.mutation;
         let before = self.valid_until;
         // A shorter TTL shortens the keys as soon as the first master applies it.
         let pessimistic = Instant::now()

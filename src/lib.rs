@@ -100,6 +100,7 @@ mod error;
 mod guard;
 mod manager;
 mod master;
+mod mutation;
 mod node;
 mod round;
 mod scripts;
@@ -122,3 +123,6 @@ pub use config::{
 pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};
 pub use guard::LockGuard;
 pub use manager::Redlock;
+#[cfg(feature = "mutants")]
+#[doc(hidden)]
+pub use mutation::Mutation;

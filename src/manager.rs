@@ -210,7 +210,8 @@ impl Redlock {
         if resource.is_empty() {
             return Err(InvalidArgument::EmptyResource.into());
         }
-        let timing = validate_ttl(ttl, self.shared.config.drift_factor)?;
+        let mut timing = validate_ttl(ttl, self.shared.config.drift_factor)?;
+        timing.mutation = self.shared.config.mutation;
         let key = format!("{}{}", self.shared.config.key_prefix, resource);
         Ok((Arc::from(key), timing))
     }
@@ -243,10 +244,7 @@ pub(crate) fn validate_ttl(
     if validity(whole, Duration::ZERO, drift).is_none() {
         return Err(InvalidArgument::TtlTooShort { ttl: whole, drift });
     }
-    Ok(RoundTiming {
-        ttl: whole,
-        drift_factor,
-    })
+    Ok(RoundTiming::new(whole, drift_factor))
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use crate::address::NodeAddress;
 use crate::config::Config;
 use crate::error::NodeErrorKind;
 use crate::master::Master;
+use crate::mutation::Mutation;
 use crate::scripts;
 use crate::value::LockValue;
 
@@ -65,6 +66,8 @@ pub(crate) struct RedisNode {
     unanswered: Arc<AtomicUsize>,
     /// Whether a background probe is waiting for this master to answer.
     probing: Arc<AtomicBool>,
+    /// A deliberately broken release or extend, for the jepsen-lite harness only.
+    mutation: Option<Mutation>,
 }
 
 impl RedisNode {
@@ -80,6 +83,7 @@ impl RedisNode {
             }),
             unanswered: Arc::new(AtomicUsize::new(0)),
             probing: Arc::new(AtomicBool::new(false)),
+            mutation: config.mutation,
         }
     }
 
@@ -372,7 +376,11 @@ impl Master for RedisNode {
         key: &str,
         value: &LockValue,
     ) -> Result<bool, NodeErrorKind> {
-        let mut invocation = scripts::COMPARE_AND_DELETE.prepare_invoke();
+        let script = match self.mutation {
+            Some(Mutation::PlainDelRelease) => &scripts::PLAIN_DELETE,
+            _ => &scripts::COMPARE_AND_DELETE,
+        };
+        let mut invocation = script.prepare_invoke();
         invocation.key(key).arg(value.as_str());
         flag_reply(self.request(Request::Script(invocation), true).await?)
     }
@@ -383,7 +391,11 @@ impl Master for RedisNode {
         value: &LockValue,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        let mut invocation = scripts::COMPARE_AND_PEXPIRE.prepare_invoke();
+        let script = match self.mutation {
+            Some(Mutation::ExtendRecreates) => &scripts::EXTEND_RECREATES,
+            _ => &scripts::COMPARE_AND_PEXPIRE,
+        };
+        let mut invocation = script.prepare_invoke();
         invocation.key(key).arg(value.as_str()).arg(millis(ttl));
         flag_reply(self.request(Request::Script(invocation), false).await?)
     }

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::error::{LockError, NodeError, NodeErrorKind, NotHeldReason};
 use crate::master::Master;
+use crate::mutation::Mutation;
 use crate::timing::{drift, quorum, quorum_still_possible, validity};
 use crate::value::LockValue;
 
@@ -57,11 +58,46 @@ pub(crate) struct Grant {
 pub(crate) struct RoundTiming {
     pub(crate) ttl: Duration,
     pub(crate) drift_factor: f64,
+    /// A deliberately broken rule, for the jepsen-lite harness only.
+    pub(crate) mutation: Option<Mutation>,
+}
+
+impl RoundTiming {
+    pub(crate) fn new(ttl: Duration, drift_factor: f64) -> Self {
+        Self {
+            ttl,
+            drift_factor,
+            mutation: None,
+        }
+    }
+
+    fn drift(&self) -> Duration {
+        match self.mutation {
+            Some(Mutation::ZeroDrift) => Duration::ZERO,
+            _ => drift(self.ttl, self.drift_factor),
+        }
+    }
+
+    fn quorum(&self, n: usize) -> usize {
+        match self.mutation {
+            Some(Mutation::MinorityQuorum) => (n / 2).max(1),
+            _ => quorum(n),
+        }
+    }
+
+    /// The time a round took, as the validity computation sees it.
+    fn counted(&self, elapsed: Duration) -> Duration {
+        match self.mutation {
+            Some(Mutation::NoElapsedCheck) => Duration::ZERO,
+            _ => elapsed,
+        }
+    }
 }
 
 /// Tallies the votes of a round and says when it is decided.
 struct Tally {
     votes: Vec<Vote>,
+    quorum: usize,
     yes: usize,
     no: usize,
     failed: usize,
@@ -69,13 +105,15 @@ struct Tally {
 
 impl Tally {
     /// `eligible[i] == false` counts master `i` as a no from the start (it cannot hold our key).
-    fn new(eligible: impl Iterator<Item = bool>) -> Self {
+    /// `quorum` is the number of yes votes that win.
+    fn new(eligible: impl Iterator<Item = bool>, quorum: usize) -> Self {
         let votes: Vec<Vote> = eligible
             .map(|e| if e { Vote::Pending } else { Vote::No })
             .collect();
         let no = votes.iter().filter(|v| **v == Vote::No).count();
         Self {
             votes,
+            quorum,
             yes: 0,
             no,
             failed: 0,
@@ -107,11 +145,11 @@ impl Tally {
     }
 
     fn won(&self) -> bool {
-        self.yes >= quorum(self.n())
+        self.yes >= self.quorum
     }
 
     fn lost(&self) -> bool {
-        !quorum_still_possible(self.n(), self.no + self.failed)
+        !quorum_still_possible(self.n(), self.no + self.failed, self.quorum)
     }
 
     fn decided(&self) -> bool {
@@ -120,7 +158,7 @@ impl Tally {
 
     /// Whether the refusals alone make a quorum impossible (as opposed to failures).
     fn refused_by_majority(&self) -> bool {
-        !quorum_still_possible(self.n(), self.no)
+        !quorum_still_possible(self.n(), self.no, self.quorum)
     }
 
     fn failures<M: Master>(&self, nodes: &[Arc<M>]) -> Vec<NodeError> {
@@ -185,7 +223,7 @@ pub(crate) async fn acquire<M: Master>(
     timing: RoundTiming,
 ) -> Result<Grant, LockError> {
     let value = LockValue::random();
-    let drift = drift(timing.ttl, timing.drift_factor);
+    let drift = timing.drift();
     let mut cleanup = CleanupGuard {
         nodes,
         key,
@@ -193,7 +231,7 @@ pub(crate) async fn acquire<M: Master>(
         holders: None,
         armed: true,
     };
-    let mut tally = Tally::new(nodes.iter().map(|_| true));
+    let mut tally = Tally::new(nodes.iter().map(|_| true), timing.quorum(nodes.len()));
     let t0 = Instant::now();
     let mut requests: FuturesUnordered<_> = nodes
         .iter()
@@ -222,8 +260,8 @@ pub(crate) async fn acquire<M: Master>(
     );
     cleanup.holders = Some(tally.may_hold());
     if tally.won() {
-        let valid_until =
-            validity(timing.ttl, elapsed, drift).and_then(|v| t0.checked_add(v + elapsed));
+        let valid_until = validity(timing.ttl, timing.counted(elapsed), drift)
+            .and_then(|v| t0.checked_add(v + elapsed));
         return match (valid_until, cleanup.holders.clone()) {
             (Some(valid_until), Some(holders)) => {
                 cleanup.armed = false;
@@ -247,7 +285,7 @@ pub(crate) async fn acquire<M: Master>(
             resource: resource.to_string(),
             held_elsewhere: tally.no,
             nodes: n,
-            quorum: quorum(n),
+            quorum: tally.quorum,
             failures,
         }
     } else {
@@ -255,7 +293,7 @@ pub(crate) async fn acquire<M: Master>(
             resource: resource.to_string(),
             granted: tally.yes,
             nodes: n,
-            quorum: quorum(n),
+            quorum: tally.quorum,
             failures,
         }
     })
@@ -274,12 +312,12 @@ pub(crate) async fn extend<M: Master>(
     timing: RoundTiming,
     valid_until: Instant,
 ) -> Result<Instant, LockError> {
-    let drift = drift(timing.ttl, timing.drift_factor);
+    let drift = timing.drift();
     let t0 = Instant::now();
     if t0 >= valid_until {
         return Err(not_held(resource, NotHeldReason::Expired));
     }
-    let mut tally = Tally::new(holders.iter().copied());
+    let mut tally = Tally::new(holders.iter().copied(), timing.quorum(nodes.len()));
     let mut requests: FuturesUnordered<_> =
         nodes
             .iter()
@@ -311,7 +349,7 @@ pub(crate) async fn extend<M: Master>(
         if now >= valid_until {
             return Err(not_held(resource, NotHeldReason::Expired));
         }
-        return validity(timing.ttl, elapsed, drift)
+        return validity(timing.ttl, timing.counted(elapsed), drift)
             .and_then(|v| now.checked_add(v))
             .ok_or_else(|| LockError::ValidityExhausted {
                 resource: resource.to_string(),
@@ -326,7 +364,7 @@ pub(crate) async fn extend<M: Master>(
             resource,
             NotHeldReason::Lost {
                 confirmed: tally.yes,
-                quorum: quorum(n),
+                quorum: tally.quorum,
             },
         )
     } else {
@@ -334,7 +372,7 @@ pub(crate) async fn extend<M: Master>(
             resource: resource.to_string(),
             granted: tally.yes,
             nodes: n,
-            quorum: quorum(n),
+            quorum: tally.quorum,
             failures: tally.failures(nodes),
         }
     })
@@ -353,7 +391,7 @@ pub(crate) async fn release<M: Master>(
     holders: &[bool],
     still_valid: bool,
 ) -> Result<(), LockError> {
-    let mut tally = Tally::new(holders.iter().copied());
+    let mut tally = Tally::new(holders.iter().copied(), quorum(nodes.len()));
     let mut requests = delete_requests(nodes, key, value, holders);
     while !tally.decided() {
         match requests.next().await {
@@ -383,7 +421,7 @@ pub(crate) async fn release<M: Master>(
             resource,
             NotHeldReason::Lost {
                 confirmed: tally.yes,
-                quorum: quorum(n),
+                quorum: tally.quorum,
             },
         )
     } else {
@@ -391,7 +429,7 @@ pub(crate) async fn release<M: Master>(
             resource: resource.to_string(),
             granted: tally.yes,
             nodes: n,
-            quorum: quorum(n),
+            quorum: tally.quorum,
             failures: tally.failures(nodes),
         }
     })

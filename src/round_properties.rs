@@ -110,7 +110,7 @@ proptest! {
         let rt = runtime();
         let result: Result<(), TestCaseError> = rt.block_on(async {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
-            let timing = RoundTiming { ttl: Duration::from_millis(ttl_ms), drift_factor: 0.01 };
+            let timing = RoundTiming::new(Duration::from_millis(ttl_ms), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let start = Instant::now();
             let outcome = round::acquire(&nodes, "r", &key, timing).await;
@@ -153,7 +153,7 @@ proptest! {
         let rt = runtime();
         let result: Result<(), TestCaseError> = rt.block_on(async {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
-            let timing = RoundTiming { ttl: Duration::from_secs(60), drift_factor: 0.01 };
+            let timing = RoundTiming::new(Duration::from_secs(60), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let attempt = round::acquire(&nodes, "r", &key, timing);
             if let Ok(Ok(grant)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
@@ -186,7 +186,7 @@ proptest! {
                 fault: Fault::None,
             }, false)).collect();
             let (_nodes, fakes) = build(&spec, Duration::from_millis(100));
-            let timing = RoundTiming { ttl: Duration::from_millis(ttl_ms), drift_factor: 0.01 };
+            let timing = RoundTiming::new(Duration::from_millis(ttl_ms), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let claims: Arc<Mutex<Vec<(usize, Instant, Instant)>>> = Arc::default();
             let stop = Instant::now() + Duration::from_secs(5);
@@ -253,10 +253,7 @@ fn decides_without_waiting_for_stragglers() {
             (slow, false),
         ];
         let (nodes, _fakes) = build(&spec, Duration::from_secs(30));
-        let timing = RoundTiming {
-            ttl: Duration::from_secs(10),
-            drift_factor: 0.01,
-        };
+        let timing = RoundTiming::new(Duration::from_secs(10), 0.01);
         let start = Instant::now();
         let grant = round::acquire(&nodes, "r", &Arc::from(KEY), timing).await;
         assert!(grant.is_ok(), "{grant:?}");
@@ -280,10 +277,7 @@ fn contended_fails_early() {
         };
         let spec = vec![(quick.clone(), true), (quick, true), (hung, false)];
         let (nodes, fakes) = build(&spec, Duration::from_secs(30));
-        let timing = RoundTiming {
-            ttl: Duration::from_secs(10),
-            drift_factor: 0.01,
-        };
+        let timing = RoundTiming::new(Duration::from_secs(10), 0.01);
         let start = Instant::now();
         let err = round::acquire(&nodes, "r", &Arc::from(KEY), timing).await;
         assert!(
@@ -325,20 +319,14 @@ fn extend_needs_quorum_within_validity() {
             (quick, false),
         ];
         let (nodes, fakes) = build(&spec, Duration::from_millis(50));
-        let timing = RoundTiming {
-            ttl: Duration::from_millis(300),
-            drift_factor: 0.01,
-        };
+        let timing = RoundTiming::new(Duration::from_millis(300), 0.01);
         let key: Arc<str> = Arc::from(KEY);
         let grant = match round::acquire(&nodes, "r", &key, timing).await {
             Ok(grant) => grant,
             Err(e) => panic!("{e}"),
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let longer = RoundTiming {
-            ttl: Duration::from_secs(1),
-            drift_factor: 0.01,
-        };
+        let longer = RoundTiming::new(Duration::from_secs(1), 0.01);
         let until = round::extend(
             &nodes,
             "r",

@@ -32,6 +32,25 @@ return 0",
     )
 });
 
+/// Mutant `PlainDelRelease` (jepsen-lite only): deletes whatever the key holds.
+pub(crate) static PLAIN_DELETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("return redis.call('del', KEYS[1])"));
+
+/// Mutant `ExtendRecreates` (jepsen-lite only): like [`COMPARE_AND_PEXPIRE`], but re-creates
+/// a missing key, reviving a lock that may have moved on.
+pub(crate) static EXTEND_RECREATES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local current = redis.call('get', KEYS[1])
+if current == ARGV[1] then
+    return redis.call('pexpire', KEYS[1], ARGV[2])
+elseif current == false then
+    redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+    return 1
+end
+return 0",
+    )
+});
+
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
 pub(crate) fn all() -> [&'static Script; 2] {
     [&COMPARE_AND_DELETE, &COMPARE_AND_PEXPIRE]

@@ -38,10 +38,10 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Opt
         .filter(|left| !left.is_zero())
 }
 
-/// Whether a round that has seen `granted` votes for and `refused` votes against (including
-/// errors and timeouts) out of `n` can still reach a quorum.
-pub(crate) fn quorum_still_possible(n: usize, refused: usize) -> bool {
-    n.saturating_sub(refused) >= quorum(n)
+/// Whether a round of `n` masters that has seen `against` votes against it (refusals, errors,
+/// timeouts) can still gather `needed` votes for it.
+pub(crate) fn quorum_still_possible(n: usize, against: usize, needed: usize) -> bool {
+    n.saturating_sub(against) >= needed
 }
 
 #[cfg(test)]
@@ -110,7 +110,7 @@ mod tests {
 
         #[test]
         fn quorum_possibility_agrees_with_counting(n in 1usize..50, refused in 0usize..60) {
-            let possible = quorum_still_possible(n, refused);
+            let possible = quorum_still_possible(n, refused, quorum(n));
             prop_assert_eq!(possible, refused <= n && n - refused >= quorum(n));
         }
     }
