@@ -1,0 +1,728 @@
+//! Checkers over a merged history and the resource's access log.
+//!
+//! * **Claims** (Redlock's own promise): the windows `[acquire ok, min(valid_until, release
+//!   invoke)]` that clients *believed* they held, moved by successful extensions, never overlap.
+//!   Overlaps up to `epsilon` are "suspect" (cross-process timestamp error), not violations. The
+//!   smallest gap between consecutive claims is the safety margin, reported even when nothing
+//!   broke.
+//! * **Effects** (Kleppmann's concern): per register, the accepted accesses of one lease span
+//!   `[first, last]` at the resource; two such spans that interleave are an effect overlap. An
+//!   access that arrives after its own claim ended is a stale access.
+//! * **Lost updates**: acknowledged increments against the final counter, and acknowledged set
+//!   elements missing from the final set.
+//! * **Fencing**: rejections by the fenced register; for claims that do not overlap, a later claim
+//!   must carry a larger token.
+//! * **Liveness**: after the last `heal`, some client acquires within a bound.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::{Event, Kind, Process};
+use crate::resource::{Access, Register, RegisterState};
+
+/// What the checkers need besides the history.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Claim overlaps up to this are suspect, not violations.
+    pub epsilon_ns: u64,
+    /// How long after the last heal an acquisition must succeed.
+    pub liveness_bound_ns: u64,
+}
+
+/// One belief window of one lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    /// `<process>-<n>`.
+    pub lease: String,
+    /// The client process.
+    pub process: Process,
+    /// The resource locked.
+    pub resource: String,
+    /// When the client learned it held the lock.
+    pub start_ns: u64,
+    /// When it stopped believing so.
+    pub end_ns: u64,
+    /// Its fencing token, if any.
+    pub token: Option<u64>,
+}
+
+/// Two leases that overlapped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Overlap {
+    /// The earlier lease.
+    pub first: String,
+    /// The later lease.
+    pub second: String,
+    /// How long they overlapped, ms.
+    pub overlap_ms: f64,
+    /// When the second started.
+    pub at_ns: u64,
+}
+
+/// Claim check results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClaimReport {
+    /// Successful acquisitions.
+    pub claims: usize,
+    /// Overlaps beyond epsilon.
+    pub overlaps: Vec<Overlap>,
+    /// Overlaps within epsilon.
+    pub suspects: usize,
+    /// The smallest gap between a claim and the latest end before it, ms (negative: overlap).
+    pub min_margin_ms: Option<f64>,
+}
+
+/// Effect check results for one register.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EffectReport {
+    /// Leases whose accepted accesses interleaved.
+    pub overlaps: Vec<Overlap>,
+    /// Accepted accesses that arrived after their claim ended (or under an unknown lease).
+    pub stale_accesses: usize,
+    /// Accesses the register rejected.
+    pub rejections: usize,
+}
+
+/// Lost-update check results for one register.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LostReport {
+    /// Writes acknowledged to clients.
+    pub acked: u64,
+    /// The final counter.
+    pub final_counter: u64,
+    /// `acked − final` (negative would mean unacknowledged writes landed).
+    pub lost_increments: i64,
+    /// Acknowledged set elements missing from the final set.
+    pub lost_elements: Vec<u64>,
+}
+
+impl LostReport {
+    /// Whether anything acknowledged was lost.
+    pub fn lost_any(&self) -> bool {
+        self.lost_increments > 0 || !self.lost_elements.is_empty()
+    }
+}
+
+/// Token check results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenReport {
+    /// Claims that carried a token.
+    pub with_token: usize,
+    /// Pairs of non-overlapping claims whose later one had a token not larger than the earlier.
+    pub order_violations: Vec<Overlap>,
+    /// Accepted fenced accesses whose token went down (impossible by construction).
+    pub accepted_decreases: usize,
+}
+
+/// Liveness results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LivenessReport {
+    /// The last heal, if any.
+    pub heal_ns: Option<u64>,
+    /// Time from the heal (or the start) to the first acquisition after it, ms.
+    pub first_acquire_after_ms: Option<f64>,
+    /// Whether that came within the bound.
+    pub ok: bool,
+}
+
+/// Everything the checkers found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Claims.
+    pub claims: ClaimReport,
+    /// Effects on the unfenced register.
+    pub effects_unfenced: EffectReport,
+    /// Effects on the fenced register.
+    pub effects_fenced: EffectReport,
+    /// Lost updates on the unfenced register.
+    pub lost_unfenced: LostReport,
+    /// Lost updates on the fenced register.
+    pub lost_fenced: LostReport,
+    /// Tokens.
+    pub tokens: TokenReport,
+    /// Liveness.
+    pub liveness: LivenessReport,
+    /// Acquisitions: ok, fail, info.
+    pub acquires: [usize; 3],
+}
+
+impl Report {
+    /// Whether mutual exclusion broke: overlapping claims, interleaved effects or lost updates
+    /// on the unfenced register.
+    pub fn broke(&self) -> bool {
+        !self.claims.overlaps.is_empty()
+            || !self.effects_unfenced.overlaps.is_empty()
+            || self.lost_unfenced.lost_any()
+    }
+
+    /// A one-line summary.
+    pub fn summary(&self) -> String {
+        format!(
+            "claims {} (overlaps {}, suspect {}, min margin {}), effect overlaps {}, stale accesses {}, lost increments {}, lost elements {}",
+            self.claims.claims,
+            self.claims.overlaps.len(),
+            self.claims.suspects,
+            self.claims
+                .min_margin_ms
+                .map_or("n/a".to_string(), |m| format!("{m:.1} ms")),
+            self.effects_unfenced.overlaps.len(),
+            self.effects_unfenced.stale_accesses,
+            self.lost_unfenced.lost_increments,
+            self.lost_unfenced.lost_elements.len(),
+        )
+    }
+}
+
+/// Runs every checker.
+pub fn check(
+    events: &[Event],
+    accesses: &[Access],
+    unfenced: &RegisterState,
+    fenced: &RegisterState,
+    params: &Params,
+) -> Report {
+    let claims = claims(events);
+    let by_lease: HashMap<&str, &Claim> = claims.iter().map(|c| (c.lease.as_str(), c)).collect();
+    let mut acquires = [0; 3];
+    for e in events.iter().filter(|e| e.f == "acquire") {
+        match e.kind {
+            Kind::Ok => acquires[0] += 1,
+            Kind::Fail => acquires[1] += 1,
+            Kind::Info => acquires[2] += 1,
+            Kind::Invoke => {}
+        }
+    }
+    Report {
+        claims: check_claims(&claims, params.epsilon_ns),
+        effects_unfenced: check_effects(accesses, Register::Unfenced, &by_lease, params),
+        effects_fenced: check_effects(accesses, Register::Fenced, &by_lease, params),
+        lost_unfenced: check_lost(events, Register::Unfenced, unfenced),
+        lost_fenced: check_lost(events, Register::Fenced, fenced),
+        tokens: check_tokens(&claims, accesses),
+        liveness: check_liveness(events, params.liveness_bound_ns),
+        acquires,
+    }
+}
+
+/// The claims of a history.
+pub fn claims(events: &[Event]) -> Vec<Claim> {
+    let mut out: BTreeMap<String, Claim> = BTreeMap::new();
+    let mut released: HashMap<String, u64> = HashMap::new();
+    for e in events {
+        let Some(lease) = e.str_field("lease") else {
+            continue;
+        };
+        match (e.f.as_str(), e.kind) {
+            ("acquire", Kind::Ok) => {
+                let end = e.u64_field("valid_until_ns").unwrap_or(e.time_ns);
+                out.insert(
+                    lease.to_string(),
+                    Claim {
+                        lease: lease.to_string(),
+                        process: e.process.clone(),
+                        resource: e.str_field("resource").unwrap_or_default().to_string(),
+                        start_ns: e.time_ns,
+                        end_ns: end,
+                        token: e.u64_field("token"),
+                    },
+                );
+            }
+            ("extend", Kind::Ok) => {
+                if let (Some(c), Some(v)) = (out.get_mut(lease), e.u64_field("valid_until_ns")) {
+                    c.end_ns = v;
+                }
+            }
+            ("release", Kind::Invoke) => {
+                released.entry(lease.to_string()).or_insert(e.time_ns);
+            }
+            _ => {}
+        }
+    }
+    let mut claims: Vec<Claim> = out
+        .into_values()
+        .map(|mut c| {
+            if let Some(&r) = released.get(&c.lease) {
+                c.end_ns = c.end_ns.min(r);
+            }
+            c.end_ns = c.end_ns.max(c.start_ns);
+            c
+        })
+        .collect();
+    claims.sort_by_key(|c| c.start_ns);
+    claims
+}
+
+fn ms(ns: i128) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Sweeps `(lease, start, end)` intervals sorted by start; returns overlaps beyond `epsilon`,
+/// the number within it, and the smallest margin.
+fn sweep(intervals: &[(String, u64, u64)], epsilon_ns: u64) -> (Vec<Overlap>, usize, Option<f64>) {
+    let mut overlaps = Vec::new();
+    let mut suspects = 0;
+    let mut min_margin: Option<f64> = None;
+    let mut latest: Option<(&str, u64)> = None;
+    for (lease, start, end) in intervals {
+        if let Some((prev, max_end)) = latest {
+            let margin = i128::from(*start) - i128::from(max_end);
+            min_margin = Some(min_margin.map_or(ms(margin), |m: f64| m.min(ms(margin))));
+            if margin < -i128::from(epsilon_ns) {
+                overlaps.push(Overlap {
+                    first: prev.to_string(),
+                    second: lease.clone(),
+                    overlap_ms: ms(-margin).min(ms(i128::from(*end) - i128::from(*start))),
+                    at_ns: *start,
+                });
+            } else if margin < 0 {
+                suspects += 1;
+            }
+        }
+        if latest.is_none_or(|(_, e)| *end > e) {
+            latest = Some((lease, *end));
+        }
+    }
+    (overlaps, suspects, min_margin)
+}
+
+fn check_claims(claims: &[Claim], epsilon_ns: u64) -> ClaimReport {
+    let mut report = ClaimReport {
+        claims: claims.len(),
+        ..ClaimReport::default()
+    };
+    let resources: BTreeSet<&str> = claims.iter().map(|c| c.resource.as_str()).collect();
+    for resource in resources {
+        let intervals: Vec<_> = claims
+            .iter()
+            .filter(|c| c.resource == resource)
+            .map(|c| (c.lease.clone(), c.start_ns, c.end_ns))
+            .collect();
+        let (overlaps, suspects, margin) = sweep(&intervals, epsilon_ns);
+        report.overlaps.extend(overlaps);
+        report.suspects += suspects;
+        if let Some(m) = margin {
+            report.min_margin_ms = Some(report.min_margin_ms.map_or(m, |x| x.min(m)));
+        }
+    }
+    report
+}
+
+fn check_effects(
+    accesses: &[Access],
+    register: Register,
+    claims: &HashMap<&str, &Claim>,
+    params: &Params,
+) -> EffectReport {
+    let mut spans: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    let mut report = EffectReport::default();
+    for a in accesses.iter().filter(|a| a.register == register) {
+        if !a.accepted {
+            report.rejections += 1;
+            continue;
+        }
+        let span = spans.entry(&a.lease).or_insert((a.time_ns, a.time_ns));
+        span.0 = span.0.min(a.time_ns);
+        span.1 = span.1.max(a.time_ns);
+        let stale = claims
+            .get(a.lease.as_str())
+            .is_none_or(|c| a.time_ns > c.end_ns + params.epsilon_ns);
+        if stale {
+            report.stale_accesses += 1;
+        }
+    }
+    let mut intervals: Vec<_> = spans
+        .into_iter()
+        .map(|(lease, (first, last))| (lease.to_string(), first, last))
+        .collect();
+    intervals.sort_by_key(|(_, first, _)| *first);
+    // Accesses are stamped by one clock in one process: any interleaving is real.
+    let (overlaps, _, _) = sweep(&intervals, 0);
+    report.overlaps = overlaps;
+    report
+}
+
+fn check_lost(events: &[Event], register: Register, state: &RegisterState) -> LostReport {
+    let name = match register {
+        Register::Unfenced => "unfenced",
+        Register::Fenced => "fenced",
+    };
+    let acked: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.f == "write" && e.kind == Kind::Ok && e.str_field("register") == Some(name))
+        .collect();
+    let lost_elements = acked
+        .iter()
+        .filter_map(|e| e.u64_field("add"))
+        .filter(|id| !state.set.contains(id))
+        .collect();
+    let acked = acked.len() as u64;
+    LostReport {
+        acked,
+        final_counter: state.counter,
+        lost_increments: i64::try_from(acked).unwrap_or(i64::MAX)
+            - i64::try_from(state.counter).unwrap_or(i64::MAX),
+        lost_elements,
+    }
+}
+
+fn check_tokens(claims: &[Claim], accesses: &[Access]) -> TokenReport {
+    let tokened: Vec<&Claim> = claims.iter().filter(|c| c.token.is_some()).collect();
+    let mut report = TokenReport {
+        with_token: tokened.len(),
+        ..TokenReport::default()
+    };
+    for later in &tokened {
+        for earlier in &tokened {
+            if earlier.resource == later.resource
+                && earlier.end_ns <= later.start_ns
+                && later.token <= earlier.token
+            {
+                report.order_violations.push(Overlap {
+                    first: earlier.lease.clone(),
+                    second: later.lease.clone(),
+                    overlap_ms: 0.0,
+                    at_ns: later.start_ns,
+                });
+            }
+        }
+    }
+    let mut max = None;
+    for a in accesses
+        .iter()
+        .filter(|a| a.register == Register::Fenced && a.accepted)
+    {
+        if a.token < max {
+            report.accepted_decreases += 1;
+        }
+        max = max.max(a.token);
+    }
+    report
+}
+
+fn check_liveness(events: &[Event], bound_ns: u64) -> LivenessReport {
+    let heal_ns = events
+        .iter()
+        .filter(|e| e.process == Process::nemesis() && e.f == "heal")
+        .map(|e| e.time_ns)
+        .max();
+    let from = heal_ns.unwrap_or(0);
+    let first = events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok && e.time_ns >= from)
+        .map(|e| e.time_ns)
+        .min();
+    let after = first.map(|t| t - from);
+    LivenessReport {
+        heal_ns,
+        first_acquire_after_ms: heal_ns.and(after).map(|d| ms(i128::from(d))),
+        ok: match (heal_ns, after) {
+            (Some(_), Some(d)) => d <= bound_ns,
+            (None, Some(_)) => true,
+            (_, None) => false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ms as m;
+    use crate::resource::{Op, State};
+    use serde_json::json;
+
+    const P: Params = Params {
+        epsilon_ns: m(1),
+        liveness_bound_ns: m(3000),
+    };
+
+    /// A builder of hand-made histories with a resource whose log is the real one.
+    struct Hist {
+        events: Vec<Event>,
+        res: State,
+        next: u64,
+    }
+
+    impl Hist {
+        fn new() -> Self {
+            Self {
+                events: Vec::new(),
+                res: State::default(),
+                next: 0,
+            }
+        }
+        fn ev(&mut self, t: u64, p: u32, kind: Kind, f: &str, value: serde_json::Value) {
+            self.events
+                .push(Event::at(m(t), Process::Client(p), kind, f, value));
+        }
+        fn acquire(&mut self, t: u64, p: u32, lease: &str, until: u64, token: Option<u64>) {
+            self.ev(t, p, Kind::Invoke, "acquire", json!({}));
+            self.ev(
+                t,
+                p,
+                Kind::Ok,
+                "acquire",
+                json!({"lease": lease, "resource": "r", "valid_until_ns": m(until), "token": token}),
+            );
+        }
+        fn release(&mut self, t: u64, p: u32, lease: &str) {
+            self.ev(t, p, Kind::Invoke, "release", json!({"lease": lease}));
+        }
+        /// Reads the register at `t`; returns what was read.
+        fn read(
+            &mut self,
+            t: u64,
+            p: u32,
+            lease: &str,
+            reg: Register,
+            token: Option<u64>,
+        ) -> (u64, Vec<u64>) {
+            let r = self.res.apply(
+                &crate::resource::Request {
+                    op: Op::Read,
+                    register: reg,
+                    client: p,
+                    lease: lease.into(),
+                    token,
+                    counter: 0,
+                    set: vec![],
+                    add: None,
+                },
+                m(t),
+            );
+            (r.counter, r.set)
+        }
+        fn write(
+            &mut self,
+            t: u64,
+            p: u32,
+            lease: &str,
+            reg: Register,
+            token: Option<u64>,
+            read: (u64, Vec<u64>),
+        ) {
+            self.next += 1;
+            let id = self.next;
+            let mut set = read.1;
+            set.push(id);
+            let r = self.res.apply(
+                &crate::resource::Request {
+                    op: Op::Write,
+                    register: reg,
+                    client: p,
+                    lease: lease.into(),
+                    token,
+                    counter: read.0 + 1,
+                    set,
+                    add: Some(id),
+                },
+                m(t),
+            );
+            let name = if reg == Register::Fenced {
+                "fenced"
+            } else {
+                "unfenced"
+            };
+            let kind = if r.accepted { Kind::Ok } else { Kind::Fail };
+            self.ev(
+                t,
+                p,
+                kind,
+                "write",
+                json!({"lease": lease, "register": name, "add": id}),
+            );
+        }
+        fn check(&self) -> Report {
+            check(
+                &self.events,
+                &self.res.log,
+                &self.res.unfenced,
+                &self.res.fenced,
+                &P,
+            )
+        }
+    }
+
+    /// Two clean cycles one after the other: nothing to report, margin measured.
+    #[test]
+    fn sequential_cycles_pass() {
+        let mut h = Hist::new();
+        h.acquire(0, 0, "0-0", 1000, None);
+        let r = h.read(10, 0, "0-0", Register::Unfenced, None);
+        h.write(20, 0, "0-0", Register::Unfenced, None, r);
+        h.release(30, 0, "0-0");
+        h.acquire(40, 1, "1-0", 1040, None);
+        let r = h.read(50, 1, "1-0", Register::Unfenced, None);
+        h.write(60, 1, "1-0", Register::Unfenced, None, r);
+        h.release(70, 1, "1-0");
+        let rep = h.check();
+        assert!(!rep.broke(), "{}", rep.summary());
+        assert_eq!(rep.claims.claims, 2);
+        assert_eq!(rep.claims.min_margin_ms, Some(10.0));
+        assert_eq!(rep.lost_unfenced.acked, 2);
+        assert_eq!(rep.lost_unfenced.lost_increments, 0);
+        assert_eq!(rep.effects_unfenced.stale_accesses, 0);
+        assert!(rep.liveness.ok);
+    }
+
+    /// Two clients that both believe they hold the lock: a claim overlap, and their
+    /// interleaved read-modify-writes lose an update.
+    #[test]
+    fn overlapping_claims_and_lost_update_are_caught() {
+        let mut h = Hist::new();
+        h.acquire(0, 0, "0-0", 1000, None);
+        h.acquire(100, 1, "1-0", 1100, None);
+        let ra = h.read(110, 0, "0-0", Register::Unfenced, None);
+        let rb = h.read(120, 1, "1-0", Register::Unfenced, None);
+        h.write(130, 1, "1-0", Register::Unfenced, None, rb);
+        h.write(140, 0, "0-0", Register::Unfenced, None, ra);
+        h.release(150, 0, "0-0");
+        h.release(160, 1, "1-0");
+        let rep = h.check();
+        assert!(rep.broke());
+        assert_eq!(rep.claims.overlaps.len(), 1);
+        assert_eq!(rep.claims.overlaps[0].first, "0-0");
+        assert!((rep.claims.overlaps[0].overlap_ms - 50.0).abs() < 1e-9);
+        assert_eq!(rep.effects_unfenced.overlaps.len(), 1);
+        assert_eq!(rep.lost_unfenced.lost_increments, 1);
+        assert_eq!(
+            rep.lost_unfenced.lost_elements,
+            vec![1],
+            "B wrote 1, A overwrote it"
+        );
+    }
+
+    /// Kleppmann's pause: the claims are disjoint, but the paused holder's write lands after
+    /// the next holder's cycle. Effects overlap, an update is lost, the access is stale.
+    #[test]
+    fn pause_after_check_breaks_effects_not_claims() {
+        let mut h = Hist::new();
+        h.acquire(0, 0, "0-0", 1000, None);
+        let ra = h.read(10, 0, "0-0", Register::Unfenced, None);
+        // 0 pauses here; its lease runs out at 1000.
+        h.acquire(1200, 1, "1-0", 2200, None);
+        let rb = h.read(1210, 1, "1-0", Register::Unfenced, None);
+        h.write(1220, 1, "1-0", Register::Unfenced, None, rb);
+        h.release(1230, 1, "1-0");
+        h.write(1500, 0, "0-0", Register::Unfenced, None, ra);
+        h.release(1510, 0, "0-0");
+        let rep = h.check();
+        assert!(rep.claims.overlaps.is_empty());
+        assert_eq!(rep.effects_unfenced.overlaps.len(), 1);
+        assert_eq!(rep.effects_unfenced.stale_accesses, 1);
+        assert_eq!(rep.lost_unfenced.lost_increments, 1);
+        assert!(rep.broke());
+    }
+
+    /// The same pause against the fenced register with increasing tokens: the stale write is
+    /// rejected, nothing acknowledged is lost.
+    #[test]
+    fn fencing_rejects_the_paused_holder() {
+        let mut h = Hist::new();
+        h.acquire(0, 0, "0-0", 1000, Some(1));
+        let ra = h.read(10, 0, "0-0", Register::Fenced, Some(1));
+        h.acquire(1200, 1, "1-0", 2200, Some(2));
+        let rb = h.read(1210, 1, "1-0", Register::Fenced, Some(2));
+        h.write(1220, 1, "1-0", Register::Fenced, Some(2), rb);
+        h.write(1500, 0, "0-0", Register::Fenced, Some(1), ra);
+        let rep = h.check();
+        assert!(!rep.lost_fenced.lost_any(), "{:?}", rep.lost_fenced);
+        assert_eq!(rep.effects_fenced.rejections, 1);
+        assert!(rep.effects_fenced.overlaps.is_empty());
+        assert!(rep.tokens.order_violations.is_empty());
+        assert_eq!(rep.tokens.accepted_decreases, 0);
+    }
+
+    /// Tokens that do not grow between disjoint claims are reported.
+    #[test]
+    fn token_going_backwards_is_caught() {
+        let mut h = Hist::new();
+        h.acquire(0, 0, "0-0", 1000, Some(7));
+        h.release(10, 0, "0-0");
+        h.acquire(20, 1, "1-0", 1020, Some(7));
+        let rep = h.check();
+        assert_eq!(rep.tokens.order_violations.len(), 1);
+        assert_eq!(rep.tokens.with_token, 2);
+    }
+
+    /// An overlap within epsilon is suspect, not a violation; one just beyond it is.
+    #[test]
+    fn epsilon_separates_suspects_from_violations() {
+        let mut h = Hist::new();
+        h.acquire(0, 0, "0-0", 1000, None);
+        h.events.push(Event::at(
+            m(1000) - 500_000,
+            Process::Client(1),
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "1-0", "resource": "r", "valid_until_ns": m(2000)}),
+        ));
+        let rep = h.check();
+        assert!(rep.claims.overlaps.is_empty());
+        assert_eq!(rep.claims.suspects, 1);
+        h.events.push(Event::at(
+            m(2000) - 1_500_000,
+            Process::Client(2),
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "2-0", "resource": "r", "valid_until_ns": m(3000)}),
+        ));
+        assert_eq!(h.check().claims.overlaps.len(), 1);
+    }
+
+    /// A release ends a claim early; an extension moves its end later.
+    #[test]
+    fn release_and_extend_move_the_claim_end() {
+        let mut h = Hist::new();
+        h.acquire(0, 0, "0-0", 1000, None);
+        h.release(100, 0, "0-0");
+        h.acquire(200, 1, "1-0", 1200, None);
+        assert!(h.check().claims.overlaps.is_empty());
+        h.ev(
+            900,
+            1,
+            Kind::Ok,
+            "extend",
+            json!({"lease": "1-0", "valid_until_ns": m(2900)}),
+        );
+        h.acquire(2000, 2, "2-0", 3000, None);
+        let rep = h.check();
+        assert_eq!(rep.claims.overlaps.len(), 1);
+        assert_eq!(rep.claims.overlaps[0].first, "1-0");
+        // Claims on other resources never conflict.
+        let mut other = Hist::new();
+        other.acquire(0, 0, "0-0", 1000, None);
+        other.ev(
+            10,
+            1,
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "1-0", "resource": "s", "valid_until_ns": m(900)}),
+        );
+        assert!(other.check().claims.overlaps.is_empty());
+    }
+
+    /// No acquisition after the heal within the bound fails liveness.
+    #[test]
+    fn liveness_after_heal() {
+        let mut h = Hist::new();
+        h.acquire(0, 0, "0-0", 1000, None);
+        h.release(10, 0, "0-0");
+        h.events.push(Event::at(
+            m(100),
+            Process::nemesis(),
+            Kind::Info,
+            "heal",
+            json!({}),
+        ));
+        assert!(!h.check().liveness.ok);
+        h.acquire(5000, 1, "1-0", 6000, None);
+        let rep = h.check();
+        assert!(!rep.liveness.ok, "4.9 s is beyond the 3 s bound");
+        h.acquire(2000, 2, "2-0", 3000, None);
+        h.events.sort_by_key(|e| e.time_ns);
+        let rep = h.check();
+        assert!(rep.liveness.ok);
+        assert_eq!(rep.liveness.first_acquire_after_ms, Some(1900.0));
+    }
+}

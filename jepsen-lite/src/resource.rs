@@ -1,0 +1,371 @@
+//! The protected resource: a small TCP server in the controller holding two registers, each a
+//! counter and a set, one **unfenced** and one **fenced**.
+//!
+//! Clients do read-modify-write cycles: read the counter and the set, then write back
+//! `counter + 1` and `set ∪ {op id}`. Two critical sections that interleave lose an update,
+//! which the checker counts. The fenced register rejects any read or write whose token is
+//! lower than the highest it has seen (reads too: a stale read followed by a newer write still
+//! loses updates), and any access without a token. Every access is stamped with the host
+//! monotonic clock on arrival and logged.
+//!
+//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]).
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::clock::now_ns;
+
+/// Which register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Register {
+    /// Accepts everything.
+    Unfenced,
+    /// Rejects accesses whose token is below the highest seen.
+    Fenced,
+}
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// Read the counter and the set.
+    Read,
+    /// Overwrite the counter and the set.
+    Write,
+}
+
+/// One request line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    /// Read or write.
+    pub op: Op,
+    /// Which register.
+    pub register: Register,
+    /// The client process.
+    pub client: u32,
+    /// The lease (acquisition) this access is made under.
+    pub lease: String,
+    /// The fencing token, if the client has one.
+    #[serde(default)]
+    pub token: Option<u64>,
+    /// For writes: the new counter.
+    #[serde(default)]
+    pub counter: u64,
+    /// For writes: the new set.
+    #[serde(default)]
+    pub set: Vec<u64>,
+    /// For writes: the element this write adds (for the log).
+    #[serde(default)]
+    pub add: Option<u64>,
+}
+
+/// One response line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether the access was applied (fenced register: token not stale).
+    pub accepted: bool,
+    /// The counter after the access.
+    pub counter: u64,
+    /// The set after the access (only for reads, to keep writes small).
+    #[serde(default)]
+    pub set: Vec<u64>,
+    /// Why it was rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One logged access, stamped on arrival.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Access {
+    /// Host monotonic nanoseconds at arrival.
+    pub time_ns: u64,
+    /// The client process.
+    pub client: u32,
+    /// The lease it claimed to act under.
+    pub lease: String,
+    /// Read or write.
+    pub op: Op,
+    /// Which register.
+    pub register: Register,
+    /// The token it carried.
+    pub token: Option<u64>,
+    /// Whether it was applied.
+    pub accepted: bool,
+    /// The counter read or written.
+    pub counter: u64,
+    /// For writes, the element added.
+    pub add: Option<u64>,
+}
+
+/// A counter and a set, with the highest token seen.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RegisterState {
+    /// The counter.
+    pub counter: u64,
+    /// The set.
+    pub set: BTreeSet<u64>,
+    /// The highest token accepted (fenced register only).
+    pub max_token: Option<u64>,
+}
+
+/// Both registers and the access log.
+#[derive(Debug, Default)]
+pub struct State {
+    /// The unfenced register.
+    pub unfenced: RegisterState,
+    /// The fenced register.
+    pub fenced: RegisterState,
+    /// Every access, in arrival order.
+    pub log: Vec<Access>,
+}
+
+impl State {
+    /// Applies one request arriving at `time_ns` and logs it.
+    pub fn apply(&mut self, req: &Request, time_ns: u64) -> Response {
+        let register = match req.register {
+            Register::Unfenced => &mut self.unfenced,
+            Register::Fenced => &mut self.fenced,
+        };
+        let rejection = match (req.register, req.token, register.max_token) {
+            (Register::Unfenced, _, _) => None,
+            (Register::Fenced, None, _) => Some("no token".to_string()),
+            (Register::Fenced, Some(t), Some(max)) if t < max => {
+                Some(format!("stale token {t} < {max}"))
+            }
+            (Register::Fenced, Some(_), _) => None,
+        };
+        if rejection.is_none() && req.register == Register::Fenced {
+            register.max_token = req.token.max(register.max_token);
+        }
+        if rejection.is_none() && req.op == Op::Write {
+            register.counter = req.counter;
+            register.set = req.set.iter().copied().collect();
+        }
+        let counter = if req.op == Op::Write && rejection.is_none() {
+            req.counter
+        } else {
+            register.counter
+        };
+        let set = if req.op == Op::Read && rejection.is_none() {
+            register.set.iter().copied().collect()
+        } else {
+            Vec::new()
+        };
+        self.log.push(Access {
+            time_ns,
+            client: req.client,
+            lease: req.lease.clone(),
+            op: req.op,
+            register: req.register,
+            token: req.token,
+            accepted: rejection.is_none(),
+            counter,
+            add: req.add,
+        });
+        Response {
+            accepted: rejection.is_none(),
+            counter,
+            set,
+            reason: rejection,
+        }
+    }
+}
+
+/// The running server.
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    /// The registers and the log.
+    pub state: Arc<Mutex<State>>,
+}
+
+impl Server {
+    /// Binds to a free loopback port and serves in the background on the current runtime.
+    ///
+    /// # Errors
+    ///
+    /// When no port can be bound.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = Arc::clone(&state);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, Arc::clone(&shared)));
+            }
+        });
+        Ok(Self { addr, state })
+    }
+
+    /// A copy of the log and both registers.
+    pub fn snapshot(&self) -> (Vec<Access>, RegisterState, RegisterState) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (
+            state.log.clone(),
+            state.unfenced.clone(),
+            state.fenced.clone(),
+        )
+    }
+}
+
+async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
+    let _ = stream.set_nodelay(true);
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let arrival = now_ns();
+        let response = match serde_json::from_str::<Request>(&line) {
+            Ok(req) => state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .apply(&req, arrival),
+            Err(e) => Response {
+                accepted: false,
+                counter: 0,
+                set: Vec::new(),
+                reason: Some(format!("bad request: {e}")),
+            },
+        };
+        let Ok(mut out) = serde_json::to_vec(&response) else {
+            return;
+        };
+        out.push(b'\n');
+        if write.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A client's connection to the resource.
+#[derive(Debug)]
+pub struct Client {
+    lines: tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>,
+    write: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl Client {
+    /// Connects.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached.
+    pub async fn connect(addr: SocketAddr) -> std::io::Result<Self> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (read, write) = stream.into_split();
+        Ok(Self {
+            lines: BufReader::new(read).lines(),
+            write,
+        })
+    }
+
+    /// Sends one request and waits for its response.
+    ///
+    /// # Errors
+    ///
+    /// When the connection fails or the response does not parse.
+    pub async fn call(&mut self, req: &Request) -> std::io::Result<Response> {
+        let mut out = serde_json::to_vec(req)?;
+        out.push(b'\n');
+        self.write.write_all(&out).await?;
+        let line = self
+            .lines
+            .next_line()
+            .await?
+            .ok_or_else(|| std::io::Error::other("resource closed the connection"))?;
+        Ok(serde_json::from_str(&line)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(op: Op, register: Register, token: Option<u64>, counter: u64) -> Request {
+        Request {
+            op,
+            register,
+            client: 0,
+            lease: "0-0".into(),
+            token,
+            counter,
+            set: vec![counter],
+            add: Some(counter),
+        }
+    }
+
+    #[test]
+    fn fenced_register_rejects_stale_and_missing_tokens_reads_included() {
+        let mut s = State::default();
+        assert!(
+            s.apply(&req(Op::Read, Register::Fenced, Some(5), 0), 1)
+                .accepted
+        );
+        assert!(
+            s.apply(&req(Op::Write, Register::Fenced, Some(5), 1), 2)
+                .accepted
+        );
+        let stale_read = s.apply(&req(Op::Read, Register::Fenced, Some(4), 0), 3);
+        assert!(!stale_read.accepted);
+        assert!(stale_read.reason.unwrap_or_default().contains("stale"));
+        assert!(
+            !s.apply(&req(Op::Write, Register::Fenced, Some(4), 9), 4)
+                .accepted
+        );
+        assert!(
+            !s.apply(&req(Op::Write, Register::Fenced, None, 9), 5)
+                .accepted
+        );
+        assert_eq!(s.fenced.counter, 1);
+        assert!(
+            s.apply(&req(Op::Write, Register::Fenced, Some(6), 2), 6)
+                .accepted
+        );
+        assert_eq!(s.fenced.counter, 2);
+        assert_eq!(s.log.len(), 6);
+    }
+
+    #[test]
+    fn unfenced_register_accepts_everything_and_overwrites() {
+        let mut s = State::default();
+        assert!(
+            s.apply(&req(Op::Write, Register::Unfenced, None, 3), 1)
+                .accepted
+        );
+        assert!(
+            s.apply(&req(Op::Write, Register::Unfenced, Some(1), 1), 2)
+                .accepted
+        );
+        assert_eq!(s.unfenced.counter, 1);
+        assert_eq!(s.unfenced.set.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn serves_over_tcp_and_stamps_arrival() {
+        let server = Server::start().await.expect("starts");
+        let mut client = Client::connect(server.addr).await.expect("connects");
+        let before = now_ns();
+        let r = client
+            .call(&req(Op::Write, Register::Unfenced, None, 7))
+            .await
+            .expect("call");
+        assert!(r.accepted);
+        let r = client
+            .call(&req(Op::Read, Register::Unfenced, None, 0))
+            .await
+            .expect("call");
+        assert_eq!((r.counter, r.set), (7, vec![7]));
+        let (log, unfenced, _) = server.snapshot();
+        assert_eq!(log.len(), 2);
+        assert!(log[0].time_ns >= before);
+        assert_eq!(unfenced.counter, 7);
+    }
+}
