@@ -6,4 +6,5 @@
 pub mod checker;
 pub mod clock;
 pub mod history;
+pub mod proxy;
 pub mod resource;
