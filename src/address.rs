@@ -31,8 +31,7 @@ impl NodeAddress {
         }
         if !url.contains("://") {
             return Err(invalid(
-                "missing scheme: expected redis://host:port, rediss://host:port or redis+unix:///path"
-                    .into(),
+                "missing scheme: expected redis://host:port or redis+unix:///path".into(),
             ));
         }
         let client = redis::Client::open(url).map_err(|e| {
@@ -50,25 +49,45 @@ impl NodeAddress {
 
 /// `url` with the password (or a lone user-info part, which Redis URLs may use for the
 /// password) and any `password=`/`pass=` query value replaced by `***`.
+///
+/// Robust to malformed input, since it runs on URLs that failed to parse: the user-info is
+/// everything up to the **last** `@` (a generated password may contain unescaped `@`, `/`, `?`
+/// or `#`), and it is looked for even when the scheme is missing or mistyped.
 pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return redact_query(url);
-    };
-    let (scheme, rest) = url.split_at(scheme_end + 3);
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rfind('@') {
+    let start = userinfo_start(url);
+    let (head, rest) = url.split_at(start);
+    match rest.rfind('@') {
         Some(at) => {
-            let (userinfo, host) = authority.split_at(at);
-            match userinfo.split_once(':') {
-                Some((user, _password)) => format!("{user}:***{host}"),
-                None if userinfo.is_empty() => authority.to_string(),
-                None => format!("***{host}"),
-            }
+            let (userinfo, host) = rest.split_at(at);
+            let user = match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{user}:***"),
+                None if userinfo.is_empty() => String::new(),
+                None => "***".to_string(),
+            };
+            format!("{head}{user}{}", redact_query(host))
         }
-        None => authority.to_string(),
-    };
-    format!("{scheme}{authority}{}", redact_query(tail))
+        None => format!("{head}{}", redact_query(rest)),
+    }
+}
+
+/// Where the user-info of `url` would start: after `scheme://`, after a mistyped `scheme:/`,
+/// or at the very start.
+fn userinfo_start(url: &str) -> usize {
+    if let Some(i) = url.find("://") {
+        return i + 3;
+    }
+    match url.split_once(':') {
+        Some((scheme, after))
+            if !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+                && after.starts_with('/') =>
+        {
+            url.len() - after.trim_start_matches('/').len()
+        }
+        _ => 0,
+    }
 }
 
 /// Replaces the values of `password` and `pass` query parameters by `***`.
@@ -112,6 +131,10 @@ mod tests {
         );
         assert_eq!(redact("redis://127.0.0.1:7001"), "redis://127.0.0.1:7001");
         assert_eq!(redact("not a url"), "not a url");
+        assert_eq!(redact("u:s3cret@host:1"), "u:***@host:1");
+        assert_eq!(redact("redis:/u:s3cret@host"), "redis:/u:***@host");
+        assert_eq!(redact("redis://u:s3/c?r#et@host/0"), "redis://u:***@host/0");
+        assert_eq!(redact("redis://[::1]:6379/0"), "redis://[::1]:6379/0");
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 pub const DEFAULT_KEY_PREFIX: &str = "quorumlock:";
 /// Default [`RedlockBuilder::max_unanswered`]: 512 abandoned requests per node.
 pub const DEFAULT_MAX_UNANSWERED: usize = 512;
+/// Default [`RedlockBuilder::fence_retention`]: an idle fence counter is kept for 24 hours.
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest TTL accepted. Redis rejects a `PX` whose absolute expiry overflows a signed 64-bit
 /// millisecond count; half of that range keeps every node clock far from the edge.
 pub const MAX_TTL: Duration = Duration::from_millis(i64::MAX as u64 / 2);
@@ -40,6 +42,21 @@ pub(crate) struct Config {
     pub(crate) key_prefix: String,
     pub(crate) max_unanswered: usize,
     pub(crate) mutation: Option<Mutation>,
+    pub(crate) fencing: bool,
+    pub(crate) fence_retention: Duration,
+    pub(crate) max_ttl: Duration,
+    pub(crate) restart_protection: bool,
+}
+
+impl Config {
+    /// How old a master's epoch marker must be before its votes count: the maximum TTL plus its
+    /// drift allowance, so every lock it granted before a restart has expired by then.
+    pub(crate) fn quarantine(&self) -> Option<Duration> {
+        self.restart_protection.then(|| {
+            self.max_ttl
+                .saturating_add(crate::timing::drift(self.max_ttl, self.drift_factor))
+        })
+    }
 }
 
 /// Builds a [`Redlock`] manager. Created by [`Redlock::builder`].
@@ -70,6 +87,10 @@ pub struct RedlockBuilder {
     key_prefix: String,
     max_unanswered: usize,
     mutation: Option<Mutation>,
+    fencing: bool,
+    fence_retention: Duration,
+    max_ttl: Option<Duration>,
+    restart_protection: bool,
 }
 
 impl Default for RedlockBuilder {
@@ -84,12 +105,17 @@ impl Default for RedlockBuilder {
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             max_unanswered: DEFAULT_MAX_UNANSWERED,
             mutation: None,
+            fencing: false,
+            fence_retention: DEFAULT_FENCE_RETENTION,
+            max_ttl: None,
+            restart_protection: false,
         }
     }
 }
 
 impl RedlockBuilder {
-    /// Adds one master by URL (`redis://[user:password@]host:port[/db]`, `rediss://…` for TLS).
+    /// Adds one master by URL: `redis://[user:password@]host:port[/db]` or
+    /// `redis+unix:///path`. (TLS, `rediss://`, is not compiled in yet.)
     /// The masters must be independent (no replication between them). No nodes by default.
     pub fn node(mut self, url: impl Into<String>) -> Self {
         self.nodes.push(url.into());
@@ -159,6 +185,51 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether every acquisition returns a fencing token ([`LockGuard::fence`]): a `u64`
+    /// strictly greater than the token of every earlier grant of the same resource whose lease
+    /// has ended, as long as a majority of masters keeps its data. Costs one more round trip per
+    /// acquisition (the token is written back to a quorum). Can also be turned on per call with
+    /// [`Redlock::fenced`]. Defaults to `false`.
+    ///
+    /// [`LockGuard::fence`]: crate::LockGuard::fence
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// How long a resource's fence counter is kept on a master after its last use, so that
+    /// unused resources cost no memory. A counter that expired (or was lost in a restart) does
+    /// not make tokens go backwards: tokens are also floored by the master's clock in
+    /// microseconds, so they stay monotonic as long as master clocks never step backwards.
+    /// Defaults to 24 hours.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+
+    /// The longest TTL this manager accepts (for acquire and extend); longer ones are rejected
+    /// with [`InvalidArgument::TtlTooLong`](crate::InvalidArgument::TtlTooLong). Restart
+    /// protection keeps a restarted master out of quorums for this long. Defaults to
+    /// [`MAX_TTL`] (no limit below what Redis accepts).
+    pub fn max_ttl(mut self, max: Duration) -> Self {
+        self.max_ttl = Some(max);
+        self
+    }
+
+    /// Client-enforced delayed restarts: a master that lost its data (its epoch marker is
+    /// missing, so a new one is created) does not count towards a quorum until the marker is
+    /// older than [`max_ttl`](Self::max_ttl) plus drift, so every lock it may have forgotten has
+    /// expired. The check rides inside the acquire script (no extra round trip).
+    ///
+    /// Availability cost: a master restarted without its data is unusable for one max TTL, and a
+    /// **brand-new deployment looks exactly like that** — call [`Redlock::provision`] once on
+    /// masters known to be fresh. Masters with `appendfsync always` keep their marker and count
+    /// at once after a restart. Requires [`max_ttl`](Self::max_ttl). Defaults to `false`.
+    pub fn restart_protection(mut self, on: bool) -> Self {
+        self.restart_protection = on;
+        self
+    }
+
     /// Breaks the algorithm on purpose, for the jepsen-lite harness. Never use this.
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
@@ -190,6 +261,19 @@ impl RedlockBuilder {
         if self.max_unanswered == 0 {
             return Err(ConfigError::ZeroMaxUnanswered);
         }
+        if self.fence_retention.is_zero() {
+            return Err(ConfigError::ZeroFenceRetention);
+        }
+        let max_ttl = match self.max_ttl {
+            Some(max) if max.as_millis() == 0 || max > MAX_TTL => {
+                return Err(ConfigError::MaxTtl(max));
+            }
+            Some(max) => max,
+            None if self.restart_protection => {
+                return Err(ConfigError::RestartProtectionWithoutMaxTtl);
+            }
+            None => MAX_TTL,
+        };
         let mut seen = HashSet::new();
         let mut addresses = Vec::with_capacity(self.nodes.len());
         for url in &self.nodes {
@@ -210,6 +294,10 @@ impl RedlockBuilder {
             key_prefix: self.key_prefix,
             max_unanswered: self.max_unanswered,
             mutation: self.mutation,
+            fencing: self.fencing,
+            fence_retention: self.fence_retention,
+            max_ttl,
+            restart_protection: self.restart_protection,
         };
         let nodes = addresses
             .into_iter()

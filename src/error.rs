@@ -48,6 +48,7 @@ impl NodeError {
                 | NodeErrorKind::Connect(_)
                 | NodeErrorKind::ConnectionLost(_)
                 | NodeErrorKind::Backlogged { .. }
+                | NodeErrorKind::Quarantined { .. }
         )
     }
 }
@@ -81,6 +82,20 @@ pub enum NodeErrorKind {
     /// The server answered something a lock command never returns.
     #[error("unexpected reply: {0}")]
     UnexpectedReply(String),
+    /// The call was made outside a tokio runtime (with IO and time enabled), which the
+    /// `redis` crate and the timeouts need.
+    #[error("no tokio runtime: quorumlock must be used inside one")]
+    NoRuntime,
+    /// Restart protection: the master's epoch marker is younger than the maximum TTL, so it may
+    /// have lost locks it granted before a restart. Its vote does not count until the marker is
+    /// old enough (the key it set is still released).
+    #[error("restarted {age:?} ago: not counted towards a quorum for another {remaining:?}")]
+    Quarantined {
+        /// The age of the master's epoch marker.
+        age: Duration,
+        /// How long until it counts again.
+        remaining: Duration,
+    },
 }
 
 /// Why a lock is no longer held.
@@ -121,6 +136,10 @@ pub enum InvalidArgument {
     /// The resource name is empty.
     #[error("resource name is empty: expected at least one byte")]
     EmptyResource,
+    /// The resource name starts with the byte 0x1F (ASCII unit separator), which quorumlock
+    /// reserves for its own keys next to the locks.
+    #[error("resource name starts with byte 0x1f, which is reserved for quorumlock's own keys")]
+    ReservedResource,
     /// The TTL is zero (or under one millisecond, the precision of Redis expiry).
     #[error("ttl is {0:?}: expected at least 1 ms")]
     ZeroTtl(Duration),
@@ -189,6 +208,25 @@ pub enum LockError {
         failures: Vec<NodeError>,
     },
 
+    /// Fencing: the token could not be written back to a quorum, so it cannot be guaranteed to
+    /// stay above later tokens; the lock was released.
+    #[error(
+        "fencing token for {resource:?} reached {confirmed} of {nodes} nodes, quorum {quorum}{}",
+        list_suffix(.failures)
+    )]
+    FenceUnconfirmed {
+        /// The resource asked for.
+        resource: String,
+        /// How many masters confirmed the write-back.
+        confirmed: usize,
+        /// How many masters are configured.
+        nodes: usize,
+        /// The confirmations needed.
+        quorum: usize,
+        /// Each failing master and what went wrong with it.
+        failures: Vec<NodeError>,
+    },
+
     /// A quorum agreed, but so late that no validity was left after elapsed time and drift.
     #[error(
         "validity exhausted for {resource:?}: quorum took {elapsed:?}, ttl {ttl:?} minus drift {drift:?} leaves nothing"
@@ -230,12 +268,15 @@ pub enum LockError {
 
 impl LockError {
     /// Whether trying again later may succeed: contention, unreachable masters and exhausted
-    /// validity are transient; bad arguments and a lost lock are not.
+    /// validity are transient; bad arguments and a lost lock are not, and neither is a quorum
+    /// that failed only on errors that do not go away by themselves (for example every master
+    /// answering `WRONGTYPE` because the key holds a value of another type).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Contended { .. }
-            | Self::QuorumUnreachable { .. }
-            | Self::ValidityExhausted { .. } => true,
+            Self::Contended { .. } | Self::ValidityExhausted { .. } => true,
+            Self::QuorumUnreachable { failures, .. } | Self::FenceUnconfirmed { failures, .. } => {
+                failures.is_empty() || failures.iter().any(NodeError::is_retryable)
+            }
             Self::DeadlinePassed { last, .. } => last.as_ref().is_some_and(|e| e.is_retryable()),
             Self::InvalidArgument(_) | Self::NotHeld { .. } => false,
         }
@@ -259,7 +300,9 @@ impl LockError {
     /// The per-master errors this error carries (empty for errors that involve no master).
     pub fn node_errors(&self) -> &[NodeError] {
         match self {
-            Self::Contended { failures, .. } | Self::QuorumUnreachable { failures, .. } => failures,
+            Self::Contended { failures, .. }
+            | Self::QuorumUnreachable { failures, .. }
+            | Self::FenceUnconfirmed { failures, .. } => failures,
             Self::DeadlinePassed { last: Some(e), .. } => e.node_errors(),
             _ => &[],
         }
@@ -296,6 +339,17 @@ pub enum ConfigError {
     /// The connect timeout is zero.
     #[error("connect timeout is zero: expected a positive duration")]
     ZeroConnectTimeout,
+    /// The fence retention is zero.
+    #[error("fence retention is zero: expected a positive duration")]
+    ZeroFenceRetention,
+    /// The maximum TTL is under 1 ms or beyond what Redis accepts.
+    #[error("max ttl {0:?} is out of range: expected 1 ms up to quorumlock::MAX_TTL")]
+    MaxTtl(Duration),
+    /// Restart protection needs a maximum TTL: a restarted master is kept out for that long.
+    #[error(
+        "restart protection needs max_ttl: a restarted node is kept out of quorums for that long"
+    )]
+    RestartProtectionWithoutMaxTtl,
     /// The maximum number of unanswered requests per node is zero.
     #[error("max unanswered requests per node is zero: expected at least 1")]
     ZeroMaxUnanswered,
@@ -363,5 +417,30 @@ mod tests {
         assert!(e.is_retryable());
         assert!(e.to_string().contains("after 4 attempt(s): last attempt"));
         assert!(!LockError::from(InvalidArgument::EmptyResource).is_retryable());
+    }
+
+    #[test]
+    fn quorum_of_permanent_errors_is_not_retryable() {
+        let wrong_type = |node: &str| {
+            NodeError::new(
+                node,
+                NodeErrorKind::Server("wrongtype operation against a key".into()),
+            )
+        };
+        let mut e = LockError::QuorumUnreachable {
+            resource: "r".into(),
+            granted: 0,
+            nodes: 2,
+            quorum: 2,
+            failures: vec![wrong_type("a"), wrong_type("b")],
+        };
+        assert!(!e.is_retryable());
+        if let LockError::QuorumUnreachable { failures, .. } = &mut e {
+            failures.push(NodeError::new(
+                "c",
+                NodeErrorKind::Timeout(Duration::from_millis(5)),
+            ));
+        }
+        assert!(e.is_retryable());
     }
 }

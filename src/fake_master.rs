@@ -18,7 +18,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use crate::error::NodeErrorKind;
-use crate::master::Master;
+use crate::master::{AcquireReply, AcquireRequest, Master};
 use crate::value::LockValue;
 
 /// How a fake master behaves.
@@ -49,13 +49,30 @@ pub(crate) enum Applied {
     Set { value: String, ok: bool },
     Delete { value: String, ok: bool },
     Pexpire { value: String, ok: bool },
+    RaiseFence { token: u64 },
 }
 
 #[derive(Debug)]
 enum OpKind {
-    Set(String, String, Duration),
+    Set {
+        key: String,
+        value: String,
+        ttl: Duration,
+        fence_key: Option<String>,
+        retention: Duration,
+        epoch_key: Option<String>,
+    },
     Delete(String, String),
     Pexpire(String, String, Duration),
+    RaiseFence(String, u64, Duration),
+}
+
+/// What an applied operation answers.
+#[derive(Debug, Clone, Copy, Default)]
+struct Outcome {
+    ok: bool,
+    token: Option<u64>,
+    epoch_age: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -70,9 +87,30 @@ struct Op {
 struct Store {
     pending: Vec<Op>,
     keys: HashMap<String, (String, Instant)>,
+    /// Fence counters with their expiry.
+    counters: HashMap<String, (u64, Instant)>,
+    /// Epoch markers, in node-clock microseconds.
+    markers: HashMap<String, u64>,
+    /// The node clock reads `(now - clock_base)` in microseconds plus `CLOCK_START_US` plus
+    /// `clock_ahead_us` (node clocks disagree; expiry still follows the shared virtual time).
+    clock_base: Instant,
+    clock_ahead_us: u64,
     next_id: u64,
-    results: HashMap<u64, bool>,
+    results: HashMap<u64, Outcome>,
     log: Vec<(Instant, Applied)>,
+}
+
+/// The node clock at `clock_base`, in microseconds (a date in 2026, like a real `TIME`).
+const CLOCK_START_US: u64 = 1_780_000_000_000_000;
+
+impl Store {
+    fn clock_us(&self, at: Instant) -> u64 {
+        let since = u64::try_from(at.saturating_duration_since(self.clock_base).as_micros())
+            .unwrap_or(u64::MAX);
+        CLOCK_START_US
+            .saturating_add(since)
+            .saturating_add(self.clock_ahead_us)
+    }
 }
 
 /// One client's connection to a fake node.
@@ -91,6 +129,10 @@ impl FakeMaster {
         let store = Arc::new(Mutex::new(Store {
             pending: Vec::new(),
             keys: HashMap::new(),
+            counters: HashMap::new(),
+            markers: HashMap::new(),
+            clock_base: Instant::now(),
+            clock_ahead_us: 0,
             next_id: 0,
             results: HashMap::new(),
             log: Vec::new(),
@@ -146,6 +188,26 @@ impl FakeMaster {
         self.state().keys.insert(key.into(), (value.into(), far));
     }
 
+    /// The node crashes and restarts without its data: keys, fence counters and epoch markers
+    /// are gone (operations already queued are applied to the empty node).
+    pub(crate) fn restart_empty(&self) {
+        let mut state = self.state();
+        settle(&mut state, Instant::now());
+        state.keys.clear();
+        state.counters.clear();
+        state.markers.clear();
+    }
+
+    /// Sets how far this node's clock runs ahead of the others (for tokens and epoch markers).
+    pub(crate) fn set_clock_ahead(&self, ahead: Duration) {
+        self.state().clock_ahead_us = u64::try_from(ahead.as_micros()).unwrap_or(u64::MAX);
+    }
+
+    /// Marks the node as provisioned (an epoch marker as old as its clock).
+    pub(crate) fn provision(&self, epoch_key: &str) {
+        self.state().markers.insert(epoch_key.into(), 0);
+    }
+
     /// Applies every queued operation due by `now`, and returns the log.
     pub(crate) fn log(&self) -> Vec<(Instant, Applied)> {
         let mut state = self.state();
@@ -165,7 +227,7 @@ impl FakeMaster {
             .map(|(v, _)| v.clone())
     }
 
-    async fn call(&self, kind: OpKind, cleanup: bool) -> Result<bool, NodeErrorKind> {
+    async fn call(&self, kind: OpKind, cleanup: bool) -> Result<Outcome, NodeErrorKind> {
         let behaviour = lock(&self.behaviour).clone();
         match behaviour.fault {
             Fault::Unreachable => return Err(NodeErrorKind::Connect("fake: unreachable".into())),
@@ -226,30 +288,91 @@ fn settle(state: &mut Store, now: Instant) {
                 .filter(|(_, expires)| *expires > op.at)
                 .map(|(v, _)| v.clone())
         };
-        let (ok, applied) = match op.kind {
-            OpKind::Set(key, value, ttl) => {
+        let now_us = state.clock_us(op.at);
+        let (outcome, applied) = match op.kind {
+            OpKind::Set {
+                key,
+                value,
+                ttl,
+                fence_key,
+                retention,
+                epoch_key,
+            } => {
+                let epoch_age = epoch_key.map(|epoch_key| {
+                    let born = *state.markers.entry(epoch_key).or_insert(now_us);
+                    Duration::from_millis(now_us.saturating_sub(born) / 1000)
+                });
                 let ok = live(&state.keys, &key).is_none();
+                let mut token = None;
                 if ok {
                     state.keys.insert(key, (value.clone(), op.at + ttl));
+                    if let Some(fence_key) = fence_key {
+                        let current = state
+                            .counters
+                            .get(&fence_key)
+                            .filter(|(_, expires)| *expires > op.at)
+                            .map_or(0, |(c, _)| *c);
+                        let issued = (current + 1).max(now_us);
+                        state
+                            .counters
+                            .insert(fence_key, (issued, op.at + retention));
+                        token = Some(issued);
+                    }
                 }
-                (ok, Applied::Set { value, ok })
+                (
+                    Outcome {
+                        ok,
+                        token,
+                        epoch_age,
+                    },
+                    Applied::Set { value, ok },
+                )
+            }
+            OpKind::RaiseFence(fence_key, token, retention) => {
+                let current = state
+                    .counters
+                    .get(&fence_key)
+                    .filter(|(_, expires)| *expires > op.at)
+                    .map_or(0, |(c, _)| *c);
+                if current < token {
+                    state.counters.insert(fence_key, (token, op.at + retention));
+                }
+                (
+                    Outcome {
+                        ok: true,
+                        ..Outcome::default()
+                    },
+                    Applied::RaiseFence { token },
+                )
             }
             OpKind::Delete(key, value) => {
                 let ok = live(&state.keys, &key).as_deref() == Some(value.as_str());
                 if ok {
                     state.keys.remove(&key);
                 }
-                (ok, Applied::Delete { value, ok })
+                (
+                    Outcome {
+                        ok,
+                        ..Outcome::default()
+                    },
+                    Applied::Delete { value, ok },
+                )
             }
             OpKind::Pexpire(key, value, ttl) => {
                 let ok = live(&state.keys, &key).as_deref() == Some(value.as_str());
                 if ok {
                     state.keys.insert(key, (value.clone(), op.at + ttl));
                 }
-                (ok, Applied::Pexpire { value, ok })
+                (
+                    Outcome {
+                        ok,
+                        ..Outcome::default()
+                    },
+                    Applied::Pexpire { value, ok },
+                )
             }
         };
-        state.results.insert(op.id, ok);
+        state.results.insert(op.id, outcome);
         state.log.push((op.at, applied));
     }
 }
@@ -259,14 +382,40 @@ impl Master for FakeMaster {
         &self.name
     }
 
-    async fn set_nx_px(
+    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply, NodeErrorKind> {
+        let outcome = self
+            .call(
+                OpKind::Set {
+                    key: request.key.into(),
+                    value: request.value.as_str().into(),
+                    ttl: request.ttl,
+                    fence_key: request.fence_key.map(Into::into),
+                    retention: request.fence_retention,
+                    epoch_key: request.epoch_key.map(Into::into),
+                },
+                false,
+            )
+            .await?;
+        Ok(AcquireReply {
+            granted: outcome.ok,
+            token: outcome.token,
+            epoch_age: outcome.epoch_age,
+        })
+    }
+
+    async fn raise_fence(
         &self,
-        key: &str,
-        value: &LockValue,
-        ttl: Duration,
+        fence_key: &str,
+        token: u64,
+        retention: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        self.call(OpKind::Set(key.into(), value.as_str().into(), ttl), false)
-            .await
+        let outcome = self
+            .call(
+                OpKind::RaiseFence(fence_key.into(), token, retention),
+                false,
+            )
+            .await?;
+        Ok(outcome.ok)
     }
 
     async fn compare_and_delete(
@@ -274,8 +423,10 @@ impl Master for FakeMaster {
         key: &str,
         value: &LockValue,
     ) -> Result<bool, NodeErrorKind> {
-        self.call(OpKind::Delete(key.into(), value.as_str().into()), true)
-            .await
+        let outcome = self
+            .call(OpKind::Delete(key.into(), value.as_str().into()), true)
+            .await?;
+        Ok(outcome.ok)
     }
 
     async fn compare_and_pexpire(
@@ -284,10 +435,12 @@ impl Master for FakeMaster {
         value: &LockValue,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        self.call(
-            OpKind::Pexpire(key.into(), value.as_str().into(), ttl),
-            false,
-        )
-        .await
+        let outcome = self
+            .call(
+                OpKind::Pexpire(key.into(), value.as_str().into(), ttl),
+                false,
+            )
+            .await?;
+        Ok(outcome.ok)
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::manager::{validate_ttl, Shared};
+use crate::manager::{round_timing, Shared};
 use crate::round::{self, Grant};
 use crate::timing::drift;
 use crate::value::LockValue;
@@ -32,6 +32,7 @@ pub struct LockGuard {
     holders: Arc<[bool]>,
     ttl: Duration,
     valid_until: Instant,
+    fence: Option<u64>,
     /// Set once the guard's keys were handed to a release, so `Drop` does nothing.
     released: bool,
 }
@@ -62,6 +63,7 @@ impl LockGuard {
             holders: grant.holders,
             ttl,
             valid_until: grant.valid_until,
+            fence: grant.token,
             released: false,
         }
     }
@@ -69,6 +71,39 @@ impl LockGuard {
     /// The resource name this lock was acquired for.
     pub fn resource(&self) -> &str {
         &self.resource
+    }
+
+    /// The fencing token of this grant, when fencing is on ([`RedlockBuilder::fencing`] or
+    /// [`Redlock::fenced`]): strictly greater than the token of every earlier grant of this
+    /// resource whose lease has ended, as long as a majority of masters keeps its data.
+    ///
+    /// Pass it with every operation on the protected resource, which must reject any token lower
+    /// than the highest it has seen (and remember that highest token durably). That, and not the
+    /// lock alone, is what makes a holder that paused past its lease harmless.
+    ///
+    /// ```
+    /// /// A store that accepts a write only with the newest token it has seen.
+    /// struct FencedStore { highest: u64, value: String }
+    ///
+    /// impl FencedStore {
+    ///     fn write(&mut self, token: u64, value: &str) -> Result<(), String> {
+    ///         if token < self.highest {
+    ///             return Err(format!("stale token {token}: {} already seen", self.highest));
+    ///         }
+    ///         self.highest = token;
+    ///         self.value = value.to_string();
+    ///         Ok(())
+    ///     }
+    /// }
+    /// # let mut store = FencedStore { highest: 0, value: String::new() };
+    /// # assert!(store.write(34, "b").is_ok());
+    /// # assert!(store.write(33, "a").is_err());
+    /// ```
+    ///
+    /// [`RedlockBuilder::fencing`]: crate::RedlockBuilder::fencing
+    /// [`Redlock::fenced`]: crate::Redlock::fenced
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
     }
 
     /// The TTL of the last successful acquire or extend.
@@ -119,8 +154,7 @@ impl LockGuard {
     /// may hold.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
         let config = &self.shared.config;
-        let mut timing = validate_ttl(ttl, config.drift_factor)?;
-        timing.mutation = config.mutation;
+        let timing = round_timing(config, ttl)?;
         let before = self.valid_until;
         // A shorter TTL shortens the keys as soon as the first master applies it.
         let pessimistic = Instant::now()

@@ -96,14 +96,18 @@
 
 mod address;
 mod config;
+mod connection;
 mod error;
 mod guard;
 mod manager;
 mod master;
 mod mutation;
 mod node;
+mod reply;
 mod round;
+mod round_spec;
 mod scripts;
+mod tally;
 mod timing;
 mod value;
 
@@ -116,9 +120,9 @@ mod round_properties;
 pub mod testing;
 
 pub use config::{
-    RedlockBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_KEY_PREFIX,
-    DEFAULT_MAX_UNANSWERED, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY,
-    MAX_TTL,
+    RedlockBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCE_RETENTION,
+    DEFAULT_KEY_PREFIX, DEFAULT_MAX_UNANSWERED, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_COUNT,
+    DEFAULT_RETRY_DELAY, MAX_TTL,
 };
 pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};
 pub use guard::LockGuard;

@@ -6,11 +6,12 @@ use std::time::Duration;
 use rand::RngExt;
 use tokio::time::Instant;
 
-use crate::config::{Config, RedlockBuilder, MAX_TTL};
-use crate::error::{InvalidArgument, LockError};
+use crate::config::{Config, RedlockBuilder};
+use crate::error::{InvalidArgument, LockError, NodeError};
 use crate::guard::LockGuard;
 use crate::node::RedisNode;
-use crate::round::{self, Nodes, RoundTiming};
+use crate::round::{self, LockKeys, Nodes, RoundFailure};
+use crate::round_spec::RoundTiming;
 use crate::timing::{drift, quorum, validity};
 
 /// What every handle and guard of one manager shares.
@@ -88,6 +89,59 @@ impl Redlock {
         self.shared.nodes.iter().map(|n| n.name())
     }
 
+    /// A handle on the same masters and connections whose acquisitions return fencing tokens
+    /// ([`LockGuard::fence`]), whatever [`RedlockBuilder::fencing`] says: fencing per call.
+    pub fn fenced(&self) -> Redlock {
+        let mut config = self.shared.config.clone();
+        config.fencing = true;
+        Redlock {
+            shared: Arc::new(Shared {
+                nodes: Arc::clone(&self.shared.nodes),
+                config,
+            }),
+        }
+    }
+
+    /// Marks every master as usable at once under restart protection, by writing an old epoch
+    /// marker: the provisioning step of a **brand-new** deployment, whose empty masters would
+    /// otherwise look like masters that restarted without their data and be kept out of quorums
+    /// for one max TTL.
+    ///
+    /// Only call this on masters known not to have granted any lock that may still be valid
+    /// (new, or idle for longer than the max TTL): provisioning a master that lost live locks
+    /// gives up the protection for it.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::QuorumUnreachable`] naming each master that could not be marked (the others
+    /// are marked); the resource in the error is `"<provision>"`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Idempotent: a cancelled call may have marked some masters; call it again.
+    pub async fn provision(&self) -> Result<(), LockError> {
+        use crate::master::Master;
+        let key = epoch_key(&self.shared.config);
+        let nodes = &self.shared.nodes;
+        let results =
+            futures::future::join_all(nodes.iter().map(|node| node.provision(&key))).await;
+        let failures: Vec<NodeError> = nodes
+            .iter()
+            .zip(results)
+            .filter_map(|(node, result)| result.err().map(|kind| NodeError::new(node.name(), kind)))
+            .collect();
+        if failures.is_empty() {
+            return Ok(());
+        }
+        Err(LockError::QuorumUnreachable {
+            resource: "<provision>".into(),
+            granted: nodes.len() - failures.len(),
+            nodes: nodes.len(),
+            quorum: self.quorum(),
+            failures,
+        })
+    }
+
     /// One acquisition round, no retry: the lock if a quorum granted it in time.
     ///
     /// `SET NX PX` goes to every master at once; the round is decided as soon as a quorum
@@ -112,8 +166,10 @@ impl Redlock {
     /// requests not yet sent are never sent, requests already sent are followed by a
     /// compare-and-delete on the same connection, which the master runs after them.
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
-        let (key, timing) = self.validate(resource, ttl)?;
-        self.round(resource, key, timing).await
+        let (keys, timing) = self.validate(resource, ttl)?;
+        self.round(resource, &keys, timing)
+            .await
+            .map_err(|failure| failure.error)
     }
 
     /// Acquires with retries: up to [`retry_count`](RedlockBuilder::retry_count) more rounds
@@ -130,15 +186,17 @@ impl Redlock {
     /// As for [`try_lock`](Self::try_lock): dropping the future releases whatever the current
     /// round may have set.
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
-        let (key, timing) = self.validate(resource, ttl)?;
+        let (keys, timing) = self.validate(resource, ttl)?;
         let mut retries_left = self.shared.config.retry_count;
         loop {
-            match self.round(resource, Arc::clone(&key), timing).await {
-                Err(error) if error.is_retryable() && retries_left > 0 => {
+            match self.round(resource, &keys, timing).await {
+                Ok(guard) => return Ok(guard),
+                Err(failure) if failure.error.is_retryable() && retries_left > 0 => {
                     retries_left -= 1;
                     tokio::time::sleep(self.jitter()).await;
+                    self.settle(failure.cleanup).await;
                 }
-                outcome => return outcome,
+                Err(failure) => return Err(failure.error),
             }
         }
     }
@@ -161,7 +219,7 @@ impl Redlock {
         ttl: Duration,
         deadline: std::time::Instant,
     ) -> Result<LockGuard, LockError> {
-        let (key, timing) = self.validate(resource, ttl)?;
+        let (keys, timing) = self.validate(resource, ttl)?;
         let deadline = Instant::from_std(deadline);
         let mut attempts = 0u32;
         let mut last = None;
@@ -174,46 +232,97 @@ impl Redlock {
                 });
             }
             attempts = attempts.saturating_add(1);
-            match self.round(resource, Arc::clone(&key), timing).await {
-                Err(error) if error.is_retryable() => last = Some(error),
-                outcome => return outcome,
-            }
+            let failure = match self.round(resource, &keys, timing).await {
+                Ok(guard) => return Ok(guard),
+                Err(failure) if failure.error.is_retryable() => failure,
+                Err(failure) => return Err(failure.error),
+            };
             let wake = Instant::now()
                 .checked_add(self.jitter())
                 .map_or(deadline, |t| t.min(deadline));
             tokio::time::sleep_until(wake).await;
+            self.settle(failure.cleanup).await;
+            last = Some(failure.error);
         }
     }
 
+    /// One acquire round, plus the write-back of the fencing token when fencing is on.
     async fn round(
         &self,
         resource: &str,
-        key: Arc<str>,
+        keys: &LockKeys,
         timing: RoundTiming,
-    ) -> Result<LockGuard, LockError> {
-        let grant = round::acquire(&self.shared.nodes, resource, &key, timing).await?;
-        Ok(LockGuard::new(
+    ) -> Result<LockGuard, RoundFailure> {
+        let grant = round::acquire(&self.shared.nodes, resource, keys, timing).await?;
+        let token = grant.token;
+        // From here the guard owns the keys: an error or a cancellation drops it, which
+        // releases them.
+        let guard = LockGuard::new(
             Arc::clone(&self.shared),
             resource.to_string(),
-            key,
+            Arc::clone(&keys.lock),
             timing.ttl,
             grant,
-        ))
+        );
+        let (Some(fence_key), Some(token)) = (&keys.fence, token) else {
+            return Ok(guard);
+        };
+        let raised = round::raise_fence(
+            &self.shared.nodes,
+            resource,
+            fence_key,
+            token,
+            timing.fence_retention,
+        )
+        .await;
+        let error = match raised {
+            Ok(()) if guard.is_valid() => return Ok(guard),
+            Ok(()) => LockError::ValidityExhausted {
+                resource: resource.to_string(),
+                elapsed: timing.ttl.saturating_sub(timing.drift()),
+                ttl: timing.ttl,
+                drift: timing.drift(),
+            },
+            Err(error) => error,
+        };
+        drop(guard);
+        Err(RoundFailure {
+            error,
+            cleanup: None,
+        })
     }
 
-    /// Checks the arguments and builds the key; TTLs are truncated to whole milliseconds.
+    /// Waits (at most one node timeout) for a failed round's cleanup, so that the next round
+    /// does not find this client's own leftover keys.
+    async fn settle(&self, cleanup: Option<tokio::task::JoinHandle<()>>) {
+        if let Some(cleanup) = cleanup {
+            let _ = tokio::time::timeout(self.shared.config.node_timeout, cleanup).await;
+        }
+    }
+
+    /// Checks the arguments and builds the keys; TTLs are truncated to whole milliseconds.
     fn validate(
         &self,
         resource: &str,
         ttl: Duration,
-    ) -> Result<(Arc<str>, RoundTiming), LockError> {
+    ) -> Result<(LockKeys, RoundTiming), LockError> {
         if resource.is_empty() {
             return Err(InvalidArgument::EmptyResource.into());
         }
-        let mut timing = validate_ttl(ttl, self.shared.config.drift_factor)?;
-        timing.mutation = self.shared.config.mutation;
-        let key = format!("{}{}", self.shared.config.key_prefix, resource);
-        Ok((Arc::from(key), timing))
+        if resource.starts_with(RESERVED) {
+            return Err(InvalidArgument::ReservedResource.into());
+        }
+        let config = &self.shared.config;
+        let timing = round_timing(config, ttl)?;
+        let prefix = &config.key_prefix;
+        let keys = LockKeys {
+            lock: Arc::from(format!("{prefix}{resource}")),
+            fence: config
+                .fencing
+                .then(|| Arc::from(format!("{prefix}{RESERVED}fence:{resource}"))),
+            epoch: config.restart_protection.then(|| epoch_key(config)),
+        };
+        Ok((keys, timing))
     }
 
     /// A uniformly random delay in `[0, retry_delay)`.
@@ -227,14 +336,34 @@ impl Redlock {
     }
 }
 
-/// Validates a TTL for a round (also used by extend): whole milliseconds, at least one, at most
-/// [`MAX_TTL`], and longer than its drift allowance.
+/// Resource names may not start with this byte (ASCII unit separator): the keys quorumlock
+/// keeps next to the locks (fence counters, the epoch marker) start with it after the prefix, so
+/// no resource can collide with them.
+pub(crate) const RESERVED: char = '\u{1f}';
+
+/// The epoch marker key of a manager's key prefix.
+pub(crate) fn epoch_key(config: &Config) -> Arc<str> {
+    Arc::from(format!("{}{RESERVED}epoch", config.key_prefix))
+}
+
+/// The settings of a round of `ttl` under `config` (also used by extend).
+pub(crate) fn round_timing(config: &Config, ttl: Duration) -> Result<RoundTiming, InvalidArgument> {
+    let mut timing = validate_ttl(ttl, config.drift_factor, config.max_ttl)?;
+    timing.quarantine = config.quarantine();
+    timing.fence_retention = config.fence_retention;
+    timing.mutation = config.mutation;
+    Ok(timing)
+}
+
+/// Validates a TTL: whole milliseconds, at least one, at most `max`, and longer than its drift
+/// allowance.
 pub(crate) fn validate_ttl(
     ttl: Duration,
     drift_factor: f64,
+    max: Duration,
 ) -> Result<RoundTiming, InvalidArgument> {
-    if ttl > MAX_TTL {
-        return Err(InvalidArgument::TtlTooLong { ttl, max: MAX_TTL });
+    if ttl > max {
+        return Err(InvalidArgument::TtlTooLong { ttl, max });
     }
     let whole = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
     if whole.is_zero() {
@@ -250,27 +379,28 @@ pub(crate) fn validate_ttl(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::MAX_TTL;
 
     #[test]
     fn ttl_validation() {
         assert_eq!(
-            validate_ttl(Duration::ZERO, 0.01).err(),
+            validate_ttl(Duration::ZERO, 0.01, MAX_TTL).err(),
             Some(InvalidArgument::ZeroTtl(Duration::ZERO))
         );
         assert_eq!(
-            validate_ttl(Duration::from_micros(900), 0.01).err(),
+            validate_ttl(Duration::from_micros(900), 0.01, MAX_TTL).err(),
             Some(InvalidArgument::ZeroTtl(Duration::from_micros(900)))
         );
         assert!(matches!(
-            validate_ttl(Duration::from_millis(2), 0.01),
+            validate_ttl(Duration::from_millis(2), 0.01, MAX_TTL),
             Err(InvalidArgument::TtlTooShort { .. })
         ));
         assert!(matches!(
-            validate_ttl(Duration::MAX, 0.01),
+            validate_ttl(Duration::MAX, 0.01, MAX_TTL),
             Err(InvalidArgument::TtlTooLong { .. })
         ));
-        let timing = validate_ttl(Duration::from_micros(10_500), 0.01).expect("valid");
+        let timing = validate_ttl(Duration::from_micros(10_500), 0.01, MAX_TTL).expect("valid");
         assert_eq!(timing.ttl, Duration::from_millis(10));
-        assert!(validate_ttl(MAX_TTL, 0.5).is_ok());
+        assert!(validate_ttl(MAX_TTL, 0.5, MAX_TTL).is_ok());
     }
 }

@@ -9,7 +9,39 @@ use std::time::Duration;
 use crate::error::NodeErrorKind;
 use crate::value::LockValue;
 
-/// One Redis master as the quorum logic sees it: three atomic operations on one key.
+/// What one acquisition asks of a master.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcquireRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) value: &'a LockValue,
+    pub(crate) ttl: Duration,
+    /// The fence counter key, when a fencing token is wanted.
+    pub(crate) fence_key: Option<&'a str>,
+    /// How long an idle fence counter is kept.
+    pub(crate) fence_retention: Duration,
+    /// The epoch marker key, when restart protection is on.
+    pub(crate) epoch_key: Option<&'a str>,
+}
+
+impl AcquireRequest<'_> {
+    /// Whether this is a plain `SET NX PX` (no token, no epoch check).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.fence_key.is_none() && self.epoch_key.is_none()
+    }
+}
+
+/// A master's answer to an acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AcquireReply {
+    /// Whether the key was set.
+    pub(crate) granted: bool,
+    /// This master's fencing token, when one was asked for and the key was set.
+    pub(crate) token: Option<u64>,
+    /// How long ago this master's epoch marker was created, when restart protection is on.
+    pub(crate) epoch_age: Option<Duration>,
+}
+
+/// One Redis master as the quorum logic sees it: a few atomic operations on one key.
 ///
 /// Each operation resolves within the node timeout (with [`NodeErrorKind::Timeout`] otherwise)
 /// and reports `Ok(true)` when it took effect, `Ok(false)` when the key state refused it.
@@ -17,12 +49,18 @@ pub(crate) trait Master: Send + Sync + 'static {
     /// The master's name for errors and traces (password redacted).
     fn name(&self) -> &str;
 
-    /// `SET key value NX PX ttl`: `true` if the key was set, `false` if it already existed.
-    fn set_nx_px(
+    /// `SET key value NX PX ttl`, with the fencing counter and epoch marker when asked for.
+    fn acquire(
         &self,
-        key: &str,
-        value: &LockValue,
-        ttl: Duration,
+        request: AcquireRequest<'_>,
+    ) -> impl Future<Output = Result<AcquireReply, NodeErrorKind>> + Send;
+
+    /// Raises the fence counter `fence_key` to at least `token`.
+    fn raise_fence(
+        &self,
+        fence_key: &str,
+        token: u64,
+        retention: Duration,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
 
     /// Deletes `key` if it holds `value`: `true` if deleted.
@@ -49,6 +87,9 @@ impl NodeErrorKind {
     /// may have set a key that must be cleaned up). Only a refused backlog and a connection that
     /// was never established are certain not to have sent anything.
     pub(crate) fn may_have_reached_node(&self) -> bool {
-        !matches!(self, Self::Backlogged { .. } | Self::Connect(_))
+        !matches!(
+            self,
+            Self::Backlogged { .. } | Self::Connect(_) | Self::NoRuntime
+        )
     }
 }

@@ -1,15 +1,5 @@
-//! One Redis master: its connection, per-request timeout, and the bound on what piles up behind
-//! it when it stops answering.
-//!
-//! # Why one multiplexed connection, kept across timeouts
-//!
-//! A request that timed out may still run later (a paused master resumes, TCP retransmits after a
-//! partition heals). The `redis` crate's multiplexed connection pairs replies with requests
-//! strictly in order and keeps an abandoned request's slot, discarding its reply. So a cleanup
-//! sent after a timed-out `SET` on the same connection runs *after* that `SET` on the master:
-//! exactly the cleanup we want. A fresh connection would lose that order (the old socket's `SET`
-//! could run after the new socket's delete and leave a key until its TTL), so the connection is
-//! replaced only when it is broken.
+//! One Redis master: per-request timeout, the bound on what piles up behind it when it stops
+//! answering, and the lock operations on its keys.
 //!
 //! # Why a bound on unanswered requests
 //!
@@ -17,51 +7,60 @@
 //! Requests abandoned without a reply are counted; past
 //! [`max_unanswered`](crate::RedlockBuilder::max_unanswered) no new lock request is sent to
 //! that master until a background probe (`PING`, queued behind everything else) is answered.
+//! Cleanups still go through: they are bounded by the acquisitions that were sent.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::{BoxFuture, FutureExt, Shared};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, RedisError, ScriptInvocation, Value};
+use redis::{Cmd, Value};
 
 use crate::address::NodeAddress;
 use crate::config::Config;
+use crate::connection::ConnectionSlot;
 use crate::error::NodeErrorKind;
-use crate::master::Master;
+use crate::master::{AcquireReply, AcquireRequest, Master};
 use crate::mutation::Mutation;
-use crate::scripts;
+use crate::reply::{acquire_reply, classify, flag_reply, is_noscript, set_reply};
+use crate::scripts::{self, LuaScript};
 use crate::value::LockValue;
 
-type ConnectFuture = Shared<BoxFuture<'static, Result<MultiplexedConnection, NodeErrorKind>>>;
-
-/// The connection state of one master. Each connection gets a generation number so that a
-/// request that saw connection 3 break never throws away connection 4.
-enum Slot {
-    Empty,
-    Connecting(u64, ConnectFuture),
-    Ready(u64, MultiplexedConnection),
-}
-
-struct SlotState {
-    slot: Slot,
-    next_generation: u64,
-}
-
 /// One request to a master.
-enum Request {
+enum Request<'a> {
     Command(Cmd),
-    Script(ScriptInvocation<'static>),
+    /// `EVALSHA`, falling back to `EVAL` if the server lost its script cache.
+    Script {
+        script: &'static LuaScript,
+        keys: &'a [&'a str],
+        args: &'a [&'a [u8]],
+    },
+}
+
+/// `EVALSHA` of `script` (or `EVAL` of its source) with `keys` and `args`.
+fn script_cmd(script: &LuaScript, keys: &[&str], args: &[&[u8]], by_source: bool) -> Cmd {
+    let mut cmd = if by_source {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script.source);
+        cmd
+    } else {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.sha());
+        cmd
+    };
+    cmd.arg(keys.len()).arg(keys);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd
 }
 
 /// A Redis master reached over one lazily opened, multiplexed connection.
 pub(crate) struct RedisNode {
     address: NodeAddress,
     node_timeout: Duration,
-    connect_timeout: Duration,
     max_unanswered: usize,
-    state: Mutex<SlotState>,
+    fence_retention: Duration,
+    connection: ConnectionSlot,
     /// Requests abandoned without their reply since the last reply from this master.
     unanswered: Arc<AtomicUsize>,
     /// Whether a background probe is waiting for this master to answer.
@@ -72,94 +71,30 @@ pub(crate) struct RedisNode {
 
 impl RedisNode {
     pub(crate) fn new(address: NodeAddress, config: &Config) -> Self {
+        let connection = ConnectionSlot::new(address.client.clone(), config.connect_timeout);
         Self {
             address,
             node_timeout: config.node_timeout,
-            connect_timeout: config.connect_timeout,
             max_unanswered: config.max_unanswered,
-            state: Mutex::new(SlotState {
-                slot: Slot::Empty,
-                next_generation: 0,
-            }),
+            fence_retention: config.fence_retention,
+            connection,
             unanswered: Arc::new(AtomicUsize::new(0)),
             probing: Arc::new(AtomicBool::new(false)),
             mutation: config.mutation,
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, SlotState> {
-        // The lock is only held to clone or swap the slot; a panic elsewhere cannot leave it
-        // half-updated, so a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The current connection, opening one (in the background) if there is none.
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection), NodeErrorKind> {
-        let (generation, future) = {
-            let mut state = self.state();
-            match &state.slot {
-                Slot::Ready(generation, conn) => return Ok((*generation, conn.clone())),
-                Slot::Connecting(generation, future) => (*generation, future.clone()),
-                Slot::Empty => {
-                    let generation = state.next_generation;
-                    state.next_generation += 1;
-                    let future = self.start_connecting();
-                    state.slot = Slot::Connecting(generation, future.clone());
-                    (generation, future)
-                }
-            }
-        };
-        let result = future.await;
-        let mut state = self.state();
-        let current = matches!(&state.slot, Slot::Connecting(g, _) if *g == generation);
-        match result {
-            Ok(conn) => {
-                if current {
-                    tracing::debug!(node = %self.address.display, generation, "connected");
-                    state.slot = Slot::Ready(generation, conn.clone());
-                }
-                Ok((generation, conn))
-            }
-            Err(error) => {
-                if current {
-                    state.slot = Slot::Empty;
-                }
-                Err(error)
-            }
+    /// Sends one request and waits for its reply at most the node timeout. Returns the reply
+    /// and whether it came from a retry on a fresh connection (after which a non-idempotent
+    /// request may have run twice). `cleanup` requests bypass the unanswered-request bound.
+    async fn request(
+        &self,
+        request: Request<'_>,
+        cleanup: bool,
+    ) -> Result<(Value, bool), NodeErrorKind> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(NodeErrorKind::NoRuntime);
         }
-    }
-
-    /// Starts opening a connection, on a task of its own when a runtime is available so that it
-    /// completes even if every request waiting for it gives up.
-    fn start_connecting(&self) -> ConnectFuture {
-        let open = open_connection(self.address.client.clone(), self.connect_timeout);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let task = runtime.spawn(open);
-                async move {
-                    task.await.unwrap_or_else(|e| {
-                        Err(NodeErrorKind::Connect(format!("connect task failed: {e}")))
-                    })
-                }
-                .boxed()
-                .shared()
-            }
-            Err(_) => open.boxed().shared(),
-        }
-    }
-
-    /// Forgets connection `generation` after it broke, so that the next request opens a new one.
-    fn discard(&self, generation: u64) {
-        let mut state = self.state();
-        if matches!(&state.slot, Slot::Ready(g, _) if *g == generation) {
-            tracing::debug!(node = %self.address.display, generation, "connection broken, discarding");
-            state.slot = Slot::Empty;
-            self.unanswered.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Sends one request and waits for its reply at most the node timeout.
-    async fn request(&self, request: Request, cleanup: bool) -> Result<Value, NodeErrorKind> {
         let deadline = tokio::time::Instant::now() + self.node_timeout;
         if !cleanup {
             let unanswered = self.unanswered.load(Ordering::Relaxed);
@@ -168,35 +103,72 @@ impl RedisNode {
                 return Err(NodeErrorKind::Backlogged { unanswered });
             }
         }
-        let (generation, mut conn) = tokio::time::timeout_at(deadline, self.connection())
-            .await
-            .map_err(|_| {
-                NodeErrorKind::Connect(format!("not connected within {:?}", self.node_timeout))
-            })??;
-        // Counts this request as abandoned unless it gets its reply (timeout or drop).
-        let pending = Unanswered::new(&self.unanswered);
-        let reply = tokio::time::timeout_at(deadline, async {
-            match &request {
-                Request::Command(cmd) => cmd.query_async::<Value>(&mut conn).await,
-                Request::Script(invocation) => invocation.invoke_async::<Value>(&mut conn).await,
-            }
-        })
-        .await;
-        match reply {
-            Err(_elapsed) => Err(NodeErrorKind::Timeout(self.node_timeout)),
-            Ok(Ok(value)) => {
-                pending.answered();
-                Ok(value)
-            }
-            Ok(Err(error)) => {
-                pending.answered();
-                let (kind, broken) = classify(&error);
-                if broken {
-                    self.discard(generation);
+        let mut retried = false;
+        loop {
+            let (generation, mut conn) = tokio::time::timeout_at(deadline, self.connection.get())
+                .await
+                .map_err(|_| {
+                    NodeErrorKind::Connect(format!("not connected within {:?}", self.node_timeout))
+                })??;
+            // Counts this request as abandoned unless it gets its reply (timeout or drop).
+            let pending = Unanswered::new(&self.unanswered);
+            let reply = tokio::time::timeout_at(deadline, async {
+                match &request {
+                    Request::Command(cmd) => cmd.query_async::<Value>(&mut conn).await,
+                    Request::Script { script, keys, args } => {
+                        let evalsha = script_cmd(script, keys, args, false);
+                        match evalsha.query_async::<Value>(&mut conn).await {
+                            // The script cache was flushed (or the master restarted under this
+                            // connection): run the source, in the same place in the order.
+                            Err(e) if is_noscript(&e) => {
+                                script_cmd(script, keys, args, true)
+                                    .query_async::<Value>(&mut conn)
+                                    .await
+                            }
+                            other => other,
+                        }
+                    }
                 }
-                Err(kind)
+            })
+            .await;
+            let error = match reply {
+                Err(_elapsed) => return Err(NodeErrorKind::Timeout(self.node_timeout)),
+                Ok(Ok(value)) => {
+                    pending.answered();
+                    return Ok((value, retried));
+                }
+                Ok(Err(error)) => {
+                    pending.answered();
+                    error
+                }
+            };
+            let (kind, broken) = classify(&error);
+            if !broken {
+                return Err(kind);
             }
+            let discarded = self.connection.discard(generation);
+            if discarded {
+                tracing::debug!(node = %self.address.display, generation, error = %kind, "connection broken, discarding");
+                self.unanswered.store(0, Ordering::Relaxed);
+            }
+            // A connection found dead (the master restarted, the peer closed it) is replaced
+            // once, within the same deadline: the master is up, and the dead socket can deliver
+            // nothing late. A parse error is not retried: the peer may not be a Redis server.
+            let dead = matches!(kind, NodeErrorKind::ConnectionLost(_));
+            if retried || !dead {
+                return Err(kind);
+            }
+            retried = true;
         }
+    }
+
+    /// Writes an epoch marker of age "forever" (`0`, the epoch of the node's clock), so that
+    /// restart protection counts this master at once.
+    pub(crate) async fn provision(&self, epoch_key: &str) -> Result<(), NodeErrorKind> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(epoch_key).arg("0");
+        let (reply, _) = self.request(Request::Command(cmd), false).await?;
+        set_reply(reply).map(|_| ())
     }
 
     /// Starts one background `PING` that waits, without a timeout, for the master to answer
@@ -209,10 +181,7 @@ impl RedisNode {
             self.probing.store(false, Ordering::Release);
             return;
         };
-        let conn = match &self.state().slot {
-            Slot::Ready(_, conn) => Some(conn.clone()),
-            _ => None,
-        };
+        let conn = self.connection.current();
         let unanswered = Arc::clone(&self.unanswered);
         let probing = Arc::clone(&self.probing);
         let node = self.address.display.clone();
@@ -258,94 +227,6 @@ impl Drop for Unanswered<'_> {
     }
 }
 
-/// Opens a multiplexed connection and loads the lock scripts, so that `EVALSHA` finds them.
-/// A peer that does not speak Redis fails here, with a clear error.
-async fn open_connection(
-    client: redis::Client,
-    connect_timeout: Duration,
-) -> Result<MultiplexedConnection, NodeErrorKind> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        // Timeouts are ours (per request, see `RedisNode::request`).
-        .set_response_timeout(None);
-    let setup = async {
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| NodeErrorKind::Connect(describe(&e)))?;
-        for script in scripts::all() {
-            script.load_async(&mut conn).await.map_err(|e| {
-                NodeErrorKind::Connect(format!("loading scripts: {}", describe(&e)))
-            })?;
-        }
-        Ok(conn)
-    };
-    tokio::time::timeout(connect_timeout, setup)
-        .await
-        .unwrap_or_else(|_| {
-            Err(NodeErrorKind::Connect(format!(
-                "timed out after {connect_timeout:?}"
-            )))
-        })
-}
-
-/// What a `redis` error means for the lock, and whether the connection it came from is broken.
-fn classify(error: &RedisError) -> (NodeErrorKind, bool) {
-    use redis::ErrorKind;
-    match error.kind() {
-        // The server answered with an error reply: the connection is fine.
-        ErrorKind::Server(_) | ErrorKind::Extension => {
-            (NodeErrorKind::Server(describe(error)), false)
-        }
-        // The reply stream could not be parsed: every later reply would be misread.
-        ErrorKind::Parse => (NodeErrorKind::UnexpectedReply(describe(error)), true),
-        ErrorKind::UnexpectedReturnType => (NodeErrorKind::UnexpectedReply(describe(error)), false),
-        _ => (NodeErrorKind::ConnectionLost(describe(error)), true),
-    }
-}
-
-fn describe(error: &RedisError) -> String {
-    let text = error.to_string();
-    // Messages of the `redis` crate start with a capital letter; ours do not.
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text,
-    }
-}
-
-/// Reads the reply of `SET … NX`: `OK` if set, nil if the key exists.
-fn set_reply(value: Value) -> Result<bool, NodeErrorKind> {
-    match value {
-        Value::Okay => Ok(true),
-        Value::SimpleString(s) if s == "OK" => Ok(true),
-        Value::Nil => Ok(false),
-        other => Err(unexpected("OK or nil", &other)),
-    }
-}
-
-/// Reads the 0/1 reply of a compare-and-… script.
-fn flag_reply(value: Value) -> Result<bool, NodeErrorKind> {
-    match value {
-        Value::Int(1) => Ok(true),
-        Value::Int(0) => Ok(false),
-        other => Err(unexpected("integer 0 or 1", &other)),
-    }
-}
-
-fn unexpected(expected: &str, got: &Value) -> NodeErrorKind {
-    let mut shown = format!("{got:?}");
-    if shown.len() > 80 {
-        let cut = (0..=80)
-            .rev()
-            .find(|&i| shown.is_char_boundary(i))
-            .unwrap_or(0);
-        shown.truncate(cut);
-        shown.push('…');
-    }
-    NodeErrorKind::UnexpectedReply(format!("expected {expected}, got {shown}"))
-}
-
 /// Milliseconds for `PX`/`PEXPIRE`; TTLs are validated to fit long before this.
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
@@ -356,19 +237,91 @@ impl Master for RedisNode {
         &self.address.display
     }
 
-    async fn set_nx_px(
+    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply, NodeErrorKind> {
+        let ttl = millis(request.ttl).to_string();
+        let (value, retried) = if request.is_plain() {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(request.key)
+                .arg(request.value.as_str())
+                .arg("NX")
+                .arg("PX")
+                .arg(&ttl);
+            let (reply, retried) = self.request(Request::Command(cmd), false).await?;
+            let granted = set_reply(reply)?;
+            (
+                AcquireReply {
+                    granted,
+                    token: None,
+                    epoch_age: None,
+                },
+                retried,
+            )
+        } else {
+            let retention = millis(request.fence_retention.max(request.ttl)).to_string();
+            let fencing = if request.fence_key.is_some() {
+                "1"
+            } else {
+                "0"
+            };
+            let epoch = if request.epoch_key.is_some() {
+                "1"
+            } else {
+                "0"
+            };
+            let keys = [
+                request.key,
+                request.fence_key.unwrap_or(request.key),
+                request.epoch_key.unwrap_or(request.key),
+            ];
+            let args: [&[u8]; 5] = [
+                request.value.as_str().as_bytes(),
+                ttl.as_bytes(),
+                fencing.as_bytes(),
+                epoch.as_bytes(),
+                retention.as_bytes(),
+            ];
+            let script = Request::Script {
+                script: &scripts::ACQUIRE,
+                keys: &keys,
+                args: &args,
+            };
+            let (reply, retried) = self.request(script, false).await?;
+            (
+                acquire_reply(
+                    reply,
+                    request.fence_key.is_some(),
+                    request.epoch_key.is_some(),
+                )?,
+                retried,
+            )
+        };
+        if retried && !value.granted {
+            // The first attempt may have set the key before the connection broke: this "no"
+            // may be our own key. Report a failure, which the round cleans up.
+            return Err(NodeErrorKind::ConnectionLost(
+                "connection broke; the retry found the key already set".into(),
+            ));
+        }
+        Ok(value)
+    }
+
+    async fn raise_fence(
         &self,
-        key: &str,
-        value: &LockValue,
-        ttl: Duration,
+        fence_key: &str,
+        token: u64,
+        retention: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(key)
-            .arg(value.as_str())
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(ttl));
-        set_reply(self.request(Request::Command(cmd), false).await?)
+        let token = token.to_string();
+        let retention = millis(retention.max(self.fence_retention)).to_string();
+        let keys = [fence_key];
+        let args: [&[u8]; 2] = [token.as_bytes(), retention.as_bytes()];
+        let script = Request::Script {
+            script: &scripts::RAISE_FENCE,
+            keys: &keys,
+            args: &args,
+        };
+        let (reply, _) = self.request(script, false).await?;
+        flag_reply(reply)
     }
 
     async fn compare_and_delete(
@@ -380,9 +333,15 @@ impl Master for RedisNode {
             Some(Mutation::PlainDelRelease) => &scripts::PLAIN_DELETE,
             _ => &scripts::COMPARE_AND_DELETE,
         };
-        let mut invocation = script.prepare_invoke();
-        invocation.key(key).arg(value.as_str());
-        flag_reply(self.request(Request::Script(invocation), true).await?)
+        let keys = [key];
+        let args: [&[u8]; 1] = [value.as_str().as_bytes()];
+        let request = Request::Script {
+            script,
+            keys: &keys,
+            args: &args,
+        };
+        let (reply, _) = self.request(request, true).await?;
+        flag_reply(reply)
     }
 
     async fn compare_and_pexpire(
@@ -395,34 +354,15 @@ impl Master for RedisNode {
             Some(Mutation::ExtendRecreates) => &scripts::EXTEND_RECREATES,
             _ => &scripts::COMPARE_AND_PEXPIRE,
         };
-        let mut invocation = script.prepare_invoke();
-        invocation.key(key).arg(value.as_str()).arg(millis(ttl));
-        flag_reply(self.request(Request::Script(invocation), false).await?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replies_are_read_strictly() {
-        assert_eq!(set_reply(Value::Okay), Ok(true));
-        assert_eq!(set_reply(Value::Nil), Ok(false));
-        assert!(matches!(
-            set_reply(Value::Int(1)),
-            Err(NodeErrorKind::UnexpectedReply(_))
-        ));
-        assert_eq!(flag_reply(Value::Int(1)), Ok(true));
-        assert_eq!(flag_reply(Value::Int(0)), Ok(false));
-        assert!(matches!(
-            flag_reply(Value::Int(7)),
-            Err(NodeErrorKind::UnexpectedReply(_))
-        ));
-        let long = Value::BulkString(vec![b'x'; 1000]);
-        match flag_reply(long) {
-            Err(NodeErrorKind::UnexpectedReply(text)) => assert!(text.len() < 200, "{text}"),
-            other => panic!("{other:?}"),
-        }
+        let ttl = millis(ttl).to_string();
+        let keys = [key];
+        let args: [&[u8]; 2] = [value.as_str().as_bytes(), ttl.as_bytes()];
+        let request = Request::Script {
+            script,
+            keys: &keys,
+            args: &args,
+        };
+        let (reply, _) = self.request(request, false).await?;
+        flag_reply(reply)
     }
 }

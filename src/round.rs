@@ -10,37 +10,27 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use crate::error::{LockError, NodeError, NodeErrorKind, NotHeldReason};
-use crate::master::Master;
-use crate::mutation::Mutation;
-use crate::timing::{drift, quorum, quorum_still_possible, validity};
+use tokio::task::JoinHandle;
+
+use crate::error::{LockError, NodeErrorKind, NotHeldReason};
+use crate::master::{AcquireRequest, Master};
+use crate::round_spec::RoundTiming;
+use crate::tally::Tally;
+use crate::timing::{quorum, validity};
 use crate::value::LockValue;
 
 /// The masters of one manager, shared by every round and guard.
 pub(crate) type Nodes<M> = Arc<[Arc<M>]>;
 
-/// What one master said in a round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Vote {
-    /// No answer yet when the round was decided.
-    Pending,
-    /// The operation took effect.
-    Yes,
-    /// The key state refused it (the key exists for `SET NX`, or does not hold our value).
-    No,
-    /// The request failed.
-    Failed(NodeErrorKind),
-}
-
-impl Vote {
-    /// Whether this master may hold a key set by this round (and so needs cleanup).
-    fn may_hold_key(&self) -> bool {
-        match self {
-            Vote::Pending | Vote::Yes => true,
-            Vote::No => false,
-            Vote::Failed(kind) => kind.may_have_reached_node(),
-        }
-    }
+/// The keys of one resource.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    /// The lock key itself.
+    pub(crate) lock: Arc<str>,
+    /// The fence counter, when fencing tokens are on.
+    pub(crate) fence: Option<Arc<str>>,
+    /// The epoch marker, when restart protection is on.
+    pub(crate) epoch: Option<Arc<str>>,
 }
 
 /// A granted lock, as the round hands it to the guard.
@@ -51,166 +41,57 @@ pub(crate) struct Grant {
     pub(crate) valid_until: Instant,
     /// Which masters may hold the key (granted, or still unanswered): the ones to release.
     pub(crate) holders: Arc<[bool]>,
+    /// The highest fencing token of the granting quorum (not yet written back).
+    pub(crate) token: Option<u64>,
 }
 
-/// The settings of one acquire or extend round.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RoundTiming {
-    pub(crate) ttl: Duration,
-    pub(crate) drift_factor: f64,
-    /// A deliberately broken rule, for the jepsen-lite harness only.
-    pub(crate) mutation: Option<Mutation>,
+/// A failed acquire round: why, and the background cleanup of what it may have set (so that a
+/// retry can wait for it instead of tripping over its own leftover keys).
+#[derive(Debug)]
+pub(crate) struct RoundFailure {
+    pub(crate) error: LockError,
+    pub(crate) cleanup: Option<JoinHandle<()>>,
 }
 
-impl RoundTiming {
-    pub(crate) fn new(ttl: Duration, drift_factor: f64) -> Self {
-        Self {
-            ttl,
-            drift_factor,
-            mutation: None,
-        }
-    }
-
-    fn drift(&self) -> Duration {
-        match self.mutation {
-            Some(Mutation::ZeroDrift) => Duration::ZERO,
-            _ => drift(self.ttl, self.drift_factor),
-        }
-    }
-
-    fn quorum(&self, n: usize) -> usize {
-        match self.mutation {
-            Some(Mutation::MinorityQuorum) => (n / 2).max(1),
-            _ => quorum(n),
-        }
-    }
-
-    /// The time a round took, as the validity computation sees it.
-    fn counted(&self, elapsed: Duration) -> Duration {
-        match self.mutation {
-            Some(Mutation::NoElapsedCheck) => Duration::ZERO,
-            _ => elapsed,
-        }
-    }
-}
-
-/// Tallies the votes of a round and says when it is decided.
-struct Tally {
-    votes: Vec<Vote>,
-    quorum: usize,
-    yes: usize,
-    no: usize,
-    failed: usize,
-}
-
-impl Tally {
-    /// `eligible[i] == false` counts master `i` as a no from the start (it cannot hold our key).
-    /// `quorum` is the number of yes votes that win.
-    fn new(eligible: impl Iterator<Item = bool>, quorum: usize) -> Self {
-        let votes: Vec<Vote> = eligible
-            .map(|e| if e { Vote::Pending } else { Vote::No })
-            .collect();
-        let no = votes.iter().filter(|v| **v == Vote::No).count();
-        Self {
-            votes,
-            quorum,
-            yes: 0,
-            no,
-            failed: 0,
-        }
-    }
-
-    fn record(&mut self, index: usize, result: Result<bool, NodeErrorKind>) {
-        let vote = match result {
-            Ok(true) => {
-                self.yes += 1;
-                Vote::Yes
-            }
-            Ok(false) => {
-                self.no += 1;
-                Vote::No
-            }
-            Err(kind) => {
-                self.failed += 1;
-                Vote::Failed(kind)
-            }
-        };
-        if let Some(slot) = self.votes.get_mut(index) {
-            *slot = vote;
-        }
-    }
-
-    fn n(&self) -> usize {
-        self.votes.len()
-    }
-
-    fn won(&self) -> bool {
-        self.yes >= self.quorum
-    }
-
-    fn lost(&self) -> bool {
-        !quorum_still_possible(self.n(), self.no + self.failed, self.quorum)
-    }
-
-    fn decided(&self) -> bool {
-        self.won() || self.lost()
-    }
-
-    /// Whether the refusals alone make a quorum impossible (as opposed to failures).
-    fn refused_by_majority(&self) -> bool {
-        !quorum_still_possible(self.n(), self.no, self.quorum)
-    }
-
-    fn failures<M: Master>(&self, nodes: &[Arc<M>]) -> Vec<NodeError> {
-        self.votes
-            .iter()
-            .zip(nodes)
-            .filter_map(|(vote, node)| match vote {
-                Vote::Failed(kind) => Some(NodeError::new(node.name(), kind.clone())),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn may_hold(&self) -> Arc<[bool]> {
-        self.votes.iter().map(Vote::may_hold_key).collect()
-    }
-}
-
-/// Releases the key in the background when dropped while armed: the cleanup of a round that
-/// failed, or whose future was dropped mid-flight (cancellation).
+/// Releases the key in the background when dropped while armed: the cleanup of a round whose
+/// future was dropped mid-flight (cancellation). Released explicitly on failure.
 struct CleanupGuard<'a, M: Master> {
     nodes: &'a Nodes<M>,
     key: &'a Arc<str>,
     value: &'a LockValue,
-    /// The masters to release; `None` (cancelled mid-flight) releases every master.
-    holders: Option<Arc<[bool]>>,
     armed: bool,
 }
 
-impl<M: Master> Drop for CleanupGuard<'_, M> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let all: Arc<[bool]>;
-        let holders = match &self.holders {
-            Some(holders) => holders,
-            None => {
-                all = self.nodes.iter().map(|_| true).collect();
-                &all
-            }
-        };
+impl<M: Master> CleanupGuard<'_, M> {
+    /// Releases on `holders` now (in the background) and disarms.
+    fn release(mut self, holders: &[bool]) -> Option<JoinHandle<()>> {
+        self.armed = false;
         release_in_background(
             Arc::clone(self.nodes),
             Arc::clone(self.key),
             self.value.clone(),
             holders,
-        );
+        )
     }
 }
 
-/// One acquire round: `SET key value NX PX ttl` on every master at once.
+impl<M: Master> Drop for CleanupGuard<'_, M> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Cancelled mid-flight: any master may hold the key.
+            let all: Vec<bool> = self.nodes.iter().map(|_| true).collect();
+            release_in_background(
+                Arc::clone(self.nodes),
+                Arc::clone(self.key),
+                self.value.clone(),
+                &all,
+            );
+        }
+    }
+}
+
+/// One acquire round: `SET key value NX PX ttl` on every master at once (through the acquire
+/// script when a fencing token or the epoch check is wanted).
 ///
 /// Decides as soon as a quorum granted or a quorum became impossible; stragglers are abandoned
 /// (a `SET` still queued is never sent, one already sent is released in order behind it).
@@ -219,32 +100,51 @@ impl<M: Master> Drop for CleanupGuard<'_, M> {
 pub(crate) async fn acquire<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
-    key: &Arc<str>,
+    keys: &LockKeys,
     timing: RoundTiming,
-) -> Result<Grant, LockError> {
+) -> Result<Grant, RoundFailure> {
     let value = LockValue::random();
     let drift = timing.drift();
-    let mut cleanup = CleanupGuard {
+    let cleanup = CleanupGuard {
         nodes,
-        key,
+        key: &keys.lock,
         value: &value,
-        holders: None,
         armed: true,
+    };
+    let request = AcquireRequest {
+        key: &keys.lock,
+        value: &value,
+        ttl: timing.ttl,
+        fence_key: keys.fence.as_deref(),
+        fence_retention: timing.fence_retention,
+        epoch_key: keys.epoch.as_deref(),
     };
     let mut tally = Tally::new(nodes.iter().map(|_| true), timing.quorum(nodes.len()));
     let t0 = Instant::now();
     let mut requests: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
-        .map(|(i, node)| {
-            let value = &value;
-            async move { (i, node.set_nx_px(key, value, timing.ttl).await) }
-        })
+        .map(|(i, node)| async move { (i, node.acquire(request).await) })
         .collect();
     while !tally.decided() {
-        match requests.next().await {
-            Some((i, result)) => tally.record(i, result),
-            None => break,
+        let Some((i, result)) = requests.next().await else {
+            break;
+        };
+        match result {
+            Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
+                // Restart protection: this master may have forgotten locks it granted. Its key
+                // is set (and will be released), but its vote does not count.
+                (Some(quarantine), Some(age)) if age < quarantine => tally.record(
+                    i,
+                    Err(NodeErrorKind::Quarantined {
+                        age,
+                        remaining: quarantine - age,
+                    }),
+                ),
+                _ => tally.record_token(i, Ok(true), reply.token),
+            },
+            Ok(_) => tally.record(i, Ok(false)),
+            Err(kind) => tally.record(i, Err(kind)),
         }
     }
     drop(requests);
@@ -258,35 +158,36 @@ pub(crate) async fn acquire<M: Master>(
         ?elapsed,
         "acquire round decided"
     );
-    cleanup.holders = Some(tally.may_hold());
-    if tally.won() {
+    let holders = tally.may_hold();
+    let error = if tally.won() {
         let valid_until = validity(timing.ttl, timing.counted(elapsed), drift)
             .and_then(|v| t0.checked_add(v + elapsed));
-        return match (valid_until, cleanup.holders.clone()) {
-            (Some(valid_until), Some(holders)) => {
+        let wants_token = keys.fence.is_some();
+        match valid_until {
+            Some(valid_until) if !wants_token || tally.max_token.is_some() => {
+                let mut cleanup = cleanup;
                 cleanup.armed = false;
-                Ok(Grant {
+                return Ok(Grant {
                     value: value.clone(),
                     valid_until,
                     holders,
-                })
+                    token: tally.max_token,
+                });
             }
-            _ => Err(LockError::ValidityExhausted {
+            _ => LockError::ValidityExhausted {
                 resource: resource.to_string(),
                 elapsed,
                 ttl: timing.ttl,
                 drift,
-            }),
-        };
-    }
-    let failures = tally.failures(nodes);
-    Err(if tally.refused_by_majority() {
+            },
+        }
+    } else if tally.refused_by_majority() {
         LockError::Contended {
             resource: resource.to_string(),
             held_elsewhere: tally.no,
             nodes: n,
             quorum: tally.quorum,
-            failures,
+            failures: tally.failures(nodes),
         }
     } else {
         LockError::QuorumUnreachable {
@@ -294,10 +195,46 @@ pub(crate) async fn acquire<M: Master>(
             granted: tally.yes,
             nodes: n,
             quorum: tally.quorum,
-            failures,
+            failures: tally.failures(nodes),
         }
+    };
+    Err(RoundFailure {
+        error,
+        cleanup: cleanup.release(&holders),
     })
-    // `cleanup` drops here, still armed: the failed round's keys are released.
+}
+
+/// Writes a granted fencing token back to a quorum (raise-to-max), so that any later granting
+/// quorum, which shares a master with this one, hands out a higher token.
+pub(crate) async fn raise_fence<M: Master>(
+    nodes: &Nodes<M>,
+    resource: &str,
+    fence_key: &str,
+    token: u64,
+    retention: Duration,
+) -> Result<(), LockError> {
+    let mut tally = Tally::new(nodes.iter().map(|_| true), quorum(nodes.len()));
+    let mut requests: FuturesUnordered<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| async move { (i, node.raise_fence(fence_key, token, retention).await) })
+        .collect();
+    while !tally.decided() {
+        match requests.next().await {
+            Some((i, result)) => tally.record(i, result),
+            None => break,
+        }
+    }
+    if tally.won() {
+        return Ok(());
+    }
+    Err(LockError::FenceUnconfirmed {
+        resource: resource.to_string(),
+        confirmed: tally.yes,
+        nodes: tally.n(),
+        quorum: tally.quorum,
+        failures: tally.failures(nodes),
+    })
 }
 
 /// One extend round: compare-and-`PEXPIRE` on the masters that may hold the key.
@@ -465,10 +402,10 @@ pub(crate) fn release_in_background<M: Master>(
     key: Arc<str>,
     value: LockValue,
     holders: &[bool],
-) {
+) -> Option<JoinHandle<()>> {
     let mut requests = delete_requests(&nodes, &key, &value, holders);
     if requests.is_empty() {
-        return;
+        return None;
     }
     spawn_or_drop(async move {
         while let Some((i, result)) = requests.next().await {
@@ -477,15 +414,18 @@ pub(crate) fn release_in_background<M: Master>(
                 tracing::debug!(%node, error = %kind, "background release failed; the key expires after its ttl");
             }
         }
-    });
+    })
 }
 
-fn spawn_or_drop(task: impl std::future::Future<Output = ()> + Send + 'static) {
+fn spawn_or_drop(
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Option<JoinHandle<()>> {
     match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(task);
+        Ok(runtime) => Some(runtime.spawn(task)),
+        Err(_) => {
+            tracing::warn!("no tokio runtime: lock keys are left to expire after their ttl");
+            None
         }
-        Err(_) => tracing::warn!("no tokio runtime: lock keys are left to expire after their ttl"),
     }
 }
 

@@ -9,10 +9,20 @@ use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::fake_master::{Applied, Behaviour, FakeMaster, Fault};
-use crate::round::{self, Nodes, RoundTiming};
+use crate::round::{self, LockKeys, Nodes};
+use crate::round_spec::RoundTiming;
 use crate::timing::drift;
 
 const KEY: &str = "quorumlock:r";
+
+/// The keys of resource `r` without fencing or restart protection.
+fn plain_keys() -> LockKeys {
+    LockKeys {
+        lock: Arc::from(KEY),
+        fence: None,
+        epoch: None,
+    }
+}
 
 fn runtime() -> tokio::runtime::Runtime {
     match tokio::runtime::Builder::new_current_thread()
@@ -113,7 +123,7 @@ proptest! {
             let timing = RoundTiming::new(Duration::from_millis(ttl_ms), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let start = Instant::now();
-            let outcome = round::acquire(&nodes, "r", &key, timing).await;
+            let outcome = round::acquire(&nodes, "r", &plain_keys(), timing).await.map_err(|f| f.error);
             let end = Instant::now();
             prop_assert!(end - start <= Duration::from_millis(timeout_ms), "a round never outlasts the node timeout");
             match outcome {
@@ -155,7 +165,8 @@ proptest! {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
             let timing = RoundTiming::new(Duration::from_secs(60), 0.01);
             let key: Arc<str> = Arc::from(KEY);
-            let attempt = round::acquire(&nodes, "r", &key, timing);
+            let keys = plain_keys();
+            let attempt = round::acquire(&nodes, "r", &keys, timing);
             if let Ok(Ok(grant)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
                 let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
             }
@@ -199,7 +210,7 @@ proptest! {
                     let mut turn = client;
                     while Instant::now() < stop {
                         turn += 1;
-                        match round::acquire(&nodes, "r", &key, timing).await {
+                        match round::acquire(&nodes, "r", &plain_keys(), timing).await {
                             Ok(grant) => {
                                 let from = Instant::now();
                                 let hold = Duration::from_millis(hold_ms[turn % hold_ms.len()]);
@@ -255,7 +266,9 @@ fn decides_without_waiting_for_stragglers() {
         let (nodes, _fakes) = build(&spec, Duration::from_secs(30));
         let timing = RoundTiming::new(Duration::from_secs(10), 0.01);
         let start = Instant::now();
-        let grant = round::acquire(&nodes, "r", &Arc::from(KEY), timing).await;
+        let grant = round::acquire(&nodes, "r", &plain_keys(), timing)
+            .await
+            .map_err(|f| f.error);
         assert!(grant.is_ok(), "{grant:?}");
         assert!(start.elapsed() < Duration::from_millis(10));
     });
@@ -279,7 +292,9 @@ fn contended_fails_early() {
         let (nodes, fakes) = build(&spec, Duration::from_secs(30));
         let timing = RoundTiming::new(Duration::from_secs(10), 0.01);
         let start = Instant::now();
-        let err = round::acquire(&nodes, "r", &Arc::from(KEY), timing).await;
+        let err = round::acquire(&nodes, "r", &plain_keys(), timing)
+            .await
+            .map_err(|f| f.error);
         assert!(
             matches!(
                 err,
@@ -321,9 +336,9 @@ fn extend_needs_quorum_within_validity() {
         let (nodes, fakes) = build(&spec, Duration::from_millis(50));
         let timing = RoundTiming::new(Duration::from_millis(300), 0.01);
         let key: Arc<str> = Arc::from(KEY);
-        let grant = match round::acquire(&nodes, "r", &key, timing).await {
+        let grant = match round::acquire(&nodes, "r", &plain_keys(), timing).await {
             Ok(grant) => grant,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("{}", e.error),
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         let longer = RoundTiming::new(Duration::from_secs(1), 0.01);
@@ -369,4 +384,160 @@ fn extend_needs_quorum_within_validity() {
         .await;
         assert!(expired.as_ref().is_err_and(LockError::is_not_held));
     });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// With fencing and restart protection, competing clients on masters that crash and
+    /// restart empty at arbitrary moments never hold overlapping claims, and every claim's
+    /// fencing token is strictly greater than the token of every earlier claim.
+    #[test]
+    fn fenced_claims_are_exclusive_and_tokens_increase_across_restarts(
+        delays in prop::collection::vec((1u64..30, 0u64..30, 0u64..100), 3..=5),
+        jitter_ms in 0u64..20,
+        clients in 2usize..4,
+        restarts in prop::collection::vec((0u64..4_000, 0usize..5), 0..6),
+        hold_ms in prop::collection::vec(0u64..300, 8),
+        ttl_ms in 150u64..500,
+    ) {
+        let rt = runtime();
+        let result: Result<(), TestCaseError> = rt.block_on(async {
+            let spec: Vec<(Behaviour, bool)> = delays.iter().map(|(a, r, _)| (Behaviour {
+                apply_after: Duration::from_millis(*a),
+                reply_after: Duration::from_millis(*r),
+                jitter: Duration::from_millis(jitter_ms),
+                fault: Fault::None,
+            }, false)).collect();
+            let (_nodes, fakes) = build(&spec, Duration::from_millis(100));
+            let epoch_key = "quorumlock:\u{1f}epoch";
+            for (fake, (_, _, ahead_ms)) in fakes.iter().zip(&delays) {
+                fake.provision(epoch_key);
+                // Node clocks disagree by up to 100 ms (less than the quarantine, as the token
+                // construction assumes): tokens from different quorums stay
+                // ordered only thanks to the write-back.
+                fake.set_clock_ahead(Duration::from_millis(*ahead_ms));
+            }
+            let keys = LockKeys {
+                lock: Arc::from(KEY),
+                fence: Some(Arc::from("quorumlock:\u{1f}fence:r")),
+                epoch: Some(Arc::from(epoch_key)),
+            };
+            let ttl = Duration::from_millis(ttl_ms);
+            let mut timing = RoundTiming::new(ttl, 0.01);
+            // The maximum TTL in use is `ttl`: a restarted node sits out that long plus drift.
+            timing.quarantine = Some(ttl + drift(ttl, 0.01));
+            timing.fence_retention = Duration::from_secs(3600);
+            let claims: Arc<Mutex<Vec<(Instant, Instant, u64)>>> = Arc::default();
+            let stop = Instant::now() + Duration::from_secs(5);
+            let mut tasks = Vec::new();
+            for client in 0..clients {
+                let nodes: Nodes<FakeMaster> = fakes.iter().map(|f| f.connect(client as u64 * 1000 + 11)).collect();
+                let (keys, claims, hold_ms) = (keys.clone(), claims.clone(), hold_ms.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut turn = client;
+                    while Instant::now() < stop {
+                        turn += 1;
+                        let Ok(grant) = round::acquire(&nodes, "r", &keys, timing).await else {
+                            tokio::time::sleep(Duration::from_millis(5 * (client as u64 + 1))).await;
+                            continue;
+                        };
+                        let Some(token) = grant.token else {
+                            return Err("a fenced grant without a token".to_string());
+                        };
+                        let fence_key = keys.fence.as_deref().unwrap_or_default();
+                        let raised = round::raise_fence(&nodes, "r", fence_key, token, timing.fence_retention).await;
+                        let from = Instant::now();
+                        if raised.is_ok() && from < grant.valid_until {
+                            tokio::time::sleep(Duration::from_millis(hold_ms[turn % hold_ms.len()])).await;
+                            let until = Instant::now().min(grant.valid_until);
+                            claims.lock().unwrap_or_else(|p| p.into_inner()).push((from, until, token));
+                        }
+                        let _ = round::release(&nodes, "r", &keys.lock, &grant.value, &grant.holders, true).await;
+                    }
+                    Ok(())
+                }));
+            }
+            let start = Instant::now();
+            let mut schedule = restarts.clone();
+            schedule.sort();
+            for (at_ms, node) in schedule {
+                tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
+                fakes[node % fakes.len()].restart_empty();
+            }
+            for task in tasks {
+                match task.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(TestCaseError::fail(e)),
+                    Err(e) => return Err(TestCaseError::fail(e.to_string())),
+                }
+            }
+            let mut claims = claims.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            claims.sort();
+            for pair in claims.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                if a.0 < a.1 && b.0 < b.1 {
+                    prop_assert!(a.1 <= b.0, "overlapping claims {a:?} and {b:?}");
+                }
+                prop_assert!(b.2 > a.2, "token went backwards: {a:?} then {b:?}");
+            }
+            Ok(())
+        });
+        result?;
+    }
+}
+
+/// Without restart protection, a master that restarts empty under a live lock lets a second
+/// client in: the hazard restart protection exists for (exactly 3 of 5 hold the key).
+#[test]
+fn restart_without_protection_breaks_exclusion_and_protection_prevents_it() {
+    for protected in [false, true] {
+        runtime().block_on(async {
+            let quick = Behaviour {
+                apply_after: Duration::from_millis(1),
+                reply_after: Duration::from_millis(1),
+                jitter: Duration::ZERO,
+                fault: Fault::None,
+            };
+            let spec: Vec<(Behaviour, bool)> = (0..5).map(|_| (quick.clone(), false)).collect();
+            let (nodes, fakes) = build(&spec, Duration::from_millis(100));
+            let epoch_key = "quorumlock:\u{1f}epoch";
+            for fake in &fakes {
+                fake.provision(epoch_key);
+            }
+            let keys = LockKeys {
+                lock: Arc::from(KEY),
+                fence: None,
+                epoch: protected.then(|| Arc::from(epoch_key)),
+            };
+            let ttl = Duration::from_secs(10);
+            let mut timing = RoundTiming::new(ttl, 0.01);
+            timing.quarantine = protected.then(|| ttl + drift(ttl, 0.01));
+            // The first holder gets exactly nodes 0, 1, 2 (3 and 4 already hold a foreign key).
+            fakes[3].preset(KEY, "other");
+            fakes[4].preset(KEY, "other");
+            let first = round::acquire(&nodes, "r", &keys, timing).await;
+            assert!(first.is_ok(), "{first:?}");
+            // Node 2 crashes and restarts empty; nodes 3 and 4 free up.
+            fakes[2].restart_empty();
+            for fake in &fakes[3..] {
+                fake.restart_empty();
+                fake.provision(epoch_key);
+            }
+            let second = round::acquire(&nodes, "r", &keys, timing).await;
+            if protected {
+                let Err(failure) = second else {
+                    panic!("granted twice despite restart protection");
+                };
+                let quarantined = failure
+                    .error
+                    .node_errors()
+                    .iter()
+                    .any(|e| matches!(e.kind(), crate::NodeErrorKind::Quarantined { .. }));
+                assert!(quarantined, "{:?}", failure.error);
+            } else {
+                assert!(second.is_ok(), "the hazard did not show: {second:?}");
+            }
+        });
+    }
 }

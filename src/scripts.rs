@@ -4,54 +4,132 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
-
-/// Deletes the lock key only if it still holds this owner's value. Returns 1 if deleted, else 0.
+/// A Lua script: its source, for `EVAL` and `SCRIPT LOAD`, and its SHA1, for `EVALSHA`.
 ///
-/// A plain `DEL` would remove the key of whoever acquired the lock after ours expired.
-pub(crate) static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"if redis.call('get', KEYS[1]) == ARGV[1] then
+/// The requests are built by hand rather than through `redis::Script`, whose loading path
+/// asserts (panics in debug builds) when a server answers `SCRIPT LOAD` with an unexpected hash.
+pub(crate) struct LuaScript {
+    pub(crate) source: &'static str,
+    sha: LazyLock<String>,
+}
+
+impl LuaScript {
+    /// The SHA1 of the source, as `EVALSHA` and `SCRIPT LOAD` use it.
+    pub(crate) fn sha(&self) -> &str {
+        &self.sha
+    }
+}
+
+/// Defines a `static` [`LuaScript`] from a source literal.
+macro_rules! lua_script {
+    ($(#[$doc:meta])* $name:ident = $source:expr;) => {
+        $(#[$doc])*
+        pub(crate) static $name: LuaScript = LuaScript {
+            source: $source,
+            sha: LazyLock::new(|| redis::Script::new($source).get_hash().to_owned()),
+        };
+    };
+}
+
+lua_script! {
+    /// Deletes the lock key only if it still holds this owner's value. Returns 1 if deleted, else 0.
+    ///
+    /// A plain `DEL` would remove the key of whoever acquired the lock after ours expired.
+    COMPARE_AND_DELETE = r"if redis.call('get', KEYS[1]) == ARGV[1] then
     return redis.call('del', KEYS[1])
 end
-return 0",
-    )
-});
+return 0";
+}
 
-/// Sets a new TTL (ARGV[2], milliseconds) on the lock key only if it still holds this owner's
-/// value. Returns 1 if extended, else 0.
-///
-/// It never re-creates a missing key: a key that expired may already have been granted to
-/// someone else on other nodes, and re-creating it would hand out a lock nobody agreed to.
-pub(crate) static COMPARE_AND_PEXPIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"if redis.call('get', KEYS[1]) == ARGV[1] then
+lua_script! {
+    /// Sets a new TTL (ARGV[2], milliseconds) on the lock key only if it still holds this owner's
+    /// value. Returns 1 if extended, else 0.
+    ///
+    /// It never re-creates a missing key: a key that expired may already have been granted to
+    /// someone else on other nodes, and re-creating it would hand out a lock nobody agreed to.
+    COMPARE_AND_PEXPIRE = r"if redis.call('get', KEYS[1]) == ARGV[1] then
     return redis.call('pexpire', KEYS[1], ARGV[2])
 end
-return 0",
-    )
-});
+return 0";
+}
 
-/// Mutant `PlainDelRelease` (jepsen-lite only): deletes whatever the key holds.
-pub(crate) static PLAIN_DELETE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("return redis.call('del', KEYS[1])"));
+lua_script! {
+    /// Acquire with fencing and/or restart protection, in one atomic step.
+    ///
+    /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` epoch marker; `ARGV[1]` value,
+    /// `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for a fencing token, `ARGV[4]` `"1"` for the epoch
+    /// check, `ARGV[5]` how long (ms) an idle fence counter is kept.
+    ///
+    /// Returns `{granted, token, epoch_age_ms}` (`epoch_age_ms` is -1 when not checked).
+    ///
+    /// * The epoch marker is created, stamped with the node's own clock (`TIME`, microseconds), the
+    ///   first time it is missing: a node that lost its data gets a new, young marker, and its age
+    ///   says how long ago it may have forgotten the locks it granted.
+    /// * The token is `max(counter + 1, node time in µs)`: strictly above every token this node
+    ///   issued while it kept its counter, and, if the counter was lost (restart, expiry), still
+    ///   above earlier tokens as long as node clocks do not run backwards. The counter expires after
+    ///   `ARGV[5]` of disuse, so unused resources cost no memory.
+    ///
+    /// Lua numbers are doubles: microsecond timestamps (≈ 2^51) stay exact below 2^53.
+    ACQUIRE = r"local t = redis.call('time')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local epoch_age_ms = -1
+if ARGV[4] == '1' then
+    local born = redis.call('get', KEYS[3])
+    if not born then
+        redis.call('set', KEYS[3], string.format('%d', now_us))
+        born = now_us
+    end
+    epoch_age_ms = math.floor((now_us - tonumber(born)) / 1000)
+end
+if not redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
+    return {0, 0, epoch_age_ms}
+end
+local token = 0
+if ARGV[3] == '1' then
+    local current = tonumber(redis.call('get', KEYS[2]) or '0')
+    token = math.max(current + 1, now_us)
+    redis.call('set', KEYS[2], string.format('%d', token), 'px', ARGV[5])
+end
+return {1, token, epoch_age_ms}";
+}
 
-/// Mutant `ExtendRecreates` (jepsen-lite only): like [`COMPARE_AND_PEXPIRE`], but re-creates
-/// a missing key, reviving a lock that may have moved on.
-pub(crate) static EXTEND_RECREATES: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"local current = redis.call('get', KEYS[1])
+lua_script! {
+    /// Raises the fence counter `KEYS[1]` to at least `ARGV[1]` (keeping it `ARGV[2]` ms).
+    ///
+    /// After a grant, the client writes the token (the maximum over the granting quorum) back to a
+    /// quorum: any later granting quorum shares a node with this one, so its token is higher.
+    RAISE_FENCE = r"local current = tonumber(redis.call('get', KEYS[1]) or '0')
+if current < tonumber(ARGV[1]) then
+    redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+end
+return 1";
+}
+
+lua_script! {
+    /// Mutant `PlainDelRelease` (jepsen-lite only): deletes whatever the key holds.
+    PLAIN_DELETE = "return redis.call('del', KEYS[1])";
+}
+
+lua_script! {
+    /// Mutant `ExtendRecreates` (jepsen-lite only): like [`COMPARE_AND_PEXPIRE`], but re-creates
+    /// a missing key, reviving a lock that may have moved on.
+    EXTEND_RECREATES = r"local current = redis.call('get', KEYS[1])
 if current == ARGV[1] then
     return redis.call('pexpire', KEYS[1], ARGV[2])
 elseif current == false then
     redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
     return 1
 end
-return 0",
-    )
-});
+return 0";
+}
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
-pub(crate) fn all() -> [&'static Script; 2] {
-    [&COMPARE_AND_DELETE, &COMPARE_AND_PEXPIRE]
+pub(crate) fn all() -> [&'static LuaScript; 4] {
+    [
+        &COMPARE_AND_DELETE,
+        &COMPARE_AND_PEXPIRE,
+        &ACQUIRE,
+        &RAISE_FENCE,
+    ]
 }

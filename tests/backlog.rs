@@ -14,8 +14,7 @@ const TTL: Duration = Duration::from_secs(10);
 const MAX_UNANSWERED: usize = 2;
 const ROUNDS: u64 = 6;
 
-/// With `max_unanswered(2)`, six rounds against a paused master queue only a bounded number of
-/// `SET`s on it; after it resumes, it holds no key of ours and takes part in rounds again.
+/// A paused master is sent at most `max_unanswered` lock requests, and is used again on resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_master_gets_a_bounded_backlog_and_is_used_again() {
     let mut cluster = cluster(3);

@@ -12,8 +12,7 @@ use support::{
 
 const TTL: Duration = Duration::from_secs(60);
 
-/// A `try_lock` dropped while undecided (1 grant, 1 refusal, 1 paused master) releases every
-/// key it set, including the one the paused master sets only after it resumes.
+/// A `try_lock` dropped mid-round releases every key it set, also one a paused master sets late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_lock_future_leaves_no_keys() {
     let mut cluster = cluster(3);
@@ -78,8 +77,7 @@ async fn dropped_guard_releases_in_the_background() {
     guard.release().await.expect("release");
 }
 
-/// A `release()` future dropped before a quorum confirmed (two masters paused) still leaves no
-/// key once the masters resume: the guard's drop sends the deletes again.
+/// A `release()` future dropped before a quorum confirmed still leaves no key behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_release_future_leaves_no_keys() {
     let mut cluster = cluster(3);
@@ -115,8 +113,7 @@ async fn dropped_release_future_leaves_no_keys() {
     .await;
 }
 
-/// A guard dropped on a thread without a tokio runtime does not panic; its keys then expire
-/// after their TTL.
+/// A guard dropped on a thread without a tokio runtime does not panic (its keys expire).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guard_dropped_outside_a_runtime_does_not_panic() {
     let cluster = cluster(3);

@@ -34,8 +34,7 @@ async fn minority_down_still_grants() {
     .await;
 }
 
-/// With 3 of 5 masters killed, `try_lock` fails within about one node timeout with
-/// `QuorumUnreachable` carrying 3 node errors, each naming its dead master.
+/// 3 of 5 masters killed: fast `QuorumUnreachable` with one error naming each dead master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_down_is_quorum_unreachable_naming_each_dead_master() {
     let mut cluster = cluster(5);

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use quorumlock::{LockError, NotHeldReason};
 use support::{cluster, get, key, manager, pttl, wait_until, warm_up, PATIENCE};
 
-/// A 500 ms lock extended to 3 s a few times is still held well past 500 ms: another manager
-/// is refused, and the guard stays valid.
+/// A 500 ms lock extended to 3 s is still held, and valid, well past its original TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_keeps_the_lock_past_its_original_ttl() {
     let cluster = cluster(3);
@@ -49,8 +48,7 @@ async fn extend_keeps_the_lock_past_its_original_ttl() {
     guard.release().await.expect("release");
 }
 
-/// A lock that expired and was taken by another manager cannot be extended: `NotHeld`, and the
-/// new holder's keys keep their value and TTL.
+/// Extending a lock that expired and was taken is `NotHeld` and spares the new holder's keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_after_expiry_is_not_held() {
     let cluster = cluster(3);
@@ -85,9 +83,7 @@ async fn extend_after_expiry_is_not_held() {
         .expect("the new holder still holds it");
 }
 
-/// Keys that vanished under a lock that is still valid on the client's clock (a master's clock
-/// jumped, or an operator deleted them) and went to another owner: `extend` reports the loss,
-/// invalidates the guard, and leaves the new owner's keys alone.
+/// Keys lost while the guard is still valid: `extend` is `NotHeld(Lost)` and invalidates it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_of_a_lock_lost_while_valid_is_not_held() {
     let cluster = cluster(3);

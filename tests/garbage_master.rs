@@ -84,8 +84,7 @@ async fn answer_seven(socket: TcpStream) {
     }
 }
 
-/// A garbage-spewing node among two real masters: the lock is granted by the two; alone, it
-/// gives `QuorumUnreachable` whose node error names it.
+/// A node that spews garbage is a named failure: 2 real masters still grant, alone it fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_node_is_a_named_failure() {
     let garbage = spawn_garbage_server().await;
@@ -108,13 +107,13 @@ async fn node_with_wrong_replies_is_a_named_failure() {
     );
 }
 
-/// Regression: a `SCRIPT LOAD` answered with a wrong SHA (here `7`) made the connect task
-/// panic (the `redis` crate's `debug_assert_eq!` in `Script::load_async`); it must be a plain
-/// node error.
+/// Regression: a wrong SHA in reply to `SCRIPT LOAD` panicked the connect task (debug builds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_load_with_a_wrong_sha_is_an_error_not_a_panic() {
     let wrong = spawn_wrong_reply_server().await;
+    // Wait for the connection attempt's own outcome rather than give up on it first.
     let locks = builder(&[format!("redis://{wrong}")])
+        .node_timeout(Duration::from_secs(3))
         .build()
         .expect("build manager");
     let error = locks

@@ -11,8 +11,7 @@ use support::{calls, cluster, manager};
 /// Whether an argument error is the one a case expects.
 type Expected = fn(&InvalidArgument) -> bool;
 
-/// Empty resource, zero TTL, a TTL eaten by its drift allowance and one beyond `MAX_TTL` each
-/// give their `InvalidArgument`, from every acquire method, and no master sees a request.
+/// Each bad argument gives its `InvalidArgument` from every acquire method, asking no master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_arguments_are_typed_errors_and_reach_no_master() {
     let cluster = cluster(3);
@@ -88,8 +87,7 @@ async fn extend_with_a_bad_ttl_leaves_the_lock_alone() {
     guard.release().await.expect("release");
 }
 
-/// Each bad configuration gives its `ConfigError` from `build()`, and a password in a bad or
-/// duplicate URL is redacted in the error.
+/// Each bad configuration gives its `ConfigError`, with any password in a URL redacted.
 #[test]
 fn bad_configurations_are_config_errors() {
     let three = || {

@@ -30,8 +30,7 @@ async fn no_two_holders_are_ever_inside_at_once() {
     .await;
 }
 
-/// The same, while one master is paused for a second and resumes with a backlog of late
-/// `SET`s and deletes: still never two holders inside, and nothing left behind.
+/// The same while one master pauses for a second and resumes with a backlog of late requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_two_holders_while_a_master_pauses_and_resumes() {
     let mut cluster = cluster(5);

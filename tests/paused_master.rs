@@ -13,8 +13,7 @@ const NODE_TIMEOUT: Duration = Duration::from_secs(1);
 const TTL: Duration = Duration::from_secs(10);
 const ROUNDS: u64 = 3;
 
-/// One of 3 masters paused: `try_lock` succeeds without waiting for it, and once it resumes,
-/// the late `SET`s it runs are undone by the compare-and-deletes queued behind them.
+/// One paused master of 3: locks are granted without waiting, and its late `SET`s are undone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_master_neither_blocks_nor_keeps_keys() {
     let mut cluster = cluster(3);

@@ -33,8 +33,7 @@ async fn unreachable_master_error_hides_the_password() {
     assert_hidden(&format!("{error:?}"));
 }
 
-/// A live master that rejects the password: the error says so without repeating it; the right
-/// password works and is not shown either.
+/// A master that rejects the password gives an error without it; the right one works, unshown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_password_error_hides_the_password() {
     let cluster = cluster(1);
@@ -93,8 +92,7 @@ fn password_in_url_without_scheme_is_redacted() {
     }
 }
 
-/// A password with an unescaped `/`, `?` or `#` (common in generated passwords) is rejected
-/// without showing any part of it.
+/// A password with an unescaped `/`, `?` or `#` (common when generated) is never shown.
 #[test]
 fn password_with_reserved_characters_is_redacted() {
     for password in ["sek/rit", "sek?rit", "sek#rit"] {

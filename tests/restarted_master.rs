@@ -10,8 +10,7 @@ use support::{cluster, get, key, manager, wait_until, warm_up, PATIENCE};
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// N = 3: master 0 is killed and restarted, then master 1 is killed, so no quorum exists
-/// without master 0: locking succeeds only because the manager reconnects to it.
+/// A master killed and restarted on its port is used again: the quorum needs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_master_is_used_again() {
     let mut cluster = cluster(3);
@@ -21,6 +20,7 @@ async fn restarted_master_is_used_again() {
     cluster[0].kill().expect("kill");
     cluster[0].restart().expect("restart on the same port");
     cluster[1].kill().expect("kill");
+    // Masters 0 and 2 are up: no quorum of 2 exists without the restarted master.
 
     // The old connection to master 0 is broken; it is replaced lazily, so allow a few rounds.
     let deadline = Instant::now() + PATIENCE;
@@ -42,8 +42,7 @@ async fn restarted_master_is_used_again() {
     .await;
 }
 
-/// `build()` succeeds while every master is down; locking then fails as unreachable, and the
-/// same manager locks once the masters are back.
+/// A manager built while every master is down fails as unreachable, then locks once they are up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manager_built_while_all_masters_are_down_locks_once_they_are_up() {
     let mut cluster = cluster(3);

@@ -10,8 +10,7 @@ use support::{builder, cluster, manager, total_keys, wait_until, PATIENCE};
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// `lock` on a held resource gives up after `retry_count` retries with `Contended`, within
-/// about `retry_count × retry_delay`.
+/// `lock` on a held resource gives up with `Contended` after its retries, promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_gives_up_after_its_retries() {
     let cluster = cluster(3);
@@ -32,8 +31,7 @@ async fn lock_gives_up_after_its_retries() {
     guard.release().await.expect("release");
 }
 
-/// `lock_until` on a held resource returns `DeadlinePassed` carrying the contention, close to
-/// its deadline; with a deadline already past it returns at once, having asked nobody.
+/// `lock_until` on a held resource returns `DeadlinePassed(Contended)` at its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_until_stops_at_its_deadline() {
     let cluster = cluster(3);

@@ -13,8 +13,7 @@ fn drift(ttl: Duration) -> Duration {
     ttl.mul_f64(DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2)
 }
 
-/// After acquire and after extend, `valid_until` lies within `[before, after] + ttl − drift`,
-/// and every key of the lock outlives it on its master.
+/// `valid_until` is `round start + ttl − drift` and a quorum of keys outlives it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validity_is_ttl_minus_drift_from_the_round_start_and_keys_outlive_it() {
     let cluster = cluster(3);

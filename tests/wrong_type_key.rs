@@ -33,8 +33,7 @@ async fn list_under_the_lock_key_is_contended() {
     }
 }
 
-/// The lock's keys replaced by lists on every master: `extend` and `release` fail with
-/// `WRONGTYPE` server errors from each master, and the manager keeps working.
+/// Keys turned into lists under a held lock: extend and release give `WRONGTYPE` server errors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_and_release_over_a_list_are_server_errors() {
     let cluster = cluster(3);

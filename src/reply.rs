@@ -1,0 +1,174 @@
+//! Reading what a master answers: strictly, so that anything unexpected becomes a typed error
+//! instead of a wrong vote (and never a panic).
+
+use std::time::Duration;
+
+use redis::{RedisError, Value};
+
+use crate::error::NodeErrorKind;
+use crate::master::AcquireReply;
+
+/// Reads the reply of `SET … NX`: `OK` if set, nil if the key exists.
+pub(crate) fn set_reply(value: Value) -> Result<bool, NodeErrorKind> {
+    match value {
+        Value::Okay => Ok(true),
+        Value::SimpleString(s) if s == "OK" => Ok(true),
+        Value::Nil => Ok(false),
+        other => Err(unexpected("OK or nil", &other)),
+    }
+}
+
+/// Reads the 0/1 reply of a compare-and-… script.
+pub(crate) fn flag_reply(value: Value) -> Result<bool, NodeErrorKind> {
+    match value {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(unexpected("integer 0 or 1", &other)),
+    }
+}
+
+/// Reads the `{granted, token, epoch_age_ms}` reply of the acquire script.
+pub(crate) fn acquire_reply(
+    value: Value,
+    fencing: bool,
+    epoch_check: bool,
+) -> Result<AcquireReply, NodeErrorKind> {
+    const EXPECTED: &str = "an array of three integers {granted, token, epoch_age_ms}";
+    let Value::Array(items) = &value else {
+        return Err(unexpected(EXPECTED, &value));
+    };
+    let [Value::Int(granted), Value::Int(token), Value::Int(age)] = items.as_slice() else {
+        return Err(unexpected(EXPECTED, &value));
+    };
+    let granted = match granted {
+        0 => false,
+        1 => true,
+        _ => return Err(unexpected(EXPECTED, &value)),
+    };
+    let token = match (granted && fencing, u64::try_from(*token)) {
+        (false, _) => None,
+        (true, Ok(token)) if token > 0 => Some(token),
+        (true, _) => return Err(unexpected("a positive fencing token", &value)),
+    };
+    let epoch_age = match (epoch_check, u64::try_from(*age)) {
+        (false, _) => None,
+        (true, Ok(ms)) => Some(Duration::from_millis(ms)),
+        // A marker "from the future" (the node's clock went backwards): treat it as brand new.
+        (true, Err(_)) => Some(Duration::ZERO),
+    };
+    Ok(AcquireReply {
+        granted,
+        token,
+        epoch_age,
+    })
+}
+
+/// An [`NodeErrorKind::UnexpectedReply`] that shows (the start of) what came back.
+pub(crate) fn unexpected(expected: &str, got: &Value) -> NodeErrorKind {
+    NodeErrorKind::UnexpectedReply(format!("expected {expected}, got {}", shown(got)))
+}
+
+/// A reply as text, cut to 80 characters.
+pub(crate) fn shown(value: &Value) -> String {
+    let mut text = format!("{value:?}");
+    if text.len() > 80 {
+        let cut = (0..=80)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// What a `redis` error means for the lock, and whether the connection it came from is broken.
+pub(crate) fn classify(error: &RedisError) -> (NodeErrorKind, bool) {
+    use redis::ErrorKind;
+    match error.kind() {
+        // The server answered with an error reply: the connection is fine.
+        ErrorKind::Server(_) | ErrorKind::Extension => {
+            (NodeErrorKind::Server(describe(error)), false)
+        }
+        // The reply stream could not be parsed: every later reply would be misread.
+        ErrorKind::Parse => (NodeErrorKind::UnexpectedReply(describe(error)), true),
+        ErrorKind::UnexpectedReturnType => (NodeErrorKind::UnexpectedReply(describe(error)), false),
+        _ => (NodeErrorKind::ConnectionLost(describe(error)), true),
+    }
+}
+
+/// Whether `error` is the server saying it does not know a script's SHA1.
+pub(crate) fn is_noscript(error: &RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// A `redis` error as a lowercase message.
+pub(crate) fn describe(error: &RedisError) -> String {
+    let text = error.to_string();
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_read_strictly() {
+        assert_eq!(set_reply(Value::Okay), Ok(true));
+        assert_eq!(set_reply(Value::Nil), Ok(false));
+        assert!(matches!(
+            set_reply(Value::Int(1)),
+            Err(NodeErrorKind::UnexpectedReply(_))
+        ));
+        assert_eq!(flag_reply(Value::Int(1)), Ok(true));
+        assert_eq!(flag_reply(Value::Int(0)), Ok(false));
+        assert!(matches!(
+            flag_reply(Value::Int(7)),
+            Err(NodeErrorKind::UnexpectedReply(_))
+        ));
+        let long = Value::BulkString(vec![b'x'; 1000]);
+        match flag_reply(long) {
+            Err(NodeErrorKind::UnexpectedReply(text)) => assert!(text.len() < 200, "{text}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn acquire_replies_are_read_strictly() {
+        let ok = Value::Array(vec![Value::Int(1), Value::Int(42), Value::Int(5)]);
+        assert_eq!(
+            acquire_reply(ok.clone(), true, true),
+            Ok(AcquireReply {
+                granted: true,
+                token: Some(42),
+                epoch_age: Some(Duration::from_millis(5)),
+            })
+        );
+        assert_eq!(
+            acquire_reply(ok, false, false),
+            Ok(AcquireReply {
+                granted: true,
+                token: None,
+                epoch_age: None,
+            })
+        );
+        let refused = Value::Array(vec![Value::Int(0), Value::Int(0), Value::Int(-1)]);
+        assert_eq!(
+            acquire_reply(refused, true, false).map(|r| r.granted),
+            Ok(false)
+        );
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(0)]),
+            Value::Array(vec![Value::Int(2), Value::Int(1), Value::Int(0)]),
+            Value::Array(vec![Value::Int(1), Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), Value::Int(-4), Value::Int(0)]),
+        ] {
+            assert!(acquire_reply(bad, true, true).is_err());
+        }
+    }
+}
