@@ -2,7 +2,8 @@
 //!
 //! A quick measurement on local masters this example starts itself: uncontended lock+release
 //! latency (p50/p99) and lock+release cycles per second with 64 tasks, for N = 1 and N = 5,
-//! and `try_lock` latency with one of five masters paused. The benchmark issue makes this
+//! the cost of fencing tokens and restart protection, and `try_lock` latency with one of five
+//! masters paused. The benchmark issue makes this
 //! rigorous (HdrHistogram, peers in the same run); this is the quick look.
 
 use std::error::Error;
@@ -102,6 +103,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
             format!("N={n} 64 tasks, distinct keys")
         );
     }
+
+    let fenced = five.fenced();
+    latency(&fenced, 500).await?;
+    report("N=5 fencing on: lock+release", latency(&fenced, 5000).await?);
+    let protected = Redlock::builder()
+        .nodes(cluster.urls())
+        .max_ttl(TTL)
+        .restart_protection(true)
+        .build()?;
+    protected.provision().await?;
+    latency(&protected, 500).await?;
+    report("N=5 restart protection on: lock+release", latency(&protected, 5000).await?);
+    report("N=5 plain again: lock+release", latency(&five, 5000).await?);
 
     cluster[4].pause()?;
     let mut samples = Vec::new();
