@@ -46,6 +46,8 @@ pub(crate) struct Config {
     pub(crate) fence_retention: Duration,
     pub(crate) max_ttl: Duration,
     pub(crate) restart_protection: bool,
+    /// The owner of a reentrant handle ([`Redlock::reentrant`]).
+    pub(crate) owner: Option<crate::value::LockValue>,
 }
 
 impl Config {
@@ -298,6 +300,7 @@ impl RedlockBuilder {
             fence_retention: self.fence_retention,
             max_ttl,
             restart_protection: self.restart_protection,
+            owner: None,
         };
         let nodes = addresses
             .into_iter()

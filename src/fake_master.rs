@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::error::NodeErrorKind;
 use crate::master::{AcquireReply, AcquireRequest, Master};
-use crate::value::LockValue;
+use crate::value::Claim;
 
 /// How a fake master behaves.
 #[derive(Debug, Clone)]
@@ -275,6 +275,16 @@ impl FakeMaster {
     }
 }
 
+/// Reentrant claims are tested on real masters only; the fake refuses them loudly.
+fn not_reentrant(claim: &Claim) -> Result<(), NodeErrorKind> {
+    match claim.reentry {
+        None => Ok(()),
+        Some(_) => Err(NodeErrorKind::UnexpectedReply(
+            "fake: reentrant claims are not modelled".into(),
+        )),
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -383,11 +393,12 @@ impl Master for FakeMaster {
     }
 
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply, NodeErrorKind> {
+        not_reentrant(request.claim)?;
         let outcome = self
             .call(
                 OpKind::Set {
                     key: request.key.into(),
-                    value: request.value.as_str().into(),
+                    value: request.claim.value.as_str().into(),
                     ttl: request.ttl,
                     fence_key: request.fence_key.map(Into::into),
                     retention: request.fence_retention,
@@ -418,11 +429,9 @@ impl Master for FakeMaster {
         Ok(outcome.ok)
     }
 
-    async fn compare_and_delete(
-        &self,
-        key: &str,
-        value: &LockValue,
-    ) -> Result<bool, NodeErrorKind> {
+    async fn compare_and_delete(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
+        not_reentrant(claim)?;
+        let value = &claim.value;
         let outcome = self
             .call(OpKind::Delete(key.into(), value.as_str().into()), true)
             .await?;
@@ -432,9 +441,11 @@ impl Master for FakeMaster {
     async fn compare_and_pexpire(
         &self,
         key: &str,
-        value: &LockValue,
+        claim: &Claim,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
+        not_reentrant(claim)?;
+        let value = &claim.value;
         let outcome = self
             .call(
                 OpKind::Pexpire(key.into(), value.as_str().into(), ttl),

@@ -9,7 +9,7 @@ use crate::error::LockError;
 use crate::manager::{round_timing, Shared};
 use crate::round::{self, Grant};
 use crate::timing::drift;
-use crate::value::LockValue;
+use crate::value::Claim;
 
 /// A lock held on a quorum of masters, valid until [`valid_until`](Self::valid_until).
 ///
@@ -28,7 +28,7 @@ pub struct LockGuard {
     shared: Arc<Shared>,
     resource: String,
     key: Arc<str>,
-    value: LockValue,
+    claim: Claim,
     holders: Arc<[bool]>,
     ttl: Duration,
     valid_until: Instant,
@@ -59,7 +59,7 @@ impl LockGuard {
             shared,
             resource,
             key,
-            value: grant.value,
+            claim: grant.claim,
             holders: grant.holders,
             ttl,
             valid_until: grant.valid_until,
@@ -169,7 +169,7 @@ impl LockGuard {
             &self.shared.nodes,
             &self.resource,
             &self.key,
-            &self.value,
+            &self.claim,
             &self.holders,
             timing,
             before,
@@ -213,7 +213,7 @@ impl LockGuard {
             &self.shared.nodes,
             &self.resource,
             &self.key,
-            &self.value,
+            &self.claim,
             &self.holders,
             still_valid,
         )
@@ -232,7 +232,7 @@ impl Drop for LockGuard {
         round::release_in_background(
             Arc::clone(&self.shared.nodes),
             Arc::clone(&self.key),
-            self.value.clone(),
+            self.claim.clone(),
             &self.holders,
         );
     }

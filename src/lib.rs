@@ -103,6 +103,7 @@ mod manager;
 mod master;
 mod mutation;
 mod node;
+mod owner;
 mod reply;
 mod round;
 mod round_spec;
@@ -130,3 +131,4 @@ pub use manager::Redlock;
 #[cfg(feature = "mutants")]
 #[doc(hidden)]
 pub use mutation::Mutation;
+pub use owner::Owner;

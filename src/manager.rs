@@ -10,6 +10,7 @@ use crate::config::{Config, RedlockBuilder};
 use crate::error::{InvalidArgument, LockError, NodeError};
 use crate::guard::LockGuard;
 use crate::node::RedisNode;
+use crate::owner::Owner;
 use crate::round::{self, LockKeys, Nodes, RoundFailure};
 use crate::round_spec::RoundTiming;
 use crate::timing::{drift, quorum, validity};
@@ -87,6 +88,39 @@ impl Redlock {
     pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
         use crate::master::Master;
         self.shared.nodes.iter().map(|n| n.name())
+    }
+
+    /// A handle on the same masters and connections whose acquisitions are **reentrant** for
+    /// `owner`: while `owner` holds a resource, acquiring it again through a handle of the same
+    /// owner succeeds at once (a quorum round that finds the owner's key), and the lock is
+    /// freed only when every one of these acquisitions has been released or has expired.
+    ///
+    /// Each acquisition is recorded as its own member next to the lock key, so a release that
+    /// is lost, repeated or sent to a master that never saw the acquisition can never free the
+    /// lock under another acquisition of the same owner. The key lives as long as the longest
+    /// TTL any of the owner's acquisitions asked for. Other owners, reentrant or not, are
+    /// refused as usual.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// use std::time::Duration;
+    /// let mine = locks.reentrant(quorumlock::Owner::new());
+    /// let outer = mine.lock("job:42", Duration::from_secs(10)).await?;
+    /// let inner = mine.lock("job:42", Duration::from_secs(10)).await?; // same owner: granted
+    /// inner.release().await?; // still held by `outer`
+    /// outer.release().await?; // now free
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reentrant(&self, owner: Owner) -> Redlock {
+        let mut config = self.shared.config.clone();
+        config.owner = Some(owner.value().clone());
+        Redlock {
+            shared: Arc::new(Shared {
+                nodes: Arc::clone(&self.shared.nodes),
+                config,
+            }),
+        }
     }
 
     /// A handle on the same masters and connections whose acquisitions return fencing tokens
@@ -321,6 +355,10 @@ impl Redlock {
                 .fencing
                 .then(|| Arc::from(format!("{prefix}{RESERVED}fence:{resource}"))),
             epoch: config.restart_protection.then(|| epoch_key(config)),
+            reentrant: config.owner.as_ref().map(|owner| {
+                let holds = Arc::from(format!("{prefix}{RESERVED}holds:{resource}"));
+                (owner.clone(), holds)
+            }),
         };
         Ok((keys, timing))
     }

@@ -7,13 +7,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::NodeErrorKind;
-use crate::value::LockValue;
+use crate::value::Claim;
 
 /// What one acquisition asks of a master.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireRequest<'a> {
     pub(crate) key: &'a str,
-    pub(crate) value: &'a LockValue,
+    pub(crate) claim: &'a Claim,
     pub(crate) ttl: Duration,
     /// The fence counter key, when a fencing token is wanted.
     pub(crate) fence_key: Option<&'a str>,
@@ -24,9 +24,9 @@ pub(crate) struct AcquireRequest<'a> {
 }
 
 impl AcquireRequest<'_> {
-    /// Whether this is a plain `SET NX PX` (no token, no epoch check).
+    /// Whether this is a plain `SET NX PX` (no token, no epoch check, not reentrant).
     pub(crate) fn is_plain(&self) -> bool {
-        self.fence_key.is_none() && self.epoch_key.is_none()
+        self.fence_key.is_none() && self.epoch_key.is_none() && self.claim.reentry.is_none()
     }
 }
 
@@ -63,21 +63,23 @@ pub(crate) trait Master: Send + Sync + 'static {
         retention: Duration,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
 
-    /// Deletes `key` if it holds `value`: `true` if deleted.
+    /// Deletes `key` if it holds the claim's value: `true` if deleted. For a reentrant claim,
+    /// removes this acquisition and deletes the key only when no acquisition is left.
     ///
     /// Cleanup must reach the master even when it is backlogged, so this bypasses the
     /// unanswered-request bound (cleanups are bounded by the acquisitions that were sent).
     fn compare_and_delete(
         &self,
         key: &str,
-        value: &LockValue,
+        claim: &Claim,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
 
-    /// Sets `ttl` on `key` if it holds `value`: `true` if extended.
+    /// Sets `ttl` on `key` if it holds the claim's value: `true` if extended. For a reentrant
+    /// claim the TTL is only ever raised (other acquisitions of the owner rely on it).
     fn compare_and_pexpire(
         &self,
         key: &str,
-        value: &LockValue,
+        claim: &Claim,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
 }

@@ -23,7 +23,7 @@ use crate::master::{AcquireReply, AcquireRequest, Master};
 use crate::mutation::Mutation;
 use crate::reply::{acquire_reply, classify, flag_reply, is_noscript, set_reply};
 use crate::scripts::{self, LuaScript};
-use crate::value::LockValue;
+use crate::value::Claim;
 
 /// One request to a master.
 enum Request<'a> {
@@ -242,7 +242,7 @@ impl Master for RedisNode {
         let (value, retried) = if request.is_plain() {
             let mut cmd = redis::cmd("SET");
             cmd.arg(request.key)
-                .arg(request.value.as_str())
+                .arg(request.claim.value.as_str())
                 .arg("NX")
                 .arg("PX")
                 .arg(&ttl);
@@ -268,17 +268,21 @@ impl Master for RedisNode {
             } else {
                 "0"
             };
+            let reentry = request.claim.reentry.as_ref();
+            // Unused keys are passed as the lock key itself (never touched by the script).
             let keys = [
                 request.key,
                 request.fence_key.unwrap_or(request.key),
                 request.epoch_key.unwrap_or(request.key),
+                reentry.map_or(request.key, |r| &r.holds_key),
             ];
-            let args: [&[u8]; 5] = [
-                request.value.as_str().as_bytes(),
+            let args: [&[u8]; 6] = [
+                request.claim.value.as_str().as_bytes(),
                 ttl.as_bytes(),
                 fencing.as_bytes(),
                 epoch.as_bytes(),
                 retention.as_bytes(),
+                reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
             ];
             let script = Request::Script {
                 script: &scripts::ACQUIRE,
@@ -324,45 +328,69 @@ impl Master for RedisNode {
         flag_reply(reply)
     }
 
-    async fn compare_and_delete(
-        &self,
-        key: &str,
-        value: &LockValue,
-    ) -> Result<bool, NodeErrorKind> {
-        let script = match self.mutation {
-            Some(Mutation::PlainDelRelease) => &scripts::PLAIN_DELETE,
-            _ => &scripts::COMPARE_AND_DELETE,
+    async fn compare_and_delete(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
+        let value = claim.value.as_str().as_bytes();
+        let (reply, _) = if let Some(reentry) = &claim.reentry {
+            let keys = [key, &reentry.holds_key];
+            let args: [&[u8]; 2] = [value, reentry.acquisition.as_str().as_bytes()];
+            let request = Request::Script {
+                script: &scripts::RELEASE_REENTRANT,
+                keys: &keys,
+                args: &args,
+            };
+            self.request(request, true).await?
+        } else {
+            let script = match self.mutation {
+                Some(Mutation::PlainDelRelease) => &scripts::PLAIN_DELETE,
+                _ => &scripts::COMPARE_AND_DELETE,
+            };
+            let keys = [key];
+            let args: [&[u8]; 1] = [value];
+            let request = Request::Script {
+                script,
+                keys: &keys,
+                args: &args,
+            };
+            self.request(request, true).await?
         };
-        let keys = [key];
-        let args: [&[u8]; 1] = [value.as_str().as_bytes()];
-        let request = Request::Script {
-            script,
-            keys: &keys,
-            args: &args,
-        };
-        let (reply, _) = self.request(request, true).await?;
         flag_reply(reply)
     }
 
     async fn compare_and_pexpire(
         &self,
         key: &str,
-        value: &LockValue,
+        claim: &Claim,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        let script = match self.mutation {
-            Some(Mutation::ExtendRecreates) => &scripts::EXTEND_RECREATES,
-            _ => &scripts::COMPARE_AND_PEXPIRE,
-        };
         let ttl = millis(ttl).to_string();
-        let keys = [key];
-        let args: [&[u8]; 2] = [value.as_str().as_bytes(), ttl.as_bytes()];
-        let request = Request::Script {
-            script,
-            keys: &keys,
-            args: &args,
+        let value = claim.value.as_str().as_bytes();
+        let (reply, _) = if let Some(reentry) = &claim.reentry {
+            let keys = [key, &reentry.holds_key];
+            let args: [&[u8]; 3] = [
+                value,
+                reentry.acquisition.as_str().as_bytes(),
+                ttl.as_bytes(),
+            ];
+            let request = Request::Script {
+                script: &scripts::EXTEND_REENTRANT,
+                keys: &keys,
+                args: &args,
+            };
+            self.request(request, false).await?
+        } else {
+            let script = match self.mutation {
+                Some(Mutation::ExtendRecreates) => &scripts::EXTEND_RECREATES,
+                _ => &scripts::COMPARE_AND_PEXPIRE,
+            };
+            let keys = [key];
+            let args: [&[u8]; 2] = [value, ttl.as_bytes()];
+            let request = Request::Script {
+                script,
+                keys: &keys,
+                args: &args,
+            };
+            self.request(request, false).await?
         };
-        let (reply, _) = self.request(request, false).await?;
         flag_reply(reply)
     }
 }

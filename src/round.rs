@@ -17,7 +17,7 @@ use crate::master::{AcquireRequest, Master};
 use crate::round_spec::RoundTiming;
 use crate::tally::Tally;
 use crate::timing::{quorum, validity};
-use crate::value::LockValue;
+use crate::value::{Claim, LockValue};
 
 /// The masters of one manager, shared by every round and guard.
 pub(crate) type Nodes<M> = Arc<[Arc<M>]>;
@@ -31,12 +31,14 @@ pub(crate) struct LockKeys {
     pub(crate) fence: Option<Arc<str>>,
     /// The epoch marker, when restart protection is on.
     pub(crate) epoch: Option<Arc<str>>,
+    /// For a reentrant lock: the owner's identity and the hash of its live acquisitions.
+    pub(crate) reentrant: Option<(LockValue, Arc<str>)>,
 }
 
 /// A granted lock, as the round hands it to the guard.
 #[derive(Debug)]
 pub(crate) struct Grant {
-    pub(crate) value: LockValue,
+    pub(crate) claim: Claim,
     /// The end of the validity: `t0 + ttl − drift`, with `t0` taken before the first request.
     pub(crate) valid_until: Instant,
     /// Which masters may hold the key (granted, or still unanswered): the ones to release.
@@ -58,7 +60,7 @@ pub(crate) struct RoundFailure {
 struct CleanupGuard<'a, M: Master> {
     nodes: &'a Nodes<M>,
     key: &'a Arc<str>,
-    value: &'a LockValue,
+    claim: &'a Claim,
     armed: bool,
 }
 
@@ -69,7 +71,7 @@ impl<M: Master> CleanupGuard<'_, M> {
         release_in_background(
             Arc::clone(self.nodes),
             Arc::clone(self.key),
-            self.value.clone(),
+            self.claim.clone(),
             holders,
         )
     }
@@ -83,7 +85,7 @@ impl<M: Master> Drop for CleanupGuard<'_, M> {
             release_in_background(
                 Arc::clone(self.nodes),
                 Arc::clone(self.key),
-                self.value.clone(),
+                self.claim.clone(),
                 &all,
             );
         }
@@ -103,17 +105,20 @@ pub(crate) async fn acquire<M: Master>(
     keys: &LockKeys,
     timing: RoundTiming,
 ) -> Result<Grant, RoundFailure> {
-    let value = LockValue::random();
+    let claim = Claim::fresh(
+        keys.reentrant.as_ref().map(|(owner, _)| owner),
+        keys.reentrant.as_ref().map(|(_, holds)| holds),
+    );
     let drift = timing.drift();
     let cleanup = CleanupGuard {
         nodes,
         key: &keys.lock,
-        value: &value,
+        claim: &claim,
         armed: true,
     };
     let request = AcquireRequest {
         key: &keys.lock,
-        value: &value,
+        claim: &claim,
         ttl: timing.ttl,
         fence_key: keys.fence.as_deref(),
         fence_retention: timing.fence_retention,
@@ -168,7 +173,7 @@ pub(crate) async fn acquire<M: Master>(
                 let mut cleanup = cleanup;
                 cleanup.armed = false;
                 return Ok(Grant {
-                    value: value.clone(),
+                    claim: claim.clone(),
                     valid_until,
                     holders,
                     token: tally.max_token,
@@ -244,7 +249,7 @@ pub(crate) async fn extend<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
     key: &str,
-    value: &LockValue,
+    claim: &Claim,
     holders: &[bool],
     timing: RoundTiming,
     valid_until: Instant,
@@ -262,7 +267,7 @@ pub(crate) async fn extend<M: Master>(
             .enumerate()
             .filter(|(_, (_, holds))| **holds)
             .map(|(i, (node, _))| async move {
-                (i, node.compare_and_pexpire(key, value, timing.ttl).await)
+                (i, node.compare_and_pexpire(key, claim, timing.ttl).await)
             })
             .collect();
     while !tally.decided() {
@@ -324,12 +329,12 @@ pub(crate) async fn release<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
     key: &Arc<str>,
-    value: &LockValue,
+    claim: &Claim,
     holders: &[bool],
     still_valid: bool,
 ) -> Result<(), LockError> {
     let mut tally = Tally::new(holders.iter().copied(), quorum(nodes.len()));
-    let mut requests = delete_requests(nodes, key, value, holders);
+    let mut requests = delete_requests(nodes, key, claim, holders);
     while !tally.decided() {
         match requests.next().await {
             Some((i, result)) => tally.record(i, result),
@@ -376,7 +381,7 @@ pub(crate) async fn release<M: Master>(
 fn delete_requests<M: Master>(
     nodes: &Nodes<M>,
     key: &Arc<str>,
-    value: &LockValue,
+    claim: &Claim,
     holders: &[bool],
 ) -> FuturesUnordered<
     impl std::future::Future<Output = (usize, Result<bool, NodeErrorKind>)> + Send + 'static,
@@ -389,8 +394,8 @@ fn delete_requests<M: Master>(
         .map(|(i, (node, _))| {
             let node = Arc::clone(node);
             let key = Arc::clone(key);
-            let value = value.clone();
-            async move { (i, node.compare_and_delete(&key, &value).await) }
+            let claim = claim.clone();
+            async move { (i, node.compare_and_delete(&key, &claim).await) }
         })
         .collect()
 }
@@ -400,10 +405,10 @@ fn delete_requests<M: Master>(
 pub(crate) fn release_in_background<M: Master>(
     nodes: Nodes<M>,
     key: Arc<str>,
-    value: LockValue,
+    claim: Claim,
     holders: &[bool],
 ) -> Option<JoinHandle<()>> {
-    let mut requests = delete_requests(&nodes, &key, &value, holders);
+    let mut requests = delete_requests(&nodes, &key, &claim, holders);
     if requests.is_empty() {
         return None;
     }

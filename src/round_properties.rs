@@ -21,6 +21,7 @@ fn plain_keys() -> LockKeys {
         lock: Arc::from(KEY),
         fence: None,
         epoch: None,
+        reentrant: None,
     }
 }
 
@@ -128,14 +129,14 @@ proptest! {
             prop_assert!(end - start <= Duration::from_millis(timeout_ms), "a round never outlasts the node timeout");
             match outcome {
                 Ok(grant) => {
-                    let holding = fakes.iter().filter(|f| f.value_of(KEY).as_deref() == Some(grant.value.as_str())).count();
+                    let holding = fakes.iter().filter(|f| f.value_of(KEY).as_deref() == Some(grant.claim.value.as_str())).count();
                     // Counted here, not with `quorum()`, so a wrong quorum cannot hide itself.
                     prop_assert!(2 * holding > fakes.len(), "granted with {holding} of {}", fakes.len());
                     let bound = start + timing.ttl - drift(timing.ttl, timing.drift_factor);
                     prop_assert!(grant.valid_until <= bound);
                     prop_assert!(grant.valid_until > end);
                     // Release reaches every master that may hold the key, stragglers included.
-                    let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
+                    let _ = round::release(&nodes, "r", &key, &grant.claim, &grant.holders, true).await;
                     tokio::time::sleep(Duration::from_secs(5)).await;
                     every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
                 }
@@ -168,7 +169,7 @@ proptest! {
             let keys = plain_keys();
             let attempt = round::acquire(&nodes, "r", &keys, timing);
             if let Ok(Ok(grant)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
-                let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
+                let _ = round::release(&nodes, "r", &key, &grant.claim, &grant.holders, true).await;
             }
             tokio::time::sleep(Duration::from_secs(5)).await;
             every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
@@ -217,7 +218,7 @@ proptest! {
                                 tokio::time::sleep(hold).await;
                                 let until = Instant::now().min(grant.valid_until);
                                 claims.lock().unwrap_or_else(|p| p.into_inner()).push((client, from, until));
-                                let _ = round::release(&nodes, "r", &key, &grant.value, &grant.holders, true).await;
+                                let _ = round::release(&nodes, "r", &key, &grant.claim, &grant.holders, true).await;
                             }
                             Err(_) => tokio::time::sleep(Duration::from_millis(7 * (client as u64 + 1))).await,
                         }
@@ -346,7 +347,7 @@ fn extend_needs_quorum_within_validity() {
             &nodes,
             "r",
             &key,
-            &grant.value,
+            &grant.claim,
             &grant.holders,
             longer,
             grant.valid_until,
@@ -363,7 +364,7 @@ fn extend_needs_quorum_within_validity() {
             &nodes,
             "r",
             &key,
-            &grant.value,
+            &grant.claim,
             &grant.holders,
             longer,
             Instant::now() + Duration::from_secs(5),
@@ -376,7 +377,7 @@ fn extend_needs_quorum_within_validity() {
             &nodes,
             "r",
             &key,
-            &grant.value,
+            &grant.claim,
             &grant.holders,
             longer,
             grant.valid_until,
@@ -422,6 +423,7 @@ proptest! {
                 lock: Arc::from(KEY),
                 fence: Some(Arc::from("quorumlock:\u{1f}fence:r")),
                 epoch: Some(Arc::from(epoch_key)),
+                reentrant: None,
             };
             let ttl = Duration::from_millis(ttl_ms);
             let mut timing = RoundTiming::new(ttl, 0.01);
@@ -453,7 +455,7 @@ proptest! {
                             let until = Instant::now().min(grant.valid_until);
                             claims.lock().unwrap_or_else(|p| p.into_inner()).push((from, until, token));
                         }
-                        let _ = round::release(&nodes, "r", &keys.lock, &grant.value, &grant.holders, true).await;
+                        let _ = round::release(&nodes, "r", &keys.lock, &grant.claim, &grant.holders, true).await;
                     }
                     Ok(())
                 }));
@@ -509,6 +511,7 @@ fn restart_without_protection_breaks_exclusion_and_protection_prevents_it() {
                 lock: Arc::from(KEY),
                 fence: None,
                 epoch: protected.then(|| Arc::from(epoch_key)),
+                reentrant: None,
             };
             let ttl = Duration::from_secs(10);
             let mut timing = RoundTiming::new(ttl, 0.01);

@@ -56,15 +56,19 @@ return 0";
 lua_script! {
     /// Acquire with fencing and/or restart protection, in one atomic step.
     ///
-    /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` epoch marker; `ARGV[1]` value,
-    /// `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for a fencing token, `ARGV[4]` `"1"` for the epoch
-    /// check, `ARGV[5]` how long (ms) an idle fence counter is kept.
+    /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` epoch marker, `KEYS[4]` the hash
+    /// of a reentrant owner's live acquisitions; `ARGV[1]` value (the owner's identity when
+    /// reentrant), `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for a fencing token, `ARGV[4]` `"1"` for
+    /// the epoch check, `ARGV[5]` how long (ms) an idle fence counter is kept, `ARGV[6]` the
+    /// acquisition's id for a reentrant lock (empty otherwise).
     ///
     /// Returns `{granted, token, epoch_age_ms}` (`epoch_age_ms` is -1 when not checked).
     ///
     /// * The epoch marker is created, stamped with the node's own clock (`TIME`, microseconds), the
     ///   first time it is missing: a node that lost its data gets a new, young marker, and its age
     ///   says how long ago it may have forgotten the locks it granted.
+    /// * Reentrant: the owner may acquire again while it holds the key; each acquisition is a
+    ///   member of the hash, and the key lives as long as the longest TTL asked for.
     /// * The token is `max(counter + 1, node time in µs)`: strictly above every token this node
     ///   issued while it kept its counter, and, if the counter was lost (restart, expiry), still
     ///   above earlier tokens as long as node clocks do not run backwards. The counter expires after
@@ -82,7 +86,26 @@ if ARGV[4] == '1' then
     end
     epoch_age_ms = math.floor((now_us - tonumber(born)) / 1000)
 end
-if not redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
+local granted = false
+if ARGV[6] == '' then
+    granted = redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2])
+else
+    local current = redis.call('get', KEYS[1])
+    if current == false then
+        redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+        redis.call('del', KEYS[4])
+        granted = true
+    elseif current == ARGV[1] then
+        granted = true
+    end
+    if granted then
+        redis.call('hset', KEYS[4], ARGV[6], '1')
+        local ttl = math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[2]))
+        redis.call('pexpire', KEYS[1], ttl)
+        redis.call('pexpire', KEYS[4], ttl)
+    end
+end
+if not granted then
     return {0, 0, epoch_age_ms}
 end
 local token = 0
@@ -107,6 +130,42 @@ return 1";
 }
 
 lua_script! {
+    /// Reentrant release: removes acquisition `ARGV[2]` of owner `ARGV[1]` from the hash
+    /// `KEYS[2]`, and deletes the lock key `KEYS[1]` (and the hash) once no acquisition is left.
+    /// Returns 1 if the acquisition was removed, else 0 (never touches another owner's key, and
+    /// never removes an acquisition twice, so a lost or repeated release cannot free the lock
+    /// under another acquisition of the same owner).
+    RELEASE_REENTRANT = r"if redis.call('get', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+if redis.call('hdel', KEYS[2], ARGV[2]) == 0 then
+    return 0
+end
+if redis.call('hlen', KEYS[2]) == 0 then
+    redis.call('del', KEYS[1], KEYS[2])
+end
+return 1";
+}
+
+lua_script! {
+    /// Reentrant extend: if owner `ARGV[1]` holds `KEYS[1]` and acquisition `ARGV[2]` is live,
+    /// raises the TTL of the key and of the hash `KEYS[2]` to at least `ARGV[3]` ms (never
+    /// lowers it: other acquisitions of the owner rely on it). Returns 1 if held, else 0.
+    EXTEND_REENTRANT = r"if redis.call('get', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+if redis.call('hexists', KEYS[2], ARGV[2]) == 0 then
+    return 0
+end
+local ttl = tonumber(ARGV[3])
+if redis.call('pttl', KEYS[1]) < ttl then
+    redis.call('pexpire', KEYS[1], ttl)
+    redis.call('pexpire', KEYS[2], ttl)
+end
+return 1";
+}
+
+lua_script! {
     /// Mutant `PlainDelRelease` (jepsen-lite only): deletes whatever the key holds.
     PLAIN_DELETE = "return redis.call('del', KEYS[1])";
 }
@@ -125,11 +184,13 @@ return 0";
 }
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
-pub(crate) fn all() -> [&'static LuaScript; 4] {
+pub(crate) fn all() -> [&'static LuaScript; 6] {
     [
         &COMPARE_AND_DELETE,
         &COMPARE_AND_PEXPIRE,
         &ACQUIRE,
         &RAISE_FENCE,
+        &RELEASE_REENTRANT,
+        &EXTEND_REENTRANT,
     ]
 }

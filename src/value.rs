@@ -1,4 +1,5 @@
-//! Lock values: the random token that proves which owner set a key.
+//! Lock values: the random token that proves which owner set a key, and the claim a guard
+//! holds (its value, and for a reentrant hold, which acquisition of the owner it is).
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +25,41 @@ impl LockValue {
 impl fmt::Debug for LockValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("LockValue(***)")
+    }
+}
+
+/// A reentrant owner's hold: the hash of live acquisitions next to the lock key, and this
+/// acquisition's member in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reentry {
+    pub(crate) holds_key: Arc<str>,
+    pub(crate) acquisition: LockValue,
+}
+
+/// What proves a key is ours: the value it must hold (random per attempt, or the owner's
+/// identity for a reentrant lock) and, for a reentrant lock, this acquisition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claim {
+    pub(crate) value: LockValue,
+    pub(crate) reentry: Option<Reentry>,
+}
+
+impl Claim {
+    /// A fresh claim: a new random value, or for `owner` its identity and a new acquisition.
+    pub(crate) fn fresh(owner: Option<&LockValue>, holds_key: Option<&Arc<str>>) -> Self {
+        match (owner, holds_key) {
+            (Some(owner), Some(holds_key)) => Self {
+                value: owner.clone(),
+                reentry: Some(Reentry {
+                    holds_key: Arc::clone(holds_key),
+                    acquisition: LockValue::random(),
+                }),
+            },
+            _ => Self {
+                value: LockValue::random(),
+                reentry: None,
+            },
+        }
     }
 }
 
