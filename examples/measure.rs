@@ -106,7 +106,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     let fenced = five.fenced();
     latency(&fenced, 500).await?;
-    report("N=5 fencing on: lock+release", latency(&fenced, 5000).await?);
+    report(
+        "N=5 fencing on: lock+release",
+        latency(&fenced, 5000).await?,
+    );
     let protected = Redlock::builder()
         .nodes(cluster.urls())
         .max_ttl(TTL)
@@ -114,7 +117,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .build()?;
     protected.provision().await?;
     latency(&protected, 500).await?;
-    report("N=5 restart protection on: lock+release", latency(&protected, 5000).await?);
+    report(
+        "N=5 restart protection on: lock+release",
+        latency(&protected, 5000).await?,
+    );
     report("N=5 plain again: lock+release", latency(&five, 5000).await?);
 
     cluster[4].pause()?;
