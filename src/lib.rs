@@ -76,6 +76,34 @@
 //! consensus system (etcd, ZooKeeper) whose leases carry them. When the lock only avoids
 //! duplicate work, a single Redis master (`N = 1`, the same API) is simpler and faster.
 //!
+//! ## Beyond the plain algorithm (all opt-in)
+//!
+//! * **Fencing tokens** ([`RedlockBuilder::fencing`], or per call with [`Redlock::fenced`]):
+//!   every grant carries a `u64` ([`LockGuard::fence`]) strictly greater than the token of every
+//!   earlier grant of the resource whose lease has ended, as long as a majority of masters keeps
+//!   its data. Each master keeps a counter per resource, bumped atomically with the `SET NX`
+//!   and floored by the master's clock in microseconds; the client takes the maximum over the
+//!   granting quorum and writes it back to a quorum before handing it out, so any later quorum
+//!   (which shares a master with this one) starts above it. Cost: one more round trip. If
+//!   counters are lost (a restart without data, an expired counter), tokens stay monotonic as
+//!   long as master clocks never step backwards and disagree by less than the time between two
+//!   grants. The protected resource must reject any token lower than the highest it has seen.
+//! * **Restart protection** ([`RedlockBuilder::restart_protection`] with
+//!   [`RedlockBuilder::max_ttl`]): client-enforced *delayed restarts*. Each master carries an
+//!   epoch marker, created by the acquire script (stamped with the master's clock) when it is
+//!   missing; a master whose marker is younger than the maximum TTL (plus drift) may have
+//!   forgotten locks it granted, so its vote does not count. No extra round trip. The cost is
+//!   availability: a master that restarts empty sits out one max TTL, and so does a brand-new
+//!   deployment until [`Redlock::provision`] marks its masters as fresh.
+//! * **Reentrancy** ([`Redlock::reentrant`] with an [`Owner`]): the same owner may acquire
+//!   again; only its last release frees the lock.
+//!
+//! ## Runtime
+//!
+//! quorumlock runs on tokio (the `redis` crate's multiplexed connections and the timeouts need
+//! a runtime with IO and time enabled). Called outside a runtime, operations fail with
+//! [`NodeErrorKind::NoRuntime`] on every master instead of panicking.
+//!
 //! ## Choosing settings
 //!
 //! * **TTL**: longer than the work plus a margin; extend for long work. The validity you get is
