@@ -190,7 +190,7 @@ impl Redlock {
     /// * [`LockError::QuorumUnreachable`]: too many masters failed, each listed with its error;
     /// * [`LockError::ValidityExhausted`]: the quorum came too late to leave any validity;
     /// * [`LockError::InvalidArgument`]: an empty resource, a TTL of zero, one that leaves no
-    ///   validity after drift, or one beyond [`MAX_TTL`].
+    ///   validity after drift, or one beyond the maximum TTL ([`MAX_TTL`](crate::MAX_TTL) or the manager's [`max_ttl`](crate::RedlockBuilder::max_ttl)).
     ///
     /// On any error, the keys this round may have set are released in the background.
     ///
