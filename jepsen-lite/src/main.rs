@@ -1,13 +1,270 @@
-//! jepsen-lite: the fault-injection harness for quorumlock.
+//! jepsen-lite: run fault-injection scenarios against quorumlock and check the histories.
 //!
-//! This is a skeleton: the cluster, fault proxy, nemesis, workload, history and checkers arrive
-//! with the jepsen-lite issue. It already links against the library and its test kit so the
-//! workspace layout is fixed.
+//! `jepsen-lite matrix --quick` runs the quick matrix and prints the table; `jepsen-lite run
+//! --scenario NAME --seed S` replays one run; `jepsen-lite list` lists the scenarios.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use jepsen_lite::clockshim::Clocks;
+use jepsen_lite::run::{self, Outcome, Verdict};
+use jepsen_lite::{report, scenario};
+
+#[derive(Parser)]
+#[command(
+    name = "jepsen-lite",
+    about = "Fault injection for quorumlock on real redis-server processes"
+)]
+struct Cli {
+    /// Where run directories and reports go.
+    #[arg(long, global = true)]
+    out: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one scenario.
+    Run {
+        /// Scenario name (see `list`).
+        #[arg(long)]
+        scenario: String,
+        /// Seed (default: random, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Duration of random scenarios, seconds.
+        #[arg(long, default_value_t = 20)]
+        duration: u64,
+    },
+    /// Run the matrix and print the table; exits 1 if a verdict is wrong.
+    Matrix {
+        /// Only the quick subset, short random runs.
+        #[arg(long)]
+        quick: bool,
+        /// Seed (default: random, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// List the scenarios.
+    List,
+    /// A lock client (started by the controller).
+    #[command(hide = true)]
+    Client {
+        #[arg(long)]
+        config: String,
+    },
+}
 
 fn main() {
-    eprintln!(
-        "jepsen-lite {}: no scenarios yet",
-        env!("CARGO_PKG_VERSION")
-    );
-    std::process::exit(2);
+    let cli = Cli::parse();
+    if let Cmd::Client { config } = &cli.command {
+        std::process::exit(client_main(config));
+    }
+    let out = cli.out.clone().unwrap_or_else(|| {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/jepsen-lite"
+        ))
+    });
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        eprintln!("jepsen-lite: cannot create {}: {e}", out.display());
+        std::process::exit(2);
+    }
+    // Before any thread starts: every master is launched through the clock-shim wrapper.
+    let clocks = match Clocks::install(&out.join("clock")) {
+        Ok((clocks, wrapper)) => {
+            std::env::set_var("QUORUMLOCK_REDIS_SERVER", wrapper);
+            Some(clocks)
+        }
+        Err(e) => {
+            eprintln!("jepsen-lite: clock faults disabled: {e}");
+            None
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("jepsen-lite: {e}");
+            std::process::exit(2);
+        }
+    };
+    let code = rt.block_on(async {
+        tokio::select! {
+            code = controller(cli.command, out, clocks) => code,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("\njepsen-lite: interrupted; stopping every process it started");
+                130
+            }
+        }
+    });
+    // Dropping the runtime drops the run: clients killed, masters killed, clocks reset.
+    drop(rt);
+    std::process::exit(code);
+}
+
+fn client_main(config: &str) -> i32 {
+    let cfg = match serde_json::from_str(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("client: bad config: {e}");
+            return 2;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("client: {e}");
+            return 2;
+        }
+    };
+    match rt.block_on(jepsen_lite::client::run(cfg)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("client: {e}");
+            1
+        }
+    }
+}
+
+fn seed_or_random(seed: Option<u64>) -> u64 {
+    seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64 % 1_000_000)
+            .unwrap_or(1)
+    })
+}
+
+async fn one(
+    sc: &scenario::Scenario,
+    seed: u64,
+    duration: Duration,
+    out: &std::path::Path,
+    clocks: Option<&Clocks>,
+    pb: Option<ProgressBar>,
+) -> Outcome {
+    match run::run(sc, seed, duration, out, clocks, pb).await {
+        Ok(o) => o,
+        Err(e) => Outcome {
+            scenario: sc.name.to_string(),
+            kind: sc.kind.to_string(),
+            expected: sc.expect,
+            observed: format!("error: {e}"),
+            verdict: Verdict::Fail,
+            seed,
+            seconds: 0.0,
+            report: None,
+            orphan_keys: 0,
+            notes: Vec::new(),
+            fenced: String::new(),
+            dir: out.join(format!("{}-{seed}", sc.name)),
+        },
+    }
+}
+
+async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
+    match cmd {
+        Cmd::List => {
+            for s in scenario::catalog() {
+                println!(
+                    "{:<28} {:<13} {:<6} {}{}",
+                    s.name,
+                    s.kind,
+                    s.expect.to_string(),
+                    s.about,
+                    if s.quick { "" } else { " (full matrix only)" }
+                );
+            }
+            0
+        }
+        Cmd::Run {
+            scenario: name,
+            seed,
+            duration,
+        } => {
+            let Some(sc) = scenario::find(&name) else {
+                eprintln!("jepsen-lite: unknown scenario {name:?}; see `jepsen-lite list`");
+                return 2;
+            };
+            let seed = seed_or_random(seed);
+            println!("jepsen-lite: scenario {name}, seed {seed}");
+            let pb = spinner();
+            let o = one(
+                &sc,
+                seed,
+                Duration::from_secs(duration),
+                &out,
+                clocks.as_ref(),
+                Some(pb.clone()),
+            )
+            .await;
+            pb.finish_and_clear();
+            print!("{}", report::table(std::slice::from_ref(&o)));
+            if let Some(r) = &o.report {
+                println!("{}", r.summary());
+            }
+            for n in &o.notes {
+                println!("note: {n}");
+            }
+            println!("seed {seed}; files in {}", o.dir.display());
+            i32::from(o.verdict == Verdict::Fail)
+        }
+        Cmd::Matrix { quick, seed } => {
+            let seed = seed_or_random(seed);
+            println!(
+                "jepsen-lite: matrix{}, seed {seed}",
+                if quick { " --quick" } else { "" }
+            );
+            let duration = Duration::from_secs(if quick { 8 } else { 45 });
+            let all: Vec<_> = scenario::catalog()
+                .into_iter()
+                .filter(|s| !quick || s.quick)
+                .collect();
+            let pb = ProgressBar::new(all.len() as u64);
+            pb.set_style(
+                ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            let mut outcomes = Vec::new();
+            for sc in &all {
+                let o = one(sc, seed, duration, &out, clocks.as_ref(), Some(pb.clone())).await;
+                pb.println(format!(
+                    "{:<28} expected {:<5} observed {:<20} {:?}",
+                    o.scenario,
+                    o.expected.to_string(),
+                    o.observed,
+                    o.verdict
+                ));
+                outcomes.push(o);
+                pb.inc(1);
+            }
+            pb.finish_and_clear();
+            print!("{}", report::table(&outcomes));
+            let path = out.join("matrix.html");
+            let _ = report::write_matrix_html(&path, &outcomes, seed);
+            let _ = std::fs::write(
+                out.join("matrix.json"),
+                serde_json::to_vec_pretty(&outcomes).unwrap_or_default(),
+            );
+            println!("seed {seed}; report {}", path.display());
+            i32::from(outcomes.iter().any(|o| o.verdict == Verdict::Fail))
+        }
+        Cmd::Client { .. } => 2,
+    }
+}
+
+fn spinner() -> ProgressBar {
+    let pb = ProgressBar::new_spinner();
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
 }

@@ -1,0 +1,466 @@
+//! The lock client: a separate OS process (the jepsen-lite binary, hidden `client`
+//! subcommand), so that the controller can pause a whole client with `SIGSTOP`.
+//!
+//! It reads [`Command`]s from stdin, one JSON object per line, writes [`Note`]s to stdout so the
+//! controller can script faults between steps, and writes its own history file. A cycle is:
+//! acquire → read the register → (wait for `go`) → (sleep) → (extend) → (check the remaining
+//! validity; pause itself with `SIGSTOP` if asked) → write `counter + 1` and `set ∪ {id}` →
+//! release.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use quorumlock::{LockGuard, Redlock};
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use crate::clock::now_ns;
+use crate::history::{Event, Kind, Process, Writer};
+use crate::resource::{self, Op, Register, Request};
+
+/// How a client is started (passed as one JSON argument).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientConfig {
+    /// Process number.
+    pub id: u32,
+    /// Node URLs (through this client's proxy links).
+    pub nodes: Vec<String>,
+    /// The protected resource.
+    pub resource_addr: SocketAddr,
+    /// Where to write the history.
+    pub history: PathBuf,
+    /// Lock TTL.
+    pub ttl_ms: u64,
+    /// Per-node timeout.
+    pub node_timeout_ms: u64,
+    /// Upper bound of the retry jitter.
+    pub retry_delay_ms: u64,
+    /// Which register to use.
+    pub register: Register,
+    /// A library mutant, by name.
+    pub mutation: Option<String>,
+    /// Seed of this client's own random choices (critical-section lengths).
+    pub seed: u64,
+}
+
+/// One critical section.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CycleSpec {
+    /// The resource to lock.
+    pub resource: String,
+    /// How long `lock_until` may retry.
+    pub acquire_deadline_ms: u64,
+    /// Touch the protected register (read, then write).
+    #[serde(default)]
+    pub access: bool,
+    /// After the read, wait for a `go` command.
+    #[serde(default)]
+    pub wait_go: bool,
+    /// Sleep inside the critical section (a loop draws uniformly below this).
+    #[serde(default)]
+    pub sleep_ms: u64,
+    /// Extend by the TTL before the check.
+    #[serde(default)]
+    pub extend: bool,
+    /// Skip the write unless at least this much validity remains (None: no check at all).
+    #[serde(default)]
+    pub min_remaining_ms: Option<u64>,
+    /// After the check, stop this process with `SIGSTOP` (the controller resumes it).
+    #[serde(default)]
+    pub pause_after_check: bool,
+    /// Release at the end (otherwise the keys expire).
+    #[serde(default)]
+    pub release: bool,
+}
+
+/// What the controller sends.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Command {
+    /// One cycle.
+    Cycle(CycleSpec),
+    /// Cycles until the duration passed; `sleep_ms` is the bound of a random sleep.
+    Loop {
+        /// How long.
+        duration_ms: u64,
+        /// Each cycle.
+        spec: CycleSpec,
+    },
+    /// Continue a cycle waiting after its read.
+    Go,
+    /// Exit.
+    Exit,
+}
+
+/// What the client reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Note {
+    /// `ready`, `acquiring`, `acquired`, `read`, `extended`, `checked`, `written`, `done`.
+    pub note: String,
+    /// Whether the step succeeded.
+    pub ok: bool,
+    /// Details.
+    #[serde(default)]
+    pub detail: String,
+}
+
+struct Ctx {
+    cfg: ClientConfig,
+    locks: Redlock,
+    res: resource::Client,
+    hist: Writer,
+    commands: mpsc::UnboundedReceiver<Command>,
+    seq: u64,
+    rng: rand::rngs::StdRng,
+}
+
+fn note(name: &str, ok: bool, detail: impl Into<String>) {
+    let n = Note {
+        note: name.to_string(),
+        ok,
+        detail: detail.into(),
+    };
+    if let Ok(line) = serde_json::to_string(&n) {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+fn mutation(name: &str) -> Option<quorumlock::Mutation> {
+    use quorumlock::Mutation::*;
+    Some(match name {
+        "no-elapsed-check" => NoElapsedCheck,
+        "zero-drift" => ZeroDrift,
+        "minority-quorum" => MinorityQuorum,
+        "plain-del-release" => PlainDelRelease,
+        "extend-recreates" => ExtendRecreates,
+        _ => return None,
+    })
+}
+
+/// Runs the client until `exit` or end of stdin.
+///
+/// # Errors
+///
+/// When the lock manager cannot be built or the history or resource cannot be opened.
+pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
+    let mut builder = Redlock::builder()
+        .nodes(cfg.nodes.clone())
+        .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
+        .retry_delay(Duration::from_millis(cfg.retry_delay_ms));
+    if let Some(name) = &cfg.mutation {
+        let m = mutation(name).ok_or_else(|| format!("unknown mutation {name:?}"))?;
+        builder = builder.mutation(m);
+    }
+    let locks = builder.build()?;
+    let res = resource::Client::connect(cfg.resource_addr).await?;
+    let hist = Writer::create(&cfg.history)?;
+    let (tx, commands) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<Command>(&line) {
+                Ok(c) => {
+                    if tx.send(c).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => note("error", false, format!("bad command: {e}")),
+            }
+        }
+        let _ = tx.send(Command::Exit);
+    });
+    let rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
+    let mut ctx = Ctx {
+        cfg,
+        locks,
+        res,
+        hist,
+        commands,
+        seq: 0,
+        rng,
+    };
+    // Warm up the connections, so that the first scripted acquisition is not a connect.
+    let warm = format!("warmup-{}", ctx.cfg.id);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // A failed release here is harmless (the key expires); only the acquisition must work.
+    let (ok, detail) = match ctx
+        .locks
+        .lock_until(&warm, Duration::from_millis(ctx.cfg.ttl_ms), deadline)
+        .await
+    {
+        Ok(g) => match g.release().await {
+            Ok(()) => (true, String::new()),
+            Err(e) => (true, format!("warm-up release: {e}")),
+        },
+        Err(e) => (false, e.to_string()),
+    };
+    note("ready", ok, detail);
+    while let Some(cmd) = ctx.commands.recv().await {
+        match cmd {
+            Command::Cycle(spec) => {
+                let ok = ctx.cycle(&spec, false).await;
+                note("done", ok, "");
+            }
+            Command::Loop { duration_ms, spec } => {
+                let end = Instant::now() + Duration::from_millis(duration_ms);
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    if ctx.cycle(&spec, true).await {
+                        n += 1;
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(ctx.rng.random_range(0..50)))
+                            .await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(ctx.rng.random_range(0..20))).await;
+                }
+                note("done", true, format!("{n} cycles"));
+            }
+            Command::Go => {}
+            Command::Exit => break,
+        }
+    }
+    Ok(())
+}
+
+impl Ctx {
+    fn log(&mut self, kind: Kind, f: &str, value: serde_json::Value, error: Option<String>) {
+        let mut e = Event::now(Process::Client(self.cfg.id), kind, f, value);
+        e.error = error;
+        let _ = self.hist.write(&e);
+    }
+
+    fn register_name(&self) -> &'static str {
+        match self.cfg.register {
+            Register::Unfenced => "unfenced",
+            Register::Fenced => "fenced",
+        }
+    }
+
+    async fn wait_go(&mut self) {
+        while let Some(cmd) = self.commands.recv().await {
+            if matches!(cmd, Command::Go | Command::Exit) {
+                return;
+            }
+        }
+    }
+
+    /// One cycle; true if it acquired.
+    async fn cycle(&mut self, spec: &CycleSpec, looping: bool) -> bool {
+        let lease = format!("{}-{}", self.cfg.id, self.seq);
+        let op_id = u64::from(self.cfg.id) * 1_000_000 + self.seq;
+        self.seq += 1;
+        let ttl = Duration::from_millis(self.cfg.ttl_ms);
+        let deadline = Instant::now() + Duration::from_millis(spec.acquire_deadline_ms);
+        self.log(
+            Kind::Invoke,
+            "acquire",
+            json!({"lease": lease, "resource": spec.resource}),
+            None,
+        );
+        if !looping {
+            note("acquiring", true, &lease);
+        }
+        let t_start = now_ns();
+        let guard = match self.locks.lock_until(&spec.resource, ttl, deadline).await {
+            Ok(g) => g,
+            Err(e) => {
+                self.log(
+                    Kind::Fail,
+                    "acquire",
+                    json!({"lease": lease, "resource": spec.resource}),
+                    Some(e.to_string()),
+                );
+                if !looping {
+                    note("acquired", false, e.to_string());
+                }
+                return false;
+            }
+        };
+        let now = now_ns();
+        let valid_until = now + u64::try_from(guard.remaining().as_nanos()).unwrap_or(0);
+        self.log(
+            Kind::Ok,
+            "acquire",
+            json!({"lease": lease, "resource": spec.resource, "t_start_ns": t_start,
+                   "valid_until_ns": valid_until, "ttl_ms": self.cfg.ttl_ms, "token": null}),
+            None,
+        );
+        if !looping {
+            note("acquired", true, &lease);
+        }
+        let guard = self
+            .critical_section(spec, guard, &lease, op_id, looping)
+            .await;
+        if spec.release {
+            self.log(Kind::Invoke, "release", json!({"lease": lease}), None);
+            match guard.release().await {
+                Ok(()) => self.log(Kind::Ok, "release", json!({"lease": lease}), None),
+                Err(e) => {
+                    let kind = if e.is_not_held() {
+                        Kind::Fail
+                    } else {
+                        Kind::Info
+                    };
+                    self.log(
+                        kind,
+                        "release",
+                        json!({"lease": lease}),
+                        Some(e.to_string()),
+                    );
+                }
+            }
+        } else {
+            // Let the keys expire by themselves: nothing may be sent.
+            std::mem::forget(guard);
+        }
+        true
+    }
+
+    async fn critical_section(
+        &mut self,
+        spec: &CycleSpec,
+        mut guard: LockGuard,
+        lease: &str,
+        op_id: u64,
+        looping: bool,
+    ) -> LockGuard {
+        let register = self.cfg.register;
+        let reg_name = self.register_name();
+        let mut read = None;
+        if spec.access {
+            self.log(
+                Kind::Invoke,
+                "read",
+                json!({"lease": lease, "register": reg_name}),
+                None,
+            );
+            let req = Request {
+                op: Op::Read,
+                register,
+                client: self.cfg.id,
+                lease: lease.to_string(),
+                token: None,
+                counter: 0,
+                set: Vec::new(),
+                add: None,
+            };
+            match self.res.call(&req).await {
+                Ok(r) if r.accepted => {
+                    self.log(Kind::Ok, "read", json!({"lease": lease, "register": reg_name, "counter": r.counter, "set_len": r.set.len()}), None);
+                    read = Some((r.counter, r.set));
+                }
+                Ok(r) => self.log(
+                    Kind::Fail,
+                    "read",
+                    json!({"lease": lease, "register": reg_name}),
+                    r.reason,
+                ),
+                Err(e) => self.log(
+                    Kind::Info,
+                    "read",
+                    json!({"lease": lease, "register": reg_name}),
+                    Some(e.to_string()),
+                ),
+            }
+        }
+        if !looping {
+            note("read", read.is_some(), "");
+        }
+        if spec.wait_go {
+            self.wait_go().await;
+        }
+        let sleep = if looping && spec.sleep_ms > 0 {
+            self.rng.random_range(0..spec.sleep_ms)
+        } else {
+            spec.sleep_ms
+        };
+        if sleep > 0 {
+            tokio::time::sleep(Duration::from_millis(sleep)).await;
+        }
+        if spec.extend {
+            self.log(Kind::Invoke, "extend", json!({"lease": lease}), None);
+            let ttl = Duration::from_millis(self.cfg.ttl_ms);
+            match guard.extend(ttl).await {
+                Ok(()) => {
+                    let valid_until =
+                        now_ns() + u64::try_from(guard.remaining().as_nanos()).unwrap_or(0);
+                    self.log(
+                        Kind::Ok,
+                        "extend",
+                        json!({"lease": lease, "valid_until_ns": valid_until}),
+                        None,
+                    );
+                    note("extended", true, "");
+                }
+                Err(e) => {
+                    self.log(
+                        Kind::Fail,
+                        "extend",
+                        json!({"lease": lease}),
+                        Some(e.to_string()),
+                    );
+                    note("extended", false, e.to_string());
+                    return guard;
+                }
+            }
+        }
+        if let Some(min) = spec.min_remaining_ms {
+            if guard.remaining() < Duration::from_millis(min) {
+                self.log(
+                    Kind::Info,
+                    "check",
+                    json!({"lease": lease, "remaining_ms": guard.remaining().as_millis() as u64}),
+                    Some("validity too low; write skipped".into()),
+                );
+                if !looping {
+                    note("checked", false, "");
+                }
+                return guard;
+            }
+        }
+        if !looping {
+            note("checked", true, "");
+        }
+        if spec.pause_after_check {
+            // The GC pause Kleppmann describes: after the last check, before the write.
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
+        let Some((counter, mut set)) = read else {
+            return guard;
+        };
+        set.push(op_id);
+        self.log(
+            Kind::Invoke,
+            "write",
+            json!({"lease": lease, "register": reg_name, "counter": counter + 1, "add": op_id}),
+            None,
+        );
+        let req = Request {
+            op: Op::Write,
+            register,
+            client: self.cfg.id,
+            lease: lease.to_string(),
+            token: None,
+            counter: counter + 1,
+            set,
+            add: Some(op_id),
+        };
+        let v = json!({"lease": lease, "register": reg_name, "counter": counter + 1, "add": op_id});
+        match self.res.call(&req).await {
+            Ok(r) if r.accepted => self.log(Kind::Ok, "write", v, None),
+            Ok(r) => self.log(Kind::Fail, "write", v, r.reason),
+            Err(e) => self.log(Kind::Info, "write", v, Some(e.to_string())),
+        }
+        if !looping {
+            note("written", true, "");
+        }
+        guard
+    }
+}

@@ -1,0 +1,105 @@
+//! Per-node wall-clock faults: the C shim in `shim/clockshim.c`, built at run time with the
+//! system compiler and preloaded into every `redis-server` through a wrapper script.
+//!
+//! The wrapper takes the port from the server's `--port` argument and points the shim at
+//! `<dir>/<port>.clock`, which the harness rewrites in place to jump or speed up that node's
+//! clock. `libfaketime` is not an option: it hangs Debian's redis-server.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SOURCE: &str = include_str!("../shim/clockshim.c");
+
+/// Where the shim, the wrapper and the control files live.
+#[derive(Debug, Clone)]
+pub struct Clocks {
+    dir: PathBuf,
+}
+
+impl Clocks {
+    /// Builds the shim and writes the wrapper into `dir`; returns the wrapper's path, to be
+    /// exported as `QUORUMLOCK_REDIS_SERVER` before any master starts.
+    ///
+    /// # Errors
+    ///
+    /// When `cc` is missing or fails, or the files cannot be written.
+    pub fn install(dir: &Path) -> std::io::Result<(Self, PathBuf)> {
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        let src = dir.join("clockshim.c");
+        let lib = dir.join("libjlclock.so");
+        std::fs::write(&src, SOURCE)?;
+        let out = Command::new("cc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .output()?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "cc failed building the clock shim: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let real = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+            .into_iter()
+            .find(|p| Path::new(p).is_file())
+            .unwrap_or("redis-server");
+        let wrapper = dir.join("redis-server");
+        let script = format!(
+            r#"#!/bin/sh
+# jepsen-lite: start redis-server with the clock shim; the control file is per port.
+port=""; prev=""
+for a in "$@"; do [ "$prev" = "--port" ] && port="$a"; prev="$a"; done
+ctl="{dir}/$port.clock"
+[ -f "$ctl" ] || head -c 24 /dev/zero > "$ctl"
+export JEPSEN_LITE_CLOCK_FILE="$ctl"
+export LD_PRELOAD="{lib}"
+exec {real} "$@"
+"#,
+            dir = dir.display(),
+            lib = lib.display(),
+        );
+        std::fs::write(&wrapper, script)?;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
+        Ok((Self { dir }, wrapper))
+    }
+
+    /// Sets node `port`'s clock to `real + offset_ms + (real − now) × rate_ppm / 1e6`.
+    ///
+    /// # Errors
+    ///
+    /// When the control file cannot be written.
+    pub fn set(&self, port: u16, offset_ms: i64, rate_ppm: i64) -> std::io::Result<()> {
+        let path = self.dir.join(format!("{port}.clock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)?;
+        if file.metadata()?.len() < 24 {
+            file.write_all_at(&[0u8; 24], 0)?;
+        }
+        let t0 = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(0))
+            .unwrap_or(0);
+        let mut bytes = [0u8; 24];
+        bytes[0..8].copy_from_slice(&(offset_ms * 1_000_000).to_le_bytes());
+        bytes[8..16].copy_from_slice(&rate_ppm.to_le_bytes());
+        bytes[16..24].copy_from_slice(&t0.to_le_bytes());
+        // In place: the file is mapped by the server, and must never shrink.
+        file.write_all_at(&bytes, 0)
+    }
+
+    /// Resets node `port`'s clock.
+    ///
+    /// # Errors
+    ///
+    /// When the control file cannot be written.
+    pub fn reset(&self, port: u16) -> std::io::Result<()> {
+        self.set(port, 0, 0)
+    }
+}

@@ -1,0 +1,799 @@
+//! One run of one scenario: start the masters, the proxy, the resource and the clients; play
+//! the script; heal; check; write the files.
+//!
+//! Everything started here is owned by [`Env`] and stopped when it is dropped: on success, on
+//! error, and when the run future is dropped on Ctrl-C (clients are killed on drop, masters by
+//! the test kit, the proxy's tasks aborted, paused processes resumed or killed).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use quorumlock::testing::{MasterOptions, RedisCluster};
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+
+use crate::checker::{self, Params, Report};
+use crate::client::{ClientConfig, Command, CycleSpec, Note};
+use crate::clock::ms;
+use crate::clockshim::Clocks;
+use crate::history::{self, Event, Kind, Process};
+use crate::proxy::{Mode, Modes, Proxy};
+use crate::resource::{self, Register};
+use crate::scenario::{Expect, RandomFault, Restart, Scenario, Script};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Pass, fail or skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Observed what was expected.
+    Pass,
+    /// Did not.
+    Fail,
+    /// Could not run.
+    Skipped,
+}
+
+/// The result of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Scenario name.
+    pub scenario: String,
+    /// Fault kind.
+    pub kind: String,
+    /// Expected.
+    pub expected: Expect,
+    /// Observed: "hold", "break", or why it did not run.
+    pub observed: String,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// Seed.
+    pub seed: u64,
+    /// Wall time of the run.
+    pub seconds: f64,
+    /// What the checkers found.
+    pub report: Option<Report>,
+    /// Keys found on a node with no TTL or a TTL beyond the lock TTL.
+    pub orphan_keys: usize,
+    /// Scenario-specific findings (e.g. an extension that should have been refused).
+    pub notes: Vec<String>,
+    /// Fenced-register result.
+    pub fenced: String,
+    /// Where the files are.
+    pub dir: PathBuf,
+}
+
+/// A client process seen from the controller.
+struct ClientHandle {
+    child: Child,
+    stdin: ChildStdin,
+    notes: mpsc::UnboundedReceiver<Note>,
+    pid: u32,
+    history: PathBuf,
+}
+
+impl ClientHandle {
+    async fn send(&mut self, cmd: &Command) -> Result<(), Error> {
+        let mut line = serde_json::to_vec(cmd)?;
+        line.push(b'\n');
+        self.stdin.write_all(&line).await?;
+        self.stdin.flush().await?;
+        Ok(())
+    }
+
+    /// Waits for the note `name`, skipping others.
+    async fn wait(&mut self, name: &str, within: Duration) -> Result<Note, Error> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.notes.recv()).await {
+                Ok(Some(n)) if n.note == name => return Ok(n),
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Err(format!("client {} exited waiting for {name}", self.pid).into())
+                }
+                Err(_) => {
+                    return Err(
+                        format!("client {} sent no {name} within {within:?}", self.pid).into(),
+                    )
+                }
+            }
+        }
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid).unwrap_or(0));
+        let _ = nix::sys::signal::kill(pid, sig);
+    }
+
+    /// Whether the kernel reports the process stopped.
+    fn is_stopped(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.rsplit(')')
+                    .next()
+                    .map(|r| r.trim_start().starts_with('T'))
+            })
+            .unwrap_or(false)
+    }
+}
+
+/// Everything one run started.
+struct Env {
+    sc: Scenario,
+    cluster: RedisCluster,
+    proxy: Proxy,
+    resource: resource::Server,
+    clients: Vec<ClientHandle>,
+    nemesis: Vec<Event>,
+    clocks: Option<Clocks>,
+    dir: PathBuf,
+    rng: rand::rngs::StdRng,
+    progress: Option<ProgressBar>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        for c in &self.clients {
+            c.signal(nix::sys::signal::Signal::SIGKILL);
+            c.signal(nix::sys::signal::Signal::SIGCONT);
+        }
+        if let Some(clocks) = &self.clocks {
+            for port in self.cluster.ports() {
+                let _ = clocks.reset(port);
+            }
+        }
+        // Masters are killed by the cluster's own Drop, paused ones included.
+    }
+}
+
+/// How many nodes every run uses.
+pub const NODES: usize = 5;
+
+impl Env {
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.sc.ttl_ms)
+    }
+
+    fn phase(&self, msg: &str) {
+        if let Some(p) = &self.progress {
+            p.set_message(format!("{}: {msg}", self.sc.name));
+        }
+    }
+
+    fn nem(&mut self, f: &str, value: serde_json::Value) {
+        self.nemesis
+            .push(Event::now(Process::nemesis(), Kind::Info, f, value));
+    }
+
+    fn cut(&mut self, client: usize, nodes: &[usize], mode: Mode) {
+        for &n in nodes {
+            self.proxy.set(client, n, Modes::both(mode));
+        }
+        self.nem(
+            "partition",
+            json!({"client": client, "nodes": nodes, "mode": mode}),
+        );
+    }
+
+    fn heal(&mut self) -> Result<(), Error> {
+        self.proxy.heal_all();
+        for n in 0..NODES {
+            if self.cluster[n].is_paused() {
+                self.cluster[n].resume()?;
+            }
+        }
+        if let Some(clocks) = &self.clocks {
+            for port in self.cluster.ports() {
+                clocks.reset(port)?;
+            }
+        }
+        for c in &self.clients {
+            c.signal(nix::sys::signal::Signal::SIGCONT);
+        }
+        self.nem("heal", json!({}));
+        Ok(())
+    }
+
+    fn spec(&self, resource: &str) -> CycleSpec {
+        CycleSpec {
+            resource: resource.to_string(),
+            acquire_deadline_ms: 1000,
+            access: true,
+            release: true,
+            min_remaining_ms: Some(self.sc.ttl_ms / 4),
+            ..CycleSpec::default()
+        }
+    }
+
+    async fn cycle(&mut self, c: usize, spec: CycleSpec) -> Result<(), Error> {
+        self.clients[c].send(&Command::Cycle(spec)).await
+    }
+
+    async fn wait(&mut self, c: usize, note: &str) -> Result<Note, Error> {
+        let within = self.ttl() * 3 + Duration::from_secs(10);
+        self.clients[c].wait(note, within).await
+    }
+}
+
+async fn sleep(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+async fn spawn_client(cfg: &ClientConfig, dir: &Path) -> Result<ClientHandle, Error> {
+    let exe = std::env::current_exe()?;
+    let stderr = std::fs::File::create(dir.join(format!("client-{}.stderr", cfg.id)))?;
+    let mut child = tokio::process::Command::new(exe)
+        .arg("client")
+        .arg("--config")
+        .arg(serde_json::to_string(cfg)?)
+        .env_remove("QUORUMLOCK_REDIS_SERVER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr))
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().ok_or("client exited at once")?;
+    let stdin = child.stdin.take().ok_or("no client stdin")?;
+    let stdout = child.stdout.take().ok_or("no client stdout")?;
+    let (tx, notes) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(n) = serde_json::from_str::<Note>(&line) {
+                if tx.send(n).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(ClientHandle {
+        child,
+        stdin,
+        notes,
+        pid,
+        history: cfg.history.clone(),
+    })
+}
+
+/// Runs one scenario and writes `history.jsonl`, `resource.jsonl` and `results.json` into a
+/// fresh directory under `out`.
+///
+/// # Errors
+///
+/// When the environment cannot be set up or a scripted step times out.
+pub async fn run(
+    sc: &Scenario,
+    seed: u64,
+    duration: Duration,
+    out: &Path,
+    clocks: Option<&Clocks>,
+    progress: Option<ProgressBar>,
+) -> Result<Outcome, Error> {
+    let started = Instant::now();
+    let dir = out.join(format!("{}-{seed}", sc.name));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let skip = |why: String| Outcome {
+        scenario: sc.name.to_string(),
+        kind: sc.kind.to_string(),
+        expected: sc.expect,
+        observed: why,
+        verdict: Verdict::Skipped,
+        seed,
+        seconds: 0.0,
+        report: None,
+        orphan_keys: 0,
+        notes: Vec::new(),
+        fenced: String::new(),
+        dir: dir.clone(),
+    };
+    let needs_clock = matches!(sc.script, Script::ClockJump(_) | Script::ClockRate(_));
+    if needs_clock && clocks.is_none() {
+        return Ok(skip("skipped: clock shim unavailable (no cc?)".into()));
+    }
+    let opts = MasterOptions::new().persistence(sc.persistence);
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start_with(NODES, opts))?;
+    if let Some(clocks) = clocks {
+        for port in cluster.ports() {
+            clocks.reset(port)?;
+        }
+    }
+    let proxy = Proxy::start(sc.clients, &cluster.ports()).await?;
+    let resource = resource::Server::start().await?;
+    let mut clients = Vec::new();
+    for c in 0..sc.clients {
+        let cfg = ClientConfig {
+            id: u32::try_from(c).unwrap_or(0),
+            nodes: proxy.urls(c),
+            resource_addr: resource.addr,
+            history: dir.join(format!("history-{c}.jsonl")),
+            ttl_ms: sc.ttl_ms,
+            node_timeout_ms: sc.node_timeout_ms,
+            retry_delay_ms: sc.retry_delay_ms,
+            register: Register::Unfenced,
+            mutation: sc.mutation.map(str::to_string),
+            seed: seed.wrapping_add(c as u64),
+        };
+        clients.push(spawn_client(&cfg, &dir).await?);
+    }
+    let mut env = Env {
+        sc: sc.clone(),
+        cluster,
+        proxy,
+        resource,
+        clients,
+        nemesis: Vec::new(),
+        clocks: clocks.cloned(),
+        dir: dir.clone(),
+        rng: rand::rngs::StdRng::seed_from_u64(seed),
+        progress,
+    };
+    env.phase("starting clients");
+    for c in 0..env.clients.len() {
+        let ready = env.wait(c, "ready").await?;
+        if !ready.ok {
+            return Err(format!("client {c} could not warm up: {}", ready.detail).into());
+        }
+    }
+    let mut notes = Vec::new();
+    play(&mut env, duration, &mut notes).await?;
+    finish(env, sc, seed, started, notes).await
+}
+
+/// Plays the script, ending with a heal and a liveness probe.
+async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Result<(), Error> {
+    let ttl = env.ttl();
+    let ttl_ms = env.sc.ttl_ms;
+    match env.sc.script {
+        Script::Random(fault) => {
+            let spec = CycleSpec {
+                acquire_deadline_ms: 2000,
+                sleep_ms: ttl_ms / 10,
+                min_remaining_ms: Some(ttl_ms / 2),
+                ..env.spec("r")
+            };
+            let loop_ms = u64::try_from(duration.as_millis()).unwrap_or(10_000);
+            for c in 0..env.clients.len() {
+                env.clients[c]
+                    .send(&Command::Loop {
+                        duration_ms: loop_ms,
+                        spec: spec.clone(),
+                    })
+                    .await?;
+            }
+            let faults_until = Instant::now() + duration.saturating_sub(Duration::from_secs(3));
+            while fault != RandomFault::None && Instant::now() < faults_until {
+                match fault {
+                    RandomFault::MinorityPartition => {
+                        for c in 0..env.clients.len() {
+                            let a = env.rng.random_range(0..NODES);
+                            let b = (a + env.rng.random_range(1..NODES)) % NODES;
+                            let mode = if env.rng.random_bool(0.5) {
+                                Mode::Blackhole
+                            } else {
+                                Mode::Reset
+                            };
+                            env.cut(c, &[a, b], mode);
+                        }
+                        env.phase("partition");
+                    }
+                    RandomFault::NodePause => {
+                        let n = env.rng.random_range(0..NODES);
+                        tokio::task::block_in_place(|| env.cluster[n].pause())?;
+                        env.nem("pause", json!({"node": n}));
+                        env.phase(&format!("node {n} paused"));
+                    }
+                    RandomFault::None => {}
+                }
+                sleep(Duration::from_millis(env.rng.random_range(1000..3000))).await;
+                env.proxy.heal_all();
+                for n in 0..NODES {
+                    if env.cluster[n].is_paused() {
+                        env.cluster[n].resume()?;
+                        env.nem("resume", json!({"node": n}));
+                    }
+                }
+                env.nem("partition-end", json!({}));
+                env.phase("quiet");
+                sleep(Duration::from_millis(env.rng.random_range(500..1500))).await;
+            }
+            env.heal()?;
+            env.phase("clients finishing");
+            for c in 0..env.clients.len() {
+                env.wait(c, "done").await?;
+            }
+        }
+        Script::ClientPause => {
+            env.phase("A acquires, checks, pauses itself");
+            env.cycle(
+                0,
+                CycleSpec {
+                    pause_after_check: true,
+                    min_remaining_ms: Some(ttl_ms / 2),
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(0, "checked").await?;
+            let t = Instant::now();
+            while !env.clients[0].is_stopped() {
+                if t.elapsed() > Duration::from_secs(5) {
+                    return Err("client 0 did not stop".into());
+                }
+                sleep(Duration::from_millis(5)).await;
+            }
+            env.nem("pause-client", json!({"client": 0}));
+            sleep(ttl + Duration::from_millis(300)).await;
+            env.phase("B runs while A is paused");
+            env.cycle(1, env.spec("r")).await?;
+            env.wait(1, "done").await?;
+            env.clients[0].signal(nix::sys::signal::Signal::SIGCONT);
+            env.nem("resume-client", json!({"client": 0}));
+            env.wait(0, "done").await?;
+        }
+        Script::SlowCs => {
+            env.phase("A acquires and reads");
+            env.cycle(
+                0,
+                CycleSpec {
+                    wait_go: true,
+                    min_remaining_ms: None,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(0, "read").await?;
+            sleep(ttl + Duration::from_millis(300)).await;
+            env.phase("B runs while A is still working");
+            env.cycle(1, env.spec("r")).await?;
+            env.wait(1, "done").await?;
+            env.clients[0].send(&Command::Go).await?;
+            env.wait(0, "done").await?;
+        }
+        Script::Crash(restart) => {
+            env.cut(0, &[3, 4], Mode::Reset);
+            env.cut(1, &[0, 1], Mode::Reset);
+            env.phase("A acquires {0,1,2}");
+            env.cycle(
+                0,
+                CycleSpec {
+                    wait_go: true,
+                    release: restart != Restart::DelayedEmpty,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            let acquired = env.wait(0, "acquired").await?;
+            if !acquired.ok {
+                return Err(format!("A could not acquire: {}", acquired.detail).into());
+            }
+            env.wait(0, "read").await?;
+            env.phase("node 2 crashes");
+            tokio::task::block_in_place(|| env.cluster[2].kill())?;
+            env.nem("kill", json!({"node": 2}));
+            if restart == Restart::DelayedEmpty {
+                env.clients[0].send(&Command::Go).await?;
+                env.wait(0, "done").await?;
+                sleep(ttl + Duration::from_millis(ttl_ms / 100 + 2 + 500)).await;
+            }
+            match restart {
+                Restart::Immediate => tokio::task::block_in_place(|| env.cluster[2].restart())?,
+                Restart::ImmediateEmpty | Restart::DelayedEmpty => {
+                    tokio::task::block_in_place(|| env.cluster[2].restart_empty())?;
+                }
+            }
+            env.nem("restart", json!({"node": 2, "how": restart}));
+            env.phase("B tries {2,3,4}");
+            env.cycle(
+                1,
+                CycleSpec {
+                    sleep_ms: 200,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(1, "done").await?;
+            if restart != Restart::DelayedEmpty {
+                env.clients[0].send(&Command::Go).await?;
+                env.wait(0, "done").await?;
+            }
+        }
+        Script::ClockJump(offset_ms) => {
+            env.cut(0, &[3, 4], Mode::Reset);
+            env.cut(1, &[0, 1], Mode::Reset);
+            env.phase("A acquires {0,1,2}");
+            env.cycle(
+                0,
+                CycleSpec {
+                    wait_go: true,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(0, "read").await?;
+            let port = env.cluster.ports()[2];
+            if let Some(clocks) = &env.clocks {
+                clocks.set(port, offset_ms, 0)?;
+            }
+            env.nem("clock-bump", json!({"node": 2, "delta_ms": offset_ms}));
+            env.phase("B tries {2,3,4}");
+            env.cycle(
+                1,
+                CycleSpec {
+                    sleep_ms: 200,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(1, "done").await?;
+            env.clients[0].send(&Command::Go).await?;
+            env.wait(0, "done").await?;
+        }
+        Script::ClockRate(ppm) => {
+            if let Some(clocks) = &env.clocks {
+                for port in env.cluster.ports() {
+                    clocks.set(port, 0, ppm)?;
+                }
+            }
+            env.nem("clock-rate", json!({"nodes": "all", "rate_ppm": ppm}));
+            env.phase("A acquires and keeps the lock");
+            env.cycle(
+                0,
+                CycleSpec {
+                    release: false,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(0, "done").await?;
+            env.phase("B polls while A's keys expire");
+            let spec = CycleSpec {
+                acquire_deadline_ms: ttl_ms + 1000,
+                ..env.spec("r")
+            };
+            env.cycle(1, spec).await?;
+            env.wait(1, "done").await?;
+        }
+        Script::SplitMinority => {
+            env.cut(0, &[2, 3, 4], Mode::Reset);
+            env.cut(1, &[0, 1], Mode::Reset);
+            env.phase("A and B acquire at once");
+            let spec = CycleSpec {
+                wait_go: true,
+                ..env.spec("r")
+            };
+            env.cycle(0, spec.clone()).await?;
+            env.cycle(1, spec).await?;
+            // Whoever acquired holds on (waits for go) while the other finishes.
+            let mut holding = Vec::new();
+            for c in [0, 1] {
+                if env.wait(c, "acquired").await?.ok {
+                    env.wait(c, "read").await?;
+                    holding.push(c);
+                } else {
+                    env.wait(c, "done").await?;
+                }
+            }
+            sleep(Duration::from_millis(200)).await;
+            for c in holding.into_iter().rev() {
+                env.clients[c].send(&Command::Go).await?;
+                env.wait(c, "done").await?;
+            }
+        }
+        Script::HeldReplies => {
+            for n in 0..NODES {
+                env.proxy.set(
+                    0,
+                    n,
+                    Modes {
+                        to_node: Mode::Pass,
+                        to_client: Mode::Hold,
+                    },
+                );
+            }
+            env.nem(
+                "hold",
+                json!({"client": 0, "nodes": "all", "direction": "to_client"}),
+            );
+            env.phase("A's replies are held");
+            env.cycle(
+                0,
+                CycleSpec {
+                    acquire_deadline_ms: 1,
+                    release: false,
+                    min_remaining_ms: None,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(0, "acquiring").await?;
+            sleep(ttl + Duration::from_millis(500)).await;
+            for n in 0..NODES {
+                env.proxy.set(0, n, Modes::PASS);
+            }
+            env.nem("release", json!({"client": 0}));
+            env.phase("B polls");
+            env.cycle(
+                1,
+                CycleSpec {
+                    acquire_deadline_ms: ttl_ms,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(0, "done").await?;
+            env.wait(1, "done").await?;
+        }
+        Script::LateRelease => {
+            env.phase("A acquires and stalls past its TTL");
+            env.cycle(
+                0,
+                CycleSpec {
+                    wait_go: true,
+                    access: false,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(0, "read").await?;
+            sleep(ttl + Duration::from_millis(300)).await;
+            env.phase("B acquires");
+            env.cycle(
+                1,
+                CycleSpec {
+                    wait_go: true,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(1, "read").await?;
+            env.phase("A releases late; C tries");
+            env.clients[0].send(&Command::Go).await?;
+            env.wait(0, "done").await?;
+            env.cycle(
+                2,
+                CycleSpec {
+                    acquire_deadline_ms: 300,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(2, "done").await?;
+            env.clients[1].send(&Command::Go).await?;
+            env.wait(1, "done").await?;
+        }
+        Script::ExtendAfterExpiry => {
+            env.phase("A acquires all five");
+            env.cycle(
+                0,
+                CycleSpec {
+                    wait_go: true,
+                    extend: true,
+                    ..env.spec("r")
+                },
+            )
+            .await?;
+            env.wait(0, "read").await?;
+            let key = "quorumlock:r";
+            for n in 0..3 {
+                tokio::task::block_in_place(|| env.cluster[n].command(&["DEL", key]))?;
+            }
+            env.nem("expire-keys", json!({"nodes": [0, 1, 2], "key": key}));
+            env.phase("A extends");
+            env.clients[0].send(&Command::Go).await?;
+            let extended = env.wait(0, "extended").await?;
+            if extended.ok {
+                notes.push(
+                    "an extension succeeded although the lock's keys were gone on 3 of 5 nodes"
+                        .into(),
+                );
+            }
+            env.wait(0, "done").await?;
+        }
+    }
+    if !env.nemesis.iter().any(|e| e.f == "heal") || !matches!(env.sc.script, Script::Random(_)) {
+        env.heal()?;
+    }
+    env.phase("liveness probe");
+    let probe = CycleSpec {
+        acquire_deadline_ms: ttl_ms + 2000,
+        ..env.spec("r")
+    };
+    env.cycle(0, probe).await?;
+    env.wait(0, "done").await?;
+    let _ = &env.dir;
+    Ok(())
+}
+
+/// Orphans: keys without a TTL, or with more left than the lock TTL.
+fn orphan_keys(env: &Env) -> usize {
+    let mut orphans = 0;
+    for m in env.cluster.iter() {
+        if !m.is_running() || m.is_paused() {
+            continue;
+        }
+        let Ok(keys) = m.command(&["KEYS", "*"]) else {
+            continue;
+        };
+        for key in keys
+            .lines()
+            .filter(|k| !k.is_empty() && *k != "(empty array)")
+        {
+            let pttl: i64 = m
+                .command(&["PTTL", key])
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(-2);
+            if pttl == -1 || pttl > i64::try_from(env.sc.ttl_ms).unwrap_or(i64::MAX) {
+                orphans += 1;
+            }
+        }
+    }
+    orphans
+}
+
+async fn finish(
+    mut env: Env,
+    sc: &Scenario,
+    seed: u64,
+    started: Instant,
+    notes: Vec<String>,
+) -> Result<Outcome, Error> {
+    env.phase("collecting");
+    let orphans = tokio::task::block_in_place(|| orphan_keys(&env));
+    let mut parts = Vec::new();
+    for c in 0..env.clients.len() {
+        let _ = env.clients[c].send(&Command::Exit).await;
+        let _ = tokio::time::timeout(Duration::from_secs(3), env.clients[c].child.wait()).await;
+        parts.push(history::read_jsonl::<Event>(&env.clients[c].history)?);
+    }
+    parts.push(env.nemesis.clone());
+    let events = history::merge(parts);
+    let (accesses, unfenced, fenced) = env.resource.snapshot();
+    history::write_jsonl(&env.dir.join("history.jsonl"), &events)?;
+    history::write_jsonl(&env.dir.join("resource.jsonl"), &accesses)?;
+    let params = Params {
+        epsilon_ns: ms(1),
+        liveness_bound_ns: ms(sc.ttl_ms + 2000),
+    };
+    let report = checker::check(&events, &accesses, &unfenced, &fenced, &params);
+    let broke = report.broke() || !notes.is_empty();
+    let observed = if broke { Expect::Break } else { Expect::Hold };
+    let mut pass = observed == sc.expect;
+    let mut observed_text = observed.to_string();
+    if sc.expect == Expect::Hold && (!report.liveness.ok || orphans > 0) {
+        pass = false;
+        observed_text = format!(
+            "{observed_text} (liveness {}, orphans {orphans})",
+            if report.liveness.ok { "ok" } else { "FAILED" }
+        );
+    }
+    let outcome = Outcome {
+        scenario: sc.name.to_string(),
+        kind: sc.kind.to_string(),
+        expected: sc.expect,
+        observed: observed_text,
+        verdict: if pass { Verdict::Pass } else { Verdict::Fail },
+        seed,
+        seconds: started.elapsed().as_secs_f64(),
+        report: Some(report),
+        orphan_keys: orphans,
+        notes,
+        fenced: "n/a (no fencing tokens in the library yet)".into(),
+        dir: env.dir.clone(),
+    };
+    std::fs::write(
+        env.dir.join("results.json"),
+        serde_json::to_vec_pretty(&outcome)?,
+    )?;
+    crate::report::write_run_html(&env.dir, sc, &outcome, &events, &accesses)?;
+    Ok(outcome)
+}

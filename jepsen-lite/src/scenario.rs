@@ -1,0 +1,300 @@
+//! The scenario catalog: what each run does and what it must show.
+//!
+//! "hold" means zero claim overlaps, zero interleaved effects and zero lost updates on the
+//! unfenced register, no orphan key outliving its TTL, and an acquisition soon after the heal.
+//! "break" means at least one violation: the targeted ones are scripted through the proxy so
+//! that they break every time, not by luck.
+
+use quorumlock::testing::Persistence;
+use serde::Serialize;
+
+/// What the scenario must show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expect {
+    /// Mutual exclusion holds.
+    Hold,
+    /// Mutual exclusion breaks (outside Redlock's model, or a mutant).
+    Break,
+}
+
+impl std::fmt::Display for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Hold => "hold",
+            Self::Break => "break",
+        })
+    }
+}
+
+/// Faults of the random (free-running) scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum RandomFault {
+    /// None.
+    None,
+    /// Each client loses two random nodes (blackhole or reset), on and off.
+    MinorityPartition,
+    /// One random node is paused (`SIGSTOP`), on and off.
+    NodePause,
+}
+
+/// How a node comes back after a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Restart {
+    /// At once, with whatever its persistence kept.
+    Immediate,
+    /// At once, with its data directory wiped.
+    ImmediateEmpty,
+    /// Empty, after more than the TTL.
+    DelayedEmpty,
+}
+
+/// The script of a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Script {
+    /// Clients loop on their own while a seeded nemesis injects faults.
+    Random(RandomFault),
+    /// A pauses itself (`SIGSTOP`) after its last validity check, past the TTL; B runs.
+    ClientPause,
+    /// A's critical section outlasts the TTL, without any check; B runs meanwhile.
+    SlowCs,
+    /// A holds {0,1,2} (cut from 3,4); node 2 crashes and restarts; B (cut from 0,1) tries.
+    Crash(Restart),
+    /// A holds {0,1,2}; node 2's wall clock jumps by this many ms; B (cut from 0,1) tries.
+    ClockJump(i64),
+    /// Every node's clock runs fast by this many ppm; A holds without releasing; B polls.
+    ClockRate(i64),
+    /// A reaches only {0,1}, B only {2,3,4}; both try at once.
+    SplitMinority,
+    /// A's replies are held longer than the TTL (long node timeout); B polls afterwards.
+    HeldReplies,
+    /// A's lease runs out, B acquires, A releases late; C then tries while B holds.
+    LateRelease,
+    /// A holds all five; its keys vanish on three nodes; A extends.
+    ExtendAfterExpiry,
+}
+
+/// One scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    /// Name for `--scenario`.
+    pub name: &'static str,
+    /// Fault kind, for the table.
+    pub kind: &'static str,
+    /// What it must show.
+    pub expect: Expect,
+    /// In `matrix --quick`.
+    pub quick: bool,
+    /// One line for the report.
+    pub about: &'static str,
+    /// What the masters keep on disk.
+    #[serde(skip)]
+    pub persistence: Persistence,
+    /// Lock TTL.
+    pub ttl_ms: u64,
+    /// Client processes.
+    pub clients: usize,
+    /// Per-node timeout.
+    pub node_timeout_ms: u64,
+    /// Retry jitter bound.
+    pub retry_delay_ms: u64,
+    /// A library mutant by name.
+    pub mutation: Option<&'static str>,
+    /// What happens.
+    pub script: Script,
+}
+
+const fn base(name: &'static str, kind: &'static str, expect: Expect, script: Script) -> Scenario {
+    Scenario {
+        name,
+        kind,
+        expect,
+        quick: true,
+        about: "",
+        persistence: Persistence::None,
+        ttl_ms: 2000,
+        clients: 2,
+        node_timeout_ms: 50,
+        retry_delay_ms: 50,
+        mutation: None,
+        script,
+    }
+}
+
+/// Every scenario, in table order.
+pub fn catalog() -> Vec<Scenario> {
+    use Expect::{Break, Hold};
+    let mut v = vec![
+        Scenario {
+            about: "no faults, 3 clients looping",
+            clients: 3,
+            ..base("no-faults", "none", Hold, Script::Random(RandomFault::None))
+        },
+        Scenario {
+            about: "each client cut from 2 random nodes (blackhole/reset), on and off",
+            clients: 3,
+            ..base(
+                "minority-partition",
+                "partition",
+                Hold,
+                Script::Random(RandomFault::MinorityPartition),
+            )
+        },
+        Scenario {
+            about: "A reaches only {0,1}, B only {2,3,4}",
+            ..base("split-minority", "partition", Hold, Script::SplitMinority)
+        },
+        Scenario {
+            about: "one random node SIGSTOPped, on and off",
+            clients: 3,
+            ..base(
+                "node-pause",
+                "pause",
+                Hold,
+                Script::Random(RandomFault::NodePause),
+            )
+        },
+        Scenario {
+            about:
+                "A's replies held for TTL+500ms (node timeout 3 s): late quorum leaves no validity",
+            node_timeout_ms: 3000,
+            retry_delay_ms: 5,
+            ..base("held-replies", "delay", Hold, Script::HeldReplies)
+        },
+        Scenario {
+            about:
+                "A SIGSTOPs itself after its last validity check, for TTL+300ms; unfenced register",
+            ..base("client-pause", "client pause", Break, Script::ClientPause)
+        },
+        Scenario {
+            about: "A's critical section outlasts the TTL, no extension, no check",
+            ..base("slow-cs", "slow client", Break, Script::SlowCs)
+        },
+        Scenario {
+            about: "A holds {0,1,2}; node 2 SIGKILLed and restarted empty at once; B takes {2,3,4}",
+            ttl_ms: 4000,
+            ..base(
+                "crash-restart-empty",
+                "crash",
+                Break,
+                Script::Crash(Restart::ImmediateEmpty),
+            )
+        },
+        Scenario {
+            about: "as crash-restart-empty, but node 2 restarts empty after TTL+drift+500ms",
+            ttl_ms: 4000,
+            ..base(
+                "crash-restart-delayed",
+                "crash",
+                Hold,
+                Script::Crash(Restart::DelayedEmpty),
+            )
+        },
+        Scenario {
+            about: "as crash-restart-empty, but appendfsync always and a plain restart",
+            ttl_ms: 4000,
+            persistence: Persistence::AofAlways,
+            ..base(
+                "crash-restart-fsync-always",
+                "crash",
+                Hold,
+                Script::Crash(Restart::Immediate),
+            )
+        },
+        Scenario {
+            about: "A holds {0,1,2}; node 2's wall clock jumps forward 2*TTL; B takes {2,3,4}",
+            ttl_ms: 4000,
+            ..base(
+                "clock-jump-forward",
+                "clock",
+                Break,
+                Script::ClockJump(8000),
+            )
+        },
+        Scenario {
+            about: "A holds {0,1,2}; node 2's wall clock jumps back 2*TTL; B tries {2,3,4}",
+            ttl_ms: 4000,
+            ..base("clock-jump-back", "clock", Hold, Script::ClockJump(-8000))
+        },
+        Scenario {
+            about:
+                "all node clocks 0.5% fast (< the 1% drift allowance); B polls as A's keys expire",
+            ttl_ms: 8000,
+            retry_delay_ms: 2,
+            ..base(
+                "clock-fast-within-drift",
+                "clock",
+                Hold,
+                Script::ClockRate(5000),
+            )
+        },
+        Scenario {
+            about: "all node clocks 5% fast (> the 1% drift allowance); B polls as A's keys expire",
+            ttl_ms: 4000,
+            retry_delay_ms: 2,
+            ..base(
+                "clock-fast-beyond-drift",
+                "clock",
+                Break,
+                Script::ClockRate(50_000),
+            )
+        },
+        Scenario {
+            about: "A's lease runs out, B acquires, A releases late (compare-and-delete); C tries",
+            clients: 3,
+            ..base("late-release", "slow client", Hold, Script::LateRelease)
+        },
+        Scenario {
+            about: "A holds all five; its keys vanish on 3 nodes; A's extend must be refused",
+            ttl_ms: 4000,
+            ..base(
+                "extend-after-expiry",
+                "extend",
+                Hold,
+                Script::ExtendAfterExpiry,
+            )
+        },
+    ];
+    // Each mutant must be caught by a scenario the correct library passes.
+    let mutants = [
+        (
+            "mutant-no-elapsed-check",
+            "held-replies",
+            "no-elapsed-check",
+        ),
+        ("mutant-zero-drift", "clock-fast-within-drift", "zero-drift"),
+        (
+            "mutant-minority-quorum",
+            "split-minority",
+            "minority-quorum",
+        ),
+        (
+            "mutant-plain-del-release",
+            "late-release",
+            "plain-del-release",
+        ),
+        (
+            "mutant-extend-recreates",
+            "extend-after-expiry",
+            "extend-recreates",
+        ),
+    ];
+    for (name, from, mutation) in mutants {
+        if let Some(s) = v.iter().find(|s| s.name == from).cloned() {
+            v.push(Scenario {
+                name,
+                kind: "mutant",
+                expect: Expect::Break,
+                about: "the scenario above against a deliberately broken library",
+                mutation: Some(mutation),
+                ..s
+            });
+        }
+    }
+    v
+}
+
+/// A scenario by name.
+pub fn find(name: &str) -> Option<Scenario> {
+    catalog().into_iter().find(|s| s.name == name)
+}
