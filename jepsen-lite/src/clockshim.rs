@@ -103,3 +103,55 @@ exec {real} "$@"
         self.set(port, 0, 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorumlock::testing::{MasterOptions, RedisMaster};
+
+    fn unix_now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0)
+    }
+
+    /// The shim moves a real redis-server's wall clock (TIME and key expiry) and nothing else.
+    #[test]
+    fn shim_jumps_redis_wall_clock_and_expiry() {
+        let dir = std::env::temp_dir().join(format!("jl-clock-{}", std::process::id()));
+        let (clocks, wrapper) = Clocks::install(&dir).expect("cc builds the shim");
+        // This test binary starts no other master, so the variable affects only this one.
+        std::env::set_var("QUORUMLOCK_REDIS_SERVER", &wrapper);
+        let master = RedisMaster::start(MasterOptions::new()).expect("starts through the wrapper");
+        std::env::remove_var("QUORUMLOCK_REDIS_SERVER");
+        let time = |m: &RedisMaster| -> i64 {
+            m.command(&["TIME"])
+                .ok()
+                .and_then(|t| t.lines().next().and_then(|s| s.trim().parse().ok()))
+                .unwrap_or(0)
+        };
+        assert!((time(&master) - unix_now()).abs() <= 2);
+        master
+            .command(&["SET", "k", "v", "PX", "10000"])
+            .expect("set");
+        clocks.set(master.port(), 3_600_000, 0).expect("jump");
+        assert!((time(&master) - unix_now() - 3600).abs() <= 2);
+        assert_eq!(
+            master.command(&["GET", "k"]).expect("get"),
+            "(nil)",
+            "the jump expired the key"
+        );
+        clocks.reset(master.port()).expect("reset");
+        assert!((time(&master) - unix_now()).abs() <= 2);
+        // A fast clock: 100% fast runs two seconds per second.
+        clocks.set(master.port(), 0, 1_000_000).expect("rate");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        assert!(
+            time(&master) - unix_now() >= 1,
+            "a doubled rate gains a second in 1.5 s"
+        );
+        drop(master);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

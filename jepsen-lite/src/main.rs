@@ -238,13 +238,15 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
             let mut outcomes = Vec::new();
             for sc in &all {
                 let o = one(sc, seed, duration, &out, clocks.as_ref(), Some(pb.clone())).await;
-                pb.println(format!(
-                    "{:<28} expected {:<5} observed {:<20} {:?}",
-                    o.scenario,
-                    o.expected.to_string(),
-                    o.observed,
-                    o.verdict
-                ));
+                pb.suspend(|| {
+                    println!(
+                        "{:<28} expected {:<5} observed {:<20} {:?}",
+                        o.scenario,
+                        o.expected.to_string(),
+                        o.observed,
+                        o.verdict
+                    )
+                });
                 outcomes.push(o);
                 pb.inc(1);
             }
