@@ -391,6 +391,28 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                         env.nem("pause", json!({"node": n}));
                         env.phase(&format!("node {n} paused"));
                     }
+                    RandomFault::SlowLinks => {
+                        for c in 0..env.clients.len() {
+                            let k = env.rng.random_range(1..3);
+                            for _ in 0..k {
+                                let n = env.rng.random_range(0..NODES);
+                                let d = Duration::from_millis(env.rng.random_range(100..3000));
+                                env.proxy.set(
+                                    c,
+                                    n,
+                                    Modes {
+                                        to_node: Mode::Delay(d),
+                                        to_client: Mode::Pass,
+                                    },
+                                );
+                                env.nem(
+                                    "delay",
+                                    json!({"client": c, "node": n, "ms": d.as_millis() as u64}),
+                                );
+                            }
+                        }
+                        env.phase("slow links");
+                    }
                     RandomFault::None => {}
                 }
                 sleep(Duration::from_millis(env.rng.random_range(1000..3000))).await;
@@ -461,6 +483,12 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
         Script::Crash(restart) => {
             env.cut(0, &[3, 4], Mode::Reset);
             env.cut(1, &[0, 1], Mode::Reset);
+            let aof_before = aof_incr(env.cluster[2].dir()).map(|p| {
+                (
+                    p.clone(),
+                    std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0),
+                )
+            });
             env.phase("A acquires {0,1,2}");
             env.cycle(
                 0,
@@ -486,6 +514,16 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
             }
             match restart {
                 Restart::Immediate => tokio::task::block_in_place(|| env.cluster[2].restart())?,
+                Restart::PowerLoss => {
+                    // The writes since the sample were never fsynced: they are gone.
+                    let (path, len) = aof_before.ok_or("node 2 has no AOF to truncate")?;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&path)?
+                        .set_len(len)?;
+                    env.nem("truncate-aof", json!({"node": 2, "bytes": len}));
+                    tokio::task::block_in_place(|| env.cluster[2].restart())?;
+                }
                 Restart::ImmediateEmpty | Restart::DelayedEmpty => {
                     tokio::task::block_in_place(|| env.cluster[2].restart_empty())?;
                 }
@@ -711,6 +749,15 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
     env.wait(0, "done").await?;
     let _ = &env.dir;
     Ok(())
+}
+
+/// The incremental AOF file of a master's data directory, if it has one.
+fn aof_incr(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir.join("appendonlydir"))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
 }
 
 /// Orphans: keys without a TTL, or with more left than the lock TTL.

@@ -36,6 +36,8 @@ pub enum RandomFault {
     MinorityPartition,
     /// One random node is paused (`SIGSTOP`), on and off.
     NodePause,
+    /// Each client's requests to one or two random nodes are delayed 0.1–3 s, past its give-up.
+    SlowLinks,
 }
 
 /// How a node comes back after a crash.
@@ -47,6 +49,9 @@ pub enum Restart {
     ImmediateEmpty,
     /// Empty, after more than the TTL.
     DelayedEmpty,
+    /// At once, after truncating the AOF to its size before the lock was taken: a power loss
+    /// that took the last, not yet fsynced, second of writes.
+    PowerLoss,
 }
 
 /// The script of a scenario.
@@ -199,6 +204,41 @@ pub fn catalog() -> Vec<Scenario> {
                 "crash",
                 Hold,
                 Script::Crash(Restart::Immediate),
+            )
+        },
+        Scenario {
+            about: "as crash-restart-empty, appendfsync everysec, power loss (AOF tail truncated)",
+            ttl_ms: 4000,
+            persistence: Persistence::AofEverySec,
+            ..base(
+                "crash-power-loss-everysec",
+                "crash",
+                Break,
+                Script::Crash(Restart::PowerLoss),
+            )
+        },
+        Scenario {
+            about:
+                "as crash-power-loss-everysec, but a plain SIGKILL: the page cache keeps the key",
+            ttl_ms: 4000,
+            persistence: Persistence::AofEverySec,
+            quick: false,
+            ..base(
+                "crash-sigkill-everysec",
+                "crash",
+                Hold,
+                Script::Crash(Restart::Immediate),
+            )
+        },
+        Scenario {
+            about: "requests of each client to 1-2 random nodes delayed 0.1-3 s, on and off",
+            clients: 3,
+            quick: false,
+            ..base(
+                "slow-links",
+                "delay",
+                Hold,
+                Script::Random(RandomFault::SlowLinks),
             )
         },
         Scenario {
