@@ -191,7 +191,8 @@ pub fn write_run_html(
     let html = format!(
         "<!doctype html><meta charset=utf-8><title>{name}</title><h1>{name} (seed {seed})</h1><p>{about}</p>\
          <p>expected <b>{exp}</b>, observed <b>{obs}</b>: <b>{verdict:?}</b></p><p>{summary}</p><p>{notes}</p>\
-         <p>claims blue (red: overlapping), failed acquisitions orange, reads green, writes purple; bands: faults</p>{svg}",
+         <p>claims blue (red: overlapping), failed acquisitions orange, reads green, writes purple; bands: faults</p>{svg}\
+         <h2>acquisition latency (filled: ok, hollow: failed)</h2>{latency}",
         name = esc(sc.name),
         seed = outcome.seed,
         about = esc(sc.about),
@@ -200,6 +201,7 @@ pub fn write_run_html(
         verdict = outcome.verdict,
         notes = esc(&outcome.notes.join("; ")),
         svg = timeline_svg(events, accesses),
+        latency = latency_svg(events).unwrap_or_else(|e| format!("<p>no plot: {}</p>", esc(&e))),
     );
     std::fs::write(dir.join("timeline.html"), html)
 }
@@ -255,4 +257,161 @@ pub fn write_matrix_html(path: &Path, outcomes: &[Outcome], seed: u64) -> std::i
         <p>fenced register: n/a (no fencing tokens in the library yet)</p>\
         <table border=1 cellpadding=4><tr><th>scenario</th><th>fault</th><th>expected</th><th>observed</th><th>verdict</th><th>checkers</th><th>notes</th></tr>{rows}</table>");
     std::fs::write(path, html)
+}
+
+/// Acquisition latency over time (ms against seconds since the start), one series per client,
+/// with fault bands, as an SVG drawn with plotters.
+pub fn latency_svg(events: &[Event]) -> Result<String, String> {
+    use plotters::prelude::*;
+    let t0 = events.iter().map(|e| e.time_ns).min().unwrap_or(0);
+    let mut points: Vec<(Process, f64, f64, bool)> = Vec::new();
+    let mut invoked: std::collections::HashMap<Process, u64> = std::collections::HashMap::new();
+    for e in events.iter().filter(|e| e.f == "acquire") {
+        match e.kind {
+            Kind::Invoke => {
+                invoked.insert(e.process.clone(), e.time_ns);
+            }
+            Kind::Ok | Kind::Fail | Kind::Info => {
+                if let Some(start) = invoked.remove(&e.process) {
+                    let x = (start - t0) as f64 / 1e9;
+                    let y = (e.time_ns.saturating_sub(start)) as f64 / 1e6;
+                    points.push((e.process.clone(), x, y, e.kind == Kind::Ok));
+                }
+            }
+        }
+    }
+    let x_max = events
+        .iter()
+        .map(|e| (e.time_ns - t0) as f64 / 1e9)
+        .fold(0.1, f64::max);
+    let y_max = points.iter().map(|p| p.2).fold(1.0, f64::max) * 1.5;
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (1100, 320)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..x_max, (0.01f64..y_max).log_scale())
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("acquire ms")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let nem: Vec<&Event> = events
+            .iter()
+            .filter(|e| e.process == Process::nemesis())
+            .collect();
+        for (i, e) in nem.iter().enumerate() {
+            if is_fault_end(&e.f) {
+                continue;
+            }
+            let end = nem[i + 1..]
+                .iter()
+                .find(|n| is_fault_end(&n.f))
+                .map_or(x_max, |n| (n.time_ns - t0) as f64 / 1e9);
+            let start = (e.time_ns - t0) as f64 / 1e9;
+            let colour = band_rgb(&e.f);
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(start, 0.01), (end.max(start + x_max / 500.0), y_max)],
+                    colour.mix(0.4).filled(),
+                )))
+                .map_err(|e| e.to_string())?;
+        }
+        let palette = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
+        let mut lanes: Vec<Process> = points.iter().map(|p| p.0.clone()).collect();
+        lanes.sort();
+        lanes.dedup();
+        for (i, lane) in lanes.iter().enumerate() {
+            let colour = palette[i % palette.len()];
+            chart
+                .draw_series(points.iter().filter(|p| &p.0 == lane).map(|p| {
+                    if p.3 {
+                        Circle::new((p.1, p.2.max(0.011)), 3, colour.filled())
+                    } else {
+                        Circle::new((p.1, p.2.max(0.011)), 3, colour.stroke_width(1))
+                    }
+                }))
+                .map_err(|e| e.to_string())?
+                .label(format!("client {lane}"))
+                .legend(move |(x, y)| Circle::new((x, y), 3, colour.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+fn is_fault_end(f: &str) -> bool {
+    matches!(
+        f,
+        "heal" | "partition-end" | "resume" | "resume-client" | "release"
+    )
+}
+
+fn band_rgb(f: &str) -> plotters::style::RGBColor {
+    let hex = band_colour(f).trim_start_matches('#');
+    let c = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(200);
+    plotters::style::RGBColor(c(0), c(2), c(4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn latency_plot_renders_without_system_fonts() {
+        let events = vec![
+            Event::at(0, Process::Client(0), Kind::Invoke, "acquire", json!({})),
+            Event::at(
+                2_000_000,
+                Process::Client(0),
+                Kind::Ok,
+                "acquire",
+                json!({"lease": "0-0"}),
+            ),
+            Event::at(
+                5_000_000,
+                Process::nemesis(),
+                Kind::Info,
+                "partition",
+                json!({}),
+            ),
+            Event::at(
+                6_000_000,
+                Process::Client(1),
+                Kind::Invoke,
+                "acquire",
+                json!({}),
+            ),
+            Event::at(
+                60_000_000,
+                Process::Client(1),
+                Kind::Fail,
+                "acquire",
+                json!({}),
+            ),
+            Event::at(
+                70_000_000,
+                Process::nemesis(),
+                Kind::Info,
+                "heal",
+                json!({}),
+            ),
+        ];
+        let svg = latency_svg(&events).expect("renders");
+        assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(100)]);
+        assert!(svg.contains("<circle"));
+        let timeline = timeline_svg(&events, &[]);
+        assert!(timeline.contains("<rect"));
+    }
 }
