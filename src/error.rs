@@ -114,6 +114,12 @@ pub enum NotHeldReason {
     },
     /// The guard was already released.
     Released,
+    /// A [`Lease`](crate::Lease) reached its [`max_hold`](crate::LeaseOptions::max_hold): it is
+    /// no longer renewed and ends when its current validity does.
+    MaxHoldReached,
+    /// A [`Lease`](crate::Lease)'s renewal task stopped without being released (its tokio
+    /// runtime shut down); nothing renews the lock any more.
+    RenewalStopped,
 }
 
 impl fmt::Display for NotHeldReason {
@@ -125,6 +131,8 @@ impl fmt::Display for NotHeldReason {
                 "only {confirmed} node(s) still hold it, a quorum needs {quorum}"
             ),
             Self::Released => f.write_str("it was already released"),
+            Self::MaxHoldReached => f.write_str("its lease reached its max hold time"),
+            Self::RenewalStopped => f.write_str("its lease's renewal task stopped"),
         }
     }
 }
@@ -161,6 +169,36 @@ pub enum InvalidArgument {
         /// The largest TTL accepted.
         max: Duration,
     },
+    /// A lease's renewal interval ([`LeaseOptions::renew_every`](crate::LeaseOptions::renew_every))
+    /// is zero.
+    #[error("lease renewal interval is zero: expected a positive duration shorter than the ttl")]
+    ZeroRenewInterval,
+    /// A lease's renewal interval is not shorter than the TTL each renewal sets: the lock would
+    /// expire between renewals.
+    #[error(
+        "lease renewal interval {renew_every:?} is not shorter than the ttl {ttl:?}: expected a fraction of it (a third by default)"
+    )]
+    RenewIntervalTooLong {
+        /// The renewal interval asked for.
+        renew_every: Duration,
+        /// The TTL each renewal sets.
+        ttl: Duration,
+    },
+    /// A lease's [`max_hold`](crate::LeaseOptions::max_hold) is shorter than its TTL: no renewal
+    /// could ever happen (a plain lock with a shorter TTL does that).
+    #[error(
+        "lease max hold {max_hold:?} is shorter than the ttl {ttl:?}: expected at least one ttl"
+    )]
+    MaxHoldTooShort {
+        /// The cap asked for.
+        max_hold: Duration,
+        /// The TTL each renewal sets.
+        ttl: Duration,
+    },
+    /// [`LockGuard::keep_alive`](crate::LockGuard::keep_alive) was called outside a tokio
+    /// runtime, where its renewal task cannot run.
+    #[error("no tokio runtime for the lease's renewal task: expected keep_alive to be called inside one")]
+    NoRuntime,
 }
 
 /// The error of every lock operation.

@@ -237,3 +237,11 @@ impl Drop for LockGuard {
         );
     }
 }
+
+// accessors for lease.rs
+impl LockGuard {
+    /// The settings of the manager that granted this lock (drift factor, node timeout).
+    pub(crate) fn config(&self) -> &crate::config::Config {
+        &self.shared.config
+    }
+}

@@ -116,6 +116,17 @@
 //! * **Retries** ([`RedlockBuilder::retry_count`] = 3, [`RedlockBuilder::retry_delay`] = 200 ms
 //!   upper bound of a uniform random delay): the randomness keeps competing clients apart.
 //!
+//! ## Long work: auto-extension
+//!
+//! For work that may outlast any TTL worth picking, let a [`Lease`] renew the lock in the
+//! background. [`Redlock::run_exclusive`] acquires, runs the work, cancels it if the lock is
+//! lost (a renewal found it gone from a majority, or none succeeded before the validity ran out)
+//! and releases; [`LockGuard::keep_alive`] renews a guard you manage. The holder learns of a
+//! loss at once through [`Lease::lost`] (or polls [`Lease::is_held`]), and
+//! [`LeaseOptions::max_hold`] caps the total hold time so a stuck holder cannot keep a resource
+//! forever. A lease narrows the window in which a lost lock goes unnoticed; only fencing tokens
+//! close it.
+//!
 //! ## Cancellation and drop
 //!
 //! Every async method documents its cancel safety. Dropping a [`LockGuard`] releases the lock
@@ -127,6 +138,7 @@ mod config;
 mod connection;
 mod error;
 mod guard;
+mod lease;
 mod manager;
 mod master;
 mod mutation;
@@ -155,6 +167,7 @@ pub use config::{
 };
 pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};
 pub use guard::LockGuard;
+pub use lease::{KeepAliveError, Lease, LeaseHandle, LeaseOptions, LeaseStats, DEFAULT_LEASE_TTL};
 pub use manager::Redlock;
 #[cfg(feature = "mutants")]
 #[doc(hidden)]

@@ -1,0 +1,359 @@
+//! Auto-extension: a [`Lease`] keeps a lock alive in the background, tells its holder at once
+//! when it can no longer, and stops at a hard cap on the total hold time.
+//!
+//! * [`LockGuard::keep_alive`] hands a guard to a renewal task and returns a [`Lease`];
+//! * [`Redlock::run_exclusive`] acquires, runs a piece of work under a lease, cancels the work
+//!   if the lock is lost, and releases.
+//!
+//! The renewal task owns the guard. It extends the lock on a quorum every
+//! [`renew_every`](LeaseOptions::renew_every) (a third of the TTL by default), retries a failed
+//! extension about every node timeout while validity remains, and stops for good when the lease
+//! is released or dropped, when an extension shows the lock lost on a majority, when validity
+//! runs out before a renewal succeeded, or at [`max_hold`](LeaseOptions::max_hold). Its holder
+//! watches [`Lease::lost`] (a future to `select!` on) or polls [`Lease::is_held`] and
+//! [`Lease::remaining`], which read the clock themselves and so turn false at the end of the
+//! validity even if the task is stalled.
+//!
+//! A lease narrows the window in which the lock can be lost unnoticed; it does not close it.
+//! A holder that pauses after checking can still act after the lock moved on: protect the
+//! resource with fencing tokens where that matters.
+
+mod exclusive;
+mod handle;
+mod options;
+mod task;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::error::{InvalidArgument, LockError};
+use crate::guard::LockGuard;
+use crate::manager::round_timing;
+use crate::timing::drift;
+
+pub use handle::{LeaseHandle, LeaseStats};
+pub use options::{LeaseOptions, DEFAULT_LEASE_TTL};
+use task::{Counters, Plan, Publisher, ReleaseReply, Renew};
+
+/// A lock kept alive by a background task until it is released, dropped or lost. Created by
+/// [`LockGuard::keep_alive`].
+///
+/// # Drop
+///
+/// Dropping a lease stops the renewal at once (the task notices that its command channel
+/// closed, abandoning a renewal in flight) and releases the lock in the background, on the
+/// runtime the lease was started on. Prefer [`release`](Self::release), which reports the
+/// outcome. If that runtime has shut down, nothing can be sent and the keys expire after their
+/// TTL. A lease that is leaked instead (`std::mem::forget`) is renewed until its
+/// [`max_hold`](LeaseOptions::max_hold), forever without one.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use quorumlock::LeaseOptions;
+///
+/// # async fn step(_: u32) {}
+/// # async fn run(locks: quorumlock::Redlock) -> Result<(), Box<dyn std::error::Error>> {
+/// let guard = locks.lock("job:42", Duration::from_secs(10)).await?;
+/// let lease = guard.keep_alive(LeaseOptions::new())?;
+/// for i in 0..100 {
+///     tokio::select! {
+///         lost = lease.lost() => return Err(lost.into()),
+///         () = step(i) => {}
+///     }
+/// }
+/// lease.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping the lease stops the renewal and releases the lock at once"]
+pub struct Lease {
+    handle: LeaseHandle,
+    commands: oneshot::Sender<ReleaseReply>,
+}
+
+/// [`LockGuard::keep_alive`] refused to start a lease. The guard is handed back, still held.
+///
+/// Converting it into a [`LockError`] (as `?` does) drops the guard, which releases the lock
+/// in the background.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use quorumlock::LeaseOptions;
+///
+/// # use quorumlock::{LockError, LockGuard};
+/// # async fn run(guard: LockGuard, every: Duration) -> Result<(), LockError> {
+/// let lease = match guard.keep_alive(LeaseOptions::new().renew_every(every)) {
+///     Ok(lease) => lease,
+///     Err(rejected) => {
+///         eprintln!("{rejected}; renewing at the default interval instead");
+///         rejected.into_guard().keep_alive(LeaseOptions::new())?
+///     }
+/// };
+/// lease.release().await
+/// # }
+/// ```
+pub struct KeepAliveError {
+    error: InvalidArgument,
+    // Boxed: a guard is large, and errors travel through every `?` on the way up.
+    guard: Box<LockGuard>,
+}
+
+impl KeepAliveError {
+    /// What was wrong: an option (see [`LeaseOptions`]) or a missing tokio runtime.
+    pub fn error(&self) -> &InvalidArgument {
+        &self.error
+    }
+
+    /// The guard, still held.
+    pub fn into_guard(self) -> LockGuard {
+        *self.guard
+    }
+
+    /// What was wrong, and the guard, still held.
+    pub fn into_parts(self) -> (InvalidArgument, LockGuard) {
+        (self.error, *self.guard)
+    }
+}
+
+impl fmt::Debug for KeepAliveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeepAliveError")
+            .field("error", &self.error)
+            .field("guard", &self.guard)
+            .finish()
+    }
+}
+
+impl fmt::Display for KeepAliveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot keep the lock on {:?} alive: {}",
+            self.guard.resource(),
+            self.error
+        )
+    }
+}
+
+impl std::error::Error for KeepAliveError {}
+
+impl From<KeepAliveError> for LockError {
+    fn from(error: KeepAliveError) -> Self {
+        LockError::InvalidArgument(error.error)
+    }
+}
+
+impl LockGuard {
+    /// Hands the lock to a background task that keeps renewing it; see the [`Lease`] docs.
+    ///
+    /// The first renewal comes [`renew_every`](LeaseOptions::renew_every) after the round that
+    /// gave the guard its current validity (at once if that is already past), and never later
+    /// than one node timeout before that validity ends.
+    ///
+    /// # Errors
+    ///
+    /// A [`KeepAliveError`], which hands the guard back, when the options are invalid for this
+    /// guard: the TTL is zero, too short for its drift or too long
+    /// ([`InvalidArgument::ZeroTtl`], [`InvalidArgument::TtlTooShort`],
+    /// [`InvalidArgument::TtlTooLong`]), the renewal interval is zero or not shorter than the
+    /// TTL ([`InvalidArgument::ZeroRenewInterval`], [`InvalidArgument::RenewIntervalTooLong`]),
+    /// or `max_hold` is shorter than the TTL ([`InvalidArgument::MaxHoldTooShort`]); or when
+    /// called outside a tokio runtime ([`InvalidArgument::NoRuntime`]).
+    ///
+    /// A guard whose validity already ran out is not an error: its lease is lost at once.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use quorumlock::LeaseOptions;
+    ///
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), Box<dyn std::error::Error>> {
+    /// let guard = locks.lock("job:42", Duration::from_secs(10)).await?;
+    /// let lease = guard.keep_alive(LeaseOptions::new().max_hold(Duration::from_secs(600)))?;
+    /// assert!(lease.is_held());
+    /// lease.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn keep_alive(self, opts: LeaseOptions) -> Result<Lease, KeepAliveError> {
+        let config = self.config();
+        let (drift_factor, round_time) = (config.drift_factor, config.node_timeout);
+        let checked = opts
+            .resolve(self.ttl())
+            .and_then(|resolved| check_ttl(config, resolved.ttl).map(|()| resolved));
+        let resolved = match checked {
+            Ok(resolved) => resolved,
+            Err(error) => {
+                return Err(KeepAliveError {
+                    error,
+                    guard: Box::new(self),
+                })
+            }
+        };
+        let Ok(runtime) = Handle::try_current() else {
+            return Err(KeepAliveError {
+                error: InvalidArgument::NoRuntime,
+                guard: Box::new(self),
+            });
+        };
+        let now = Instant::now();
+        let valid_until = Instant::from_std(self.valid_until());
+        // The round that gave this validity started `ttl − drift` before its end.
+        let span = self.ttl().saturating_sub(drift(self.ttl(), drift_factor));
+        let started = valid_until.checked_sub(span).unwrap_or(now).min(now);
+        let mut plan = Plan {
+            ttl: resolved.ttl,
+            validity: resolved
+                .ttl
+                .saturating_sub(drift(resolved.ttl, drift_factor)),
+            renew_every: resolved.renew_every,
+            round_time,
+            first_renewal: now,
+            hold_deadline: resolved.max_hold.and_then(|cap| started.checked_add(cap)),
+        };
+        plan.first_renewal = plan.next_renewal(started, valid_until);
+        let (resource, fence) = (self.resource().to_owned(), self.fence());
+        Ok(Lease::start(self, &resource, fence, plan, &runtime))
+    }
+}
+
+/// Checks a renewal TTL against the manager's settings (drift, `max_ttl`), as `extend` will.
+fn check_ttl(config: &crate::config::Config, ttl: Duration) -> Result<(), InvalidArgument> {
+    round_timing(config, ttl).map(|_| ())
+}
+
+impl Renew for LockGuard {
+    fn valid_until(&self) -> Instant {
+        Instant::from_std(LockGuard::valid_until(self))
+    }
+
+    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<(), LockError>> + Send {
+        LockGuard::extend(self, ttl)
+    }
+
+    fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
+        LockGuard::release(self)
+    }
+}
+
+impl Lease {
+    /// Spawns the renewal task of `guard` on `runtime`.
+    pub(crate) fn start<G: Renew>(
+        guard: G,
+        resource: &str,
+        fence: Option<u64>,
+        plan: Plan,
+        runtime: &Handle,
+    ) -> Self {
+        let (publisher, state) = Publisher::new(guard.valid_until());
+        let (commands, receiver) = oneshot::channel();
+        let resource: Arc<str> = Arc::from(resource);
+        let counters = Arc::new(Counters::default());
+        runtime.spawn(task::run(
+            guard,
+            Arc::clone(&resource),
+            plan,
+            receiver,
+            publisher,
+            Arc::clone(&counters),
+        ));
+        Self {
+            handle: LeaseHandle::new(resource, fence, state, counters),
+            commands,
+        }
+    }
+
+    /// The resource name of the lock.
+    pub fn resource(&self) -> &str {
+        self.handle.resource()
+    }
+
+    /// The fencing token of the grant; see [`LeaseHandle::fence`].
+    pub fn fence(&self) -> Option<u64> {
+        self.handle.fence()
+    }
+
+    /// Whether the lock is still valid now; see [`LeaseHandle::is_held`].
+    pub fn is_held(&self) -> bool {
+        self.handle.is_held()
+    }
+
+    /// The validity left now; see [`LeaseHandle::remaining`].
+    pub fn remaining(&self) -> Duration {
+        self.handle.remaining()
+    }
+
+    /// The instant the current validity ends; see [`LeaseHandle::valid_until`].
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.handle.valid_until()
+    }
+
+    /// Resolves once the lease can no longer keep its lock; see [`LeaseHandle::lost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches. Dropping it, and calling it again in a loop of
+    /// `select!`s, is fine.
+    pub async fn lost(&self) -> LockError {
+        self.handle.lost().await
+    }
+
+    /// The renewal counters so far.
+    pub fn stats(&self) -> LeaseStats {
+        self.handle.stats()
+    }
+
+    /// A cheap, cloneable view of this lease, for other tasks.
+    pub fn handle(&self) -> LeaseHandle {
+        self.handle.clone()
+    }
+
+    /// Stops the renewal (abandoning one in flight) and releases the lock; see
+    /// [`LockGuard::release`].
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::NotHeld`] with the reason the lease ended, when it already ended
+    ///   ([`Lost`], [`Expired`], [`RenewalStopped`], or [`MaxHoldReached`] once the validity
+    ///   left after the cap ran out). Its keys were released when it ended.
+    /// * Otherwise the errors of [`LockGuard::release`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The lease is consumed. If the future is dropped, the lock is released in the background
+    /// anyway (by the renewal task, which owns the guard), and only the outcome is lost.
+    ///
+    /// [`Lost`]: crate::NotHeldReason::Lost
+    /// [`Expired`]: crate::NotHeldReason::Expired
+    /// [`RenewalStopped`]: crate::NotHeldReason::RenewalStopped
+    /// [`MaxHoldReached`]: crate::NotHeldReason::MaxHoldReached
+    pub async fn release(self) -> Result<(), LockError> {
+        let (reply, outcome) = oneshot::channel();
+        if self.commands.send(reply).is_ok() {
+            if let Ok(outcome) = outcome.await {
+                return outcome;
+            }
+        }
+        // The task ended on its own (and released the lock) before it could take the request.
+        Err(self.handle.ended())
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.handle, f)
+    }
+}

@@ -1,0 +1,188 @@
+//! [`LeaseHandle`]: what a lease's holder reads (held, remaining, lost) and its counters.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+
+use super::task::{Counters, State};
+use crate::error::{LockError, NotHeldReason};
+#[cfg(doc)]
+use crate::{Lease, LeaseOptions, LockGuard, Redlock};
+
+/// A cheap, cloneable view of a [`Lease`]: whether it still holds its lock, for how long, and a
+/// future that resolves when it cannot any more. Handed to the work of
+/// [`Redlock::run_exclusive`]; obtained from [`Lease::handle`].
+///
+/// A handle never keeps the lock alive: when the lease is released or dropped, every handle
+/// sees it end.
+#[derive(Clone)]
+pub struct LeaseHandle {
+    resource: Arc<str>,
+    fence: Option<u64>,
+    state: watch::Receiver<State>,
+    counters: Arc<Counters>,
+}
+
+/// How a lease's renewals went so far. From [`Lease::stats`] and [`LeaseHandle::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// Renewals confirmed by a quorum.
+    pub renewals: u64,
+    /// Renewal rounds that failed (each failing master is traced with its error).
+    pub failed_renewals: u64,
+}
+
+impl LeaseHandle {
+    pub(crate) fn new(
+        resource: Arc<str>,
+        fence: Option<u64>,
+        state: watch::Receiver<State>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Self {
+            resource,
+            fence,
+            state,
+            counters,
+        }
+    }
+
+    /// The resource name of the lock.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The fencing token of the grant the lease keeps alive, when fencing is on (see
+    /// [`LockGuard::fence`]): renewals keep it, so pass it with every write to the protected
+    /// resource for the whole lease.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// Whether the lock is still valid now: the last confirmed validity has not run out, and the
+    /// lease was not lost or released. After [`max_hold`](LeaseOptions::max_hold) it stays true
+    /// until the validity left then runs out.
+    ///
+    /// Computed from the last published validity and the clock, so it turns false exactly at
+    /// the end of the validity even if the renewal task is stalled. As with
+    /// [`LockGuard::is_valid`], it says nothing about pauses of this process after the check.
+    pub fn is_held(&self) -> bool {
+        let state = self.state.borrow();
+        Instant::now() < state.valid_until
+    }
+
+    /// The validity left now: zero once it ran out, or once the lease was lost or released.
+    pub fn remaining(&self) -> Duration {
+        let state = self.state.borrow();
+        state.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// The instant the current validity ends (moved later by each renewal, earlier when the
+    /// lease is lost or released).
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.state.borrow().valid_until.into_std()
+    }
+
+    /// Resolves once the lease can no longer keep its lock, with a [`LockError::NotHeld`] whose
+    /// reason says why:
+    ///
+    /// * [`NotHeldReason::Lost`]: a renewal found too few masters holding the lock (its keys
+    ///   expired or were taken), or a quorum of masters failed with errors that retrying cannot
+    ///   fix (a key of another type in place of the lock); resolves when that renewal is decided;
+    /// * [`NotHeldReason::Expired`]: the validity ran out before a renewal succeeded (for
+    ///   example a majority of masters was unreachable); resolves exactly at the end of the
+    ///   validity;
+    /// * [`NotHeldReason::MaxHoldReached`]: the lease reached its
+    ///   [`max_hold`](LeaseOptions::max_hold); renewal stopped, and the lock stays valid for
+    ///   [`remaining`](Self::remaining) (at most one TTL) to let the holder wrap up;
+    /// * [`NotHeldReason::Released`]: the lease was released or dropped;
+    /// * [`NotHeldReason::RenewalStopped`]: the renewal task is gone (its runtime shut down).
+    ///
+    /// Resolves at once if the lease already ended, so it can be called again in every round of
+    /// a `select!` loop.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches the lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn work() {}
+    /// # async fn run(lease: quorumlock::LeaseHandle) -> Result<(), quorumlock::LockError> {
+    /// tokio::select! {
+    ///     lost = lease.lost() => return Err(lost),
+    ///     () = work() => {}
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lost(&self) -> LockError {
+        let mut state = self.state.clone();
+        loop {
+            let valid_until = {
+                // The clock is read under the channel's read lock: see `task` on why.
+                let current = state.borrow_and_update();
+                match current.loss(Instant::now()) {
+                    Some(reason) => return self.not_held(reason),
+                    None => current.valid_until,
+                }
+            };
+            tokio::select! {
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        // The task is gone; its last word is in the channel.
+                        return self.ended();
+                    }
+                }
+                () = sleep_until(valid_until) => {}
+            }
+        }
+    }
+
+    /// The renewal counters so far.
+    pub fn stats(&self) -> LeaseStats {
+        LeaseStats {
+            renewals: self.counters.renewals.load(Ordering::Relaxed),
+            failed_renewals: self.counters.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The error of a lease that ended: why, or that its task is gone.
+    pub(super) fn ended(&self) -> LockError {
+        let reason = self
+            .state
+            .borrow()
+            .loss(Instant::now())
+            .unwrap_or(NotHeldReason::RenewalStopped);
+        self.not_held(reason)
+    }
+
+    fn not_held(&self, reason: NotHeldReason) -> LockError {
+        LockError::NotHeld {
+            resource: self.resource.to_string(),
+            reason,
+        }
+    }
+}
+
+impl fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = *self.state.borrow();
+        f.debug_struct("Lease")
+            .field("resource", &self.resource)
+            .field("fence", &self.fence)
+            .field(
+                "remaining",
+                &state.valid_until.saturating_duration_since(Instant::now()),
+            )
+            .field("stopped", &state.stopped)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
