@@ -20,3 +20,7 @@ echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 
 echo "== all checks passed"
+
+echo "== jepsen-lite smoke: the quick matrix (real redis-server, scripted faults, mutants; ~4 min)"
+cargo run --release -p jepsen-lite -- matrix --quick
+echo "== jepsen-lite verdicts all as expected"

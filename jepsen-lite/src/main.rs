@@ -73,6 +73,7 @@ fn main() {
         eprintln!("jepsen-lite: cannot create {}: {e}", out.display());
         std::process::exit(2);
     }
+    let out = out.canonicalize().unwrap_or(out);
     // Before any thread starts: every master is launched through the clock-shim wrapper.
     let clocks = match Clocks::install(&out.join("clock")) {
         Ok((clocks, wrapper)) => {
