@@ -1,9 +1,10 @@
 //! One run of one scenario: start the masters, the proxy, the resource and the clients; play
 //! the script; heal; check; write the files.
 //!
-//! Everything started here is owned by [`Env`] and stopped when it is dropped: on success, on
-//! error, and when the run future is dropped on Ctrl-C (clients are killed on drop, masters by
-//! the test kit, the proxy's tasks aborted, paused processes resumed or killed).
+//! Everything started here is owned by the run's environment and stopped when it is dropped:
+//! on success, on error, and when the run future is dropped on Ctrl-C (clients are killed on
+//! drop, masters by the test kit, the proxy's tasks aborted, paused processes resumed or
+//! killed).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
