@@ -202,8 +202,9 @@ impl RedlockBuilder {
     /// How long a resource's fence counter is kept on a master after its last use, so that
     /// unused resources cost no memory. A counter that expired (or was lost in a restart) does
     /// not make tokens go backwards: tokens are also floored by the master's clock in
-    /// microseconds, so they stay monotonic as long as master clocks never step backwards.
-    /// Defaults to 24 hours.
+    /// microseconds, so they stay monotonic as long as master clocks never step backwards and
+    /// agree to within the retention. Keep it well above the longest time a lock is held,
+    /// extensions included. Defaults to 24 hours.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
         self
@@ -223,7 +224,8 @@ impl RedlockBuilder {
     /// older than [`max_ttl`](Self::max_ttl) plus drift, so every lock it may have forgotten has
     /// expired. The check rides inside the acquire script (no extra round trip).
     ///
-    /// Availability cost: a master restarted without its data is unusable for one max TTL, and a
+    /// Availability cost: a master restarted without its data is unusable for one max TTL
+    /// (counted from its first acquisition after the restart, when its new marker is created), and a
     /// **brand-new deployment looks exactly like that** — call [`Redlock::provision`] once on
     /// masters known to be fresh. Masters with `appendfsync always` keep their marker and count
     /// at once after a restart. Requires [`max_ttl`](Self::max_ttl). Defaults to `false`.

@@ -89,7 +89,9 @@ pub enum NodeErrorKind {
     /// Restart protection: the master's epoch marker is younger than the maximum TTL, so it may
     /// have lost locks it granted before a restart. Its vote does not count until the marker is
     /// old enough (the key it set is still released).
-    #[error("restarted {age:?} ago: not counted towards a quorum for another {remaining:?}")]
+    #[error(
+        "epoch marker only {age:?} old (restarted without its data, or never provisioned): not counted towards a quorum for another {remaining:?}"
+    )]
     Quarantined {
         /// The age of the master's epoch marker.
         age: Duration,

@@ -301,14 +301,11 @@ impl Redlock {
         let (Some(fence_key), Some(token)) = (&keys.fence, token) else {
             return Ok(guard);
         };
-        let raised = round::raise_fence(
-            &self.shared.nodes,
-            resource,
-            fence_key,
-            token,
-            timing.fence_retention,
-        )
-        .await;
+        // Keep the raised counters at least as long as the lock itself: a counter that expired
+        // while the lock is held would let the next grant fall back to clock floors.
+        let retention = timing.fence_retention.max(timing.ttl);
+        let raised =
+            round::raise_fence(&self.shared.nodes, resource, fence_key, token, retention).await;
         let error = match raised {
             Ok(()) if guard.is_valid() => return Ok(guard),
             Ok(()) => LockError::ValidityExhausted {

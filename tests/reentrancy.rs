@@ -15,9 +15,15 @@ async fn only_the_last_release_frees_a_reentrant_lock() {
     let locks = support::manager(&cluster);
     let mine = locks.reentrant(Owner::new());
     let outer = mine.try_lock("job", TTL).await.expect("first acquisition");
-    let inner = mine.try_lock("job", TTL).await.expect("same owner acquires again");
+    let inner = mine
+        .try_lock("job", TTL)
+        .await
+        .expect("same owner acquires again");
     let rival = locks.try_lock("job", TTL).await;
-    assert!(rival.as_ref().is_err_and(LockError::is_contended), "{rival:?}");
+    assert!(
+        rival.as_ref().is_err_and(LockError::is_contended),
+        "{rival:?}"
+    );
 
     inner.release().await.expect("inner release");
     let rival = locks.try_lock("job", TTL).await;
@@ -32,7 +38,10 @@ async fn only_the_last_release_frees_a_reentrant_lock() {
         support::total_keys(&cluster) == 0
     })
     .await;
-    let rival = locks.try_lock("job", TTL).await.expect("free after the last release");
+    let rival = locks
+        .try_lock("job", TTL)
+        .await
+        .expect("free after the last release");
     rival.release().await.expect("release");
 }
 
@@ -45,12 +54,18 @@ async fn other_owners_are_refused() {
     let bob = locks.reentrant(Owner::new());
     let held = alice.try_lock("job", TTL).await.expect("alice");
     let refused = bob.try_lock("job", TTL).await;
-    assert!(refused.as_ref().is_err_and(LockError::is_contended), "{refused:?}");
+    assert!(
+        refused.as_ref().is_err_and(LockError::is_contended),
+        "{refused:?}"
+    );
     held.release().await.expect("release");
 
     let plain = locks.try_lock("job", TTL).await.expect("plain lock");
     let refused = alice.try_lock("job", TTL).await;
-    assert!(refused.as_ref().is_err_and(LockError::is_contended), "{refused:?}");
+    assert!(
+        refused.as_ref().is_err_and(LockError::is_contended),
+        "{refused:?}"
+    );
     plain.release().await.expect("release");
 }
 
@@ -71,7 +86,10 @@ async fn a_dropped_inner_guard_does_not_free_the_outer_one() {
     let barrier = mine.try_lock("job", TTL).await.expect("barrier");
     barrier.release().await.expect("barrier release");
     let rival = locks.try_lock("job", TTL).await;
-    assert!(rival.as_ref().is_err_and(LockError::is_contended), "{rival:?}");
+    assert!(
+        rival.as_ref().is_err_and(LockError::is_contended),
+        "{rival:?}"
+    );
     outer.release().await.expect("outer release");
 }
 
@@ -87,7 +105,10 @@ async fn reentry_never_shortens_the_lock() {
         .try_lock("job", Duration::from_secs(1))
         .await
         .expect("inner");
-    inner.extend(Duration::from_secs(2)).await.expect("extend inner");
+    inner
+        .extend(Duration::from_secs(2))
+        .await
+        .expect("extend inner");
     // The outer acquisition still holds a quorum with its own TTL. (A master that the early
     // decision never sent the outer key to may hold only the inner acquisition's shorter TTL.)
     let pttls: Vec<i64> = cluster
@@ -95,7 +116,10 @@ async fn reentry_never_shortens_the_lock() {
         .map(|master| support::pttl(master, &support::key("job")))
         .collect();
     let long = pttls.iter().filter(|&&pttl| pttl > 20_000).count();
-    assert!(long >= 2, "the outer acquisition's TTL was shortened: {pttls:?}");
+    assert!(
+        long >= 2,
+        "the outer acquisition's TTL was shortened: {pttls:?}"
+    );
     inner.release().await.expect("inner");
     outer.release().await.expect("outer");
 }

@@ -179,3 +179,100 @@ pub(crate) fn dead_port() -> (tokio::net::TcpSocket, SocketAddr) {
     let addr = socket.local_addr().expect("local addr");
     (socket, addr)
 }
+
+/// The key of a resource's fence counter with the default prefix.
+pub(crate) fn fence_key(resource: &str) -> String {
+    format!("{DEFAULT_KEY_PREFIX}\u{1f}fence:{resource}")
+}
+
+/// The key of the epoch marker of restart protection with the default prefix.
+pub(crate) fn epoch_key() -> String {
+    format!("{DEFAULT_KEY_PREFIX}\u{1f}epoch")
+}
+
+/// The lock keys on `master`: our keys without the fence counters and the epoch marker.
+pub(crate) fn lock_keys(master: &RedisMaster) -> Vec<String> {
+    let reserved = format!("{DEFAULT_KEY_PREFIX}\u{1f}");
+    our_keys(master)
+        .into_iter()
+        .filter(|k| !k.starts_with(&reserved))
+        .collect()
+}
+
+/// How many lock keys the running, unpaused masters of `cluster` hold together.
+pub(crate) fn total_lock_keys(cluster: &RedisCluster) -> usize {
+    cluster
+        .iter()
+        .filter(|m| m.is_running() && !m.is_paused())
+        .map(|m| lock_keys(m).len())
+        .sum()
+}
+
+/// Sets `resource`'s lock key on `master` to a value no manager owns, so that it refuses the
+/// lock: the way a test chooses which masters a grant comes from.
+pub(crate) fn set_foreign(master: &RedisMaster, resource: &str) {
+    master
+        .command(&["SET", &key(resource), "foreign"])
+        .expect("SET a foreign lock key");
+}
+
+/// Deletes `resource`'s lock key on `master`, whoever set it.
+pub(crate) fn clear(master: &RedisMaster, resource: &str) {
+    master.command(&["DEL", &key(resource)]).expect("DEL");
+}
+
+/// The integer value of `key` on `master`, `None` if it does not exist.
+pub(crate) fn get_u64(master: &RedisMaster, key: &str) -> Option<u64> {
+    get(master, key).map(|v| {
+        v.parse()
+            .unwrap_or_else(|e| panic!("{key} on port {} is {v:?}: {e}", master.port()))
+    })
+}
+
+/// `master`'s own clock (`TIME`) in microseconds since the Unix epoch.
+pub(crate) fn server_time_us(master: &RedisMaster) -> u64 {
+    match master.query(&["TIME"]).expect("TIME") {
+        Reply::Array(items) => match items.as_slice() {
+            [Reply::Bulk(secs), Reply::Bulk(micros)] => {
+                let parse = |b: &[u8]| -> u64 {
+                    String::from_utf8_lossy(b)
+                        .parse()
+                        .expect("TIME gives integers")
+                };
+                parse(secs) * 1_000_000 + parse(micros)
+            }
+            other => panic!("TIME on port {} gave {other:?}", master.port()),
+        },
+        other => panic!("TIME on port {} gave {other:?}", master.port()),
+    }
+}
+
+/// A node timeout that also covers opening a connection and loading the scripts on a loaded
+/// CI box, for tests that check which error a master gives (so it must not time out instead).
+pub(crate) const PATIENT_NODE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A builder over `urls` with [`PATIENT_NODE_TIMEOUT`].
+pub(crate) fn patient_builder<S: AsRef<str>>(urls: &[S]) -> RedlockBuilder {
+    builder(urls).node_timeout(PATIENT_NODE_TIMEOUT)
+}
+
+/// Acquires `resource`, retrying for up to [`PATIENCE`]: for a grant that is expected, on
+/// connections that may still be cold on a loaded box.
+pub(crate) async fn grant(locks: &Redlock, resource: &str, ttl: Duration) -> quorumlock::LockGuard {
+    locks
+        .lock_until(resource, ttl, Instant::now() + PATIENCE)
+        .await
+        .unwrap_or_else(|e| panic!("{resource:?} should be granted: {e}"))
+}
+
+/// Whether `error` carries a node failure that load alone can cause (a timeout, a connection
+/// not yet open or broken, a backlog): a round worth running again before judging its outcome.
+pub(crate) fn transient(error: &quorumlock::LockError) -> bool {
+    use quorumlock::NodeErrorKind::{Backlogged, Connect, ConnectionLost, Timeout};
+    error.node_errors().iter().any(|e| {
+        matches!(
+            e.kind(),
+            Timeout(_) | Connect(_) | ConnectionLost(_) | Backlogged { .. }
+        )
+    })
+}

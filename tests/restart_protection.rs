@@ -1,0 +1,430 @@
+//! Client-enforced delayed restarts on real masters: a master that restarted without its data
+//! does not count towards a quorum until one max TTL (plus drift) has passed on it; without the
+//! protection it grants a lock that a live holder still counts on.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use quorumlock::testing::{MasterOptions, Persistence, RedisCluster};
+use quorumlock::{
+    ConfigError, InvalidArgument, LockError, NodeErrorKind, Redlock, DEFAULT_DRIFT_FACTOR, MAX_TTL,
+};
+use support::{
+    calls, clear, cluster, epoch_key, get, grant, key, patient_builder, script_calls,
+    server_time_us, set_foreign, total_lock_keys, transient, wait_until, PATIENCE,
+};
+
+/// Short, so that waiting out a quarantine keeps the tests quick.
+const SHORT_MAX_TTL: Duration = Duration::from_secs(3);
+
+/// How long a master stays out after it lost its data: max TTL plus its drift allowance
+/// (`ttl × factor + 2 ms`).
+fn quarantine(max_ttl: Duration) -> Duration {
+    max_ttl + max_ttl.mul_f64(DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2)
+}
+
+/// Leeway between the masters' wall clock (which ages the epoch marker) and this process's
+/// monotonic clock.
+const CLOCK_LEEWAY: Duration = Duration::from_millis(20);
+
+/// A builder over `cluster` with the patient node timeout: these tests check which error a
+/// master gives, so it must not time out instead.
+fn patient(cluster: &RedisCluster) -> quorumlock::RedlockBuilder {
+    patient_builder(&cluster.urls())
+}
+
+/// A manager over `cluster` with restart protection and `max_ttl`.
+fn protected(cluster: &RedisCluster, max_ttl: Duration) -> Redlock {
+    patient(cluster)
+        .max_ttl(max_ttl)
+        .restart_protection(true)
+        .build()
+        .expect("build manager")
+}
+
+/// Whether `error` says that the master on `port` is quarantined.
+fn quarantined_on(error: &LockError, port: u16) -> bool {
+    let suffix = format!(":{port}");
+    error.node_errors().iter().any(|e| {
+        e.node().ends_with(&suffix) && matches!(e.kind(), NodeErrorKind::Quarantined { .. })
+    })
+}
+
+/// Provisions every master, trying again while some cannot be reached (provisioning is
+/// idempotent).
+async fn provision(locks: &Redlock) {
+    let start = Instant::now();
+    while let Err(e) = locks.provision().await {
+        assert!(start.elapsed() < PATIENCE, "cannot provision: {e}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One refused round's error, running rounds again while a failure could be a load artifact
+/// (see [`transient`]) rather than the masters' answer; panics if the lock is granted.
+async fn refused(locks: &Redlock, resource: &str, ttl: Duration) -> LockError {
+    let start = Instant::now();
+    loop {
+        match locks.try_lock(resource, ttl).await {
+            Ok(guard) => panic!("{resource:?} was granted: {guard:?}"),
+            Err(e) if transient(&e) && start.elapsed() < PATIENCE => {}
+            Err(e) => return e,
+        }
+    }
+}
+
+/// Panics unless masters `holders` hold `resource` for some manager (not a foreign value).
+fn assert_held_on(cluster: &RedisCluster, resource: &str, holders: &[usize]) {
+    for &i in holders {
+        let value = get(&cluster[i], &key(resource));
+        assert!(
+            value.is_some() && value.as_deref() != Some("foreign"),
+            "master {i} should hold {resource:?}, holds {value:?}"
+        );
+    }
+}
+
+/// The scenario with protection: a restarted-empty master is out for max TTL + drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_protection_a_restarted_empty_master_is_kept_out_for_one_max_ttl() {
+    const RESOURCE: &str = "held-on-three";
+    // Needs masters 0, 1 and 2 (3 and 4 hold foreign keys): the restarted master's vote counts.
+    const PROBE: &str = "needs-master-2";
+    let q = quarantine(SHORT_MAX_TTL);
+    let mut cluster = cluster(5);
+    let first = protected(&cluster, SHORT_MAX_TTL);
+    provision(&first).await;
+    let second = protected(&cluster, SHORT_MAX_TTL);
+
+    set_foreign(&cluster[3], RESOURCE);
+    set_foreign(&cluster[4], RESOURCE);
+    let held = grant(&first, RESOURCE, SHORT_MAX_TTL).await;
+    assert_held_on(&cluster, RESOURCE, &[0, 1, 2]);
+
+    cluster[2].restart_empty().expect("restart master 2 empty");
+    // No acquire reached master 2 since: its new epoch marker is created after this instant.
+    let restarted_at = Instant::now();
+    clear(&cluster[3], RESOURCE);
+    clear(&cluster[4], RESOURCE);
+    assert!(held.is_valid(), "the scenario needs a live holder");
+
+    let error = refused(&second, RESOURCE, SHORT_MAX_TTL).await;
+    assert!(
+        held.is_valid(),
+        "the refusal must come while the holder is valid"
+    );
+    assert!(quarantined_on(&error, cluster[2].port()), "{error}");
+    assert!(
+        matches!(error, LockError::QuorumUnreachable { granted, .. } if granted <= 2),
+        "{error}"
+    );
+    assert_eq!(
+        error.node_errors().len(),
+        1,
+        "only master 2 failed: {error}"
+    );
+    match error.node_errors()[0].kind() {
+        NodeErrorKind::Quarantined { age, remaining } => {
+            assert!(*age < SHORT_MAX_TTL, "{error}");
+            assert_eq!(*age + *remaining, q, "{error}");
+        }
+        other => panic!("expected Quarantined, got {other:?}"),
+    }
+    let text = error.to_string();
+    assert!(text.contains(&cluster[2].port().to_string()), "{text}");
+    assert!(error.is_retryable(), "{error}");
+    wait_until("the refused round's keys are released", PATIENCE, || {
+        [2, 3, 4]
+            .iter()
+            .all(|&i| get(&cluster[i], &key(RESOURCE)).is_none())
+    })
+    .await;
+
+    set_foreign(&cluster[3], PROBE);
+    set_foreign(&cluster[4], PROBE);
+    let error = refused(&second, PROBE, SHORT_MAX_TTL).await;
+    assert!(quarantined_on(&error, cluster[2].port()), "{error}");
+
+    let deadline = restarted_at + q + Duration::from_secs(10);
+    let taken = second
+        .lock_until(RESOURCE, SHORT_MAX_TTL, deadline)
+        .await
+        .unwrap_or_else(|e| panic!("the holder's keys expire after {SHORT_MAX_TTL:?}: {e}"));
+    assert!(
+        !held.is_valid(),
+        "granted to the second manager while the first still held it"
+    );
+    taken.release().await.expect("release");
+
+    let probe = second
+        .lock_until(PROBE, SHORT_MAX_TTL, deadline)
+        .await
+        .unwrap_or_else(|e| panic!("master 2 should count again after {q:?}: {e}"));
+    let waited = restarted_at.elapsed();
+    assert_held_on(&cluster, PROBE, &[0, 1, 2]);
+    assert!(
+        waited + CLOCK_LEEWAY >= q,
+        "master 2 counted again {waited:?} after its restart, before the quarantine of {q:?}"
+    );
+    let born = support::get_u64(&cluster[2], &epoch_key()).expect("an epoch marker");
+    let age = Duration::from_micros(server_time_us(&cluster[2]) - born);
+    assert!(age >= q, "master 2's marker is only {age:?} old");
+    probe.release().await.expect("release");
+    drop(held);
+    clear(&cluster[3], PROBE);
+    clear(&cluster[4], PROBE);
+    wait_until("no lock key is left", PATIENCE, || {
+        total_lock_keys(&cluster) == 0
+    })
+    .await;
+}
+
+/// The hazard, documented: without protection a restarted-empty master grants a held lock again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_protection_a_restarted_empty_master_grants_the_lock_twice() {
+    const RESOURCE: &str = "held-on-three";
+    let ttl = Duration::from_secs(10);
+    let mut cluster = cluster(5);
+    let first = patient(&cluster).build().expect("build manager");
+    let second = patient(&cluster).build().expect("build manager");
+
+    set_foreign(&cluster[3], RESOURCE);
+    set_foreign(&cluster[4], RESOURCE);
+    let held = grant(&first, RESOURCE, ttl).await;
+    assert_held_on(&cluster, RESOURCE, &[0, 1, 2]);
+
+    cluster[2].restart_empty().expect("restart master 2 empty");
+    clear(&cluster[3], RESOURCE);
+    clear(&cluster[4], RESOURCE);
+
+    // The hazard: masters 2, 3 and 4 grant the lock again.
+    let stolen = grant(&second, RESOURCE, ttl).await;
+    assert!(
+        held.is_valid() && stolen.is_valid(),
+        "both managers believe they hold the lock at once"
+    );
+    assert_held_on(&cluster, RESOURCE, &[0, 1, 2, 3, 4]);
+    stolen.release().await.expect("release");
+    // The first holder no longer holds a quorum: its release can only report that.
+    let _ = held.release().await;
+    wait_until("no lock key is left", PATIENCE, || {
+        total_lock_keys(&cluster) == 0
+    })
+    .await;
+}
+
+/// A brand-new deployment is all quarantined until `provision()`, and locks at once after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_deployment_is_unusable_until_provisioned() {
+    let max_ttl = Duration::from_secs(60);
+    let cluster = cluster(5);
+    let locks = patient(&cluster)
+        .max_ttl(max_ttl)
+        .restart_protection(true)
+        .fencing(true)
+        .build()
+        .expect("build manager");
+
+    let error = refused(&locks, "fresh", Duration::from_secs(10)).await;
+    match &error {
+        LockError::QuorumUnreachable {
+            granted, failures, ..
+        } => {
+            assert_eq!(*granted, 0, "{error}");
+            assert!(failures.len() >= 3, "{error}");
+            for failure in failures {
+                match failure.kind() {
+                    NodeErrorKind::Quarantined { remaining, .. } => {
+                        assert!(*remaining > max_ttl - PATIENCE, "{error}");
+                    }
+                    other => panic!("expected Quarantined, got {other:?} in {error}"),
+                }
+            }
+        }
+        other => panic!("expected QuorumUnreachable, got {other:?}"),
+    }
+    assert!(error.is_retryable(), "{error}");
+    wait_until("the quarantined votes' keys are released", PATIENCE, || {
+        total_lock_keys(&cluster) == 0
+    })
+    .await;
+
+    provision(&locks).await;
+    for master in &cluster {
+        assert!(get(master, &epoch_key()).is_some(), "an epoch marker");
+    }
+    let started = Instant::now();
+    let guard = grant(&locks, "fresh", Duration::from_secs(10)).await;
+    assert!(
+        started.elapsed() < max_ttl,
+        "provisioned masters count at once"
+    );
+    assert!(guard.fence().is_some());
+    guard.release().await.expect("release");
+}
+
+/// Without `provision()` a new deployment locks only once max TTL plus drift has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_deployment_without_provisioning_waits_one_max_ttl() {
+    let max_ttl = Duration::from_secs(1);
+    let q = quarantine(max_ttl);
+    let cluster = cluster(5);
+    let locks = protected(&cluster, max_ttl);
+    let started = Instant::now();
+    let error = refused(&locks, "unprovisioned", max_ttl).await;
+    assert!(
+        error
+            .node_errors()
+            .iter()
+            .all(|e| matches!(e.kind(), NodeErrorKind::Quarantined { .. })),
+        "{error}"
+    );
+    let guard = locks
+        .lock_until(
+            "unprovisioned",
+            max_ttl,
+            started + q + Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the masters count once {q:?} has passed: {e}"));
+    let waited = started.elapsed();
+    assert!(
+        waited + CLOCK_LEEWAY >= q,
+        "granted {waited:?} after the first use, before the quarantine of {q:?} ended"
+    );
+    guard.release().await.expect("release");
+}
+
+/// `appendfsync always` masters keep their epoch marker across a restart, unlike empty ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_masters_keep_their_epoch_marker_across_a_restart() {
+    const RESOURCE: &str = "durable";
+    // Long, so that only a kept marker can explain a grant within the test's patience.
+    let max_ttl = Duration::from_secs(60);
+    let mut cluster =
+        RedisCluster::start_with(5, MasterOptions::new().persistence(Persistence::AofAlways))
+            .expect("start redis masters");
+    let locks = protected(&cluster, max_ttl);
+    provision(&locks).await;
+    let markers: Vec<Option<String>> = cluster.iter().map(|m| get(m, &epoch_key())).collect();
+
+    for i in 0..3 {
+        cluster[i].kill().expect("kill");
+        cluster[i].restart().expect("restart with the AOF");
+        assert_eq!(
+            get(&cluster[i], &epoch_key()),
+            markers[i],
+            "master {i} kept its marker"
+        );
+    }
+    set_foreign(&cluster[3], RESOURCE);
+    set_foreign(&cluster[4], RESOURCE);
+    let started = Instant::now();
+    let guard = locks
+        .lock_until(RESOURCE, Duration::from_secs(10), started + PATIENCE)
+        .await
+        .unwrap_or_else(|e| panic!("masters 0, 1 and 2 kept their markers: {e}"));
+    assert!(started.elapsed() < max_ttl);
+    assert_held_on(&cluster, RESOURCE, &[0, 1, 2]);
+    guard.release().await.expect("release");
+    wait_until("the released keys are gone", PATIENCE, || {
+        (0..3).all(|i| get(&cluster[i], &key(RESOURCE)).is_none())
+    })
+    .await;
+
+    cluster[0].restart_empty().expect("restart master 0 empty");
+    let error = refused(&locks, RESOURCE, Duration::from_secs(10)).await;
+    assert!(quarantined_on(&error, cluster[0].port()), "{error}");
+}
+
+/// Protection without a max TTL, and a max TTL out of range, are configuration errors.
+#[test]
+fn protection_settings_are_validated() {
+    let base = || Redlock::builder().node("redis://127.0.0.1:1");
+    assert_eq!(
+        base().restart_protection(true).build().err(),
+        Some(ConfigError::RestartProtectionWithoutMaxTtl)
+    );
+    for bad in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        MAX_TTL + Duration::from_millis(1),
+    ] {
+        assert_eq!(
+            base().max_ttl(bad).restart_protection(true).build().err(),
+            Some(ConfigError::MaxTtl(bad))
+        );
+        assert_eq!(
+            base().max_ttl(bad).build().err(),
+            Some(ConfigError::MaxTtl(bad))
+        );
+    }
+    let error = base()
+        .restart_protection(true)
+        .build()
+        .expect_err("no max ttl");
+    let text = error.to_string();
+    assert!(text.contains("max_ttl") && !text.ends_with('.'), "{text}");
+    assert!(base()
+        .max_ttl(Duration::from_millis(1))
+        .restart_protection(true)
+        .build()
+        .is_ok());
+}
+
+/// A TTL above max TTL is rejected for every acquire and for extend, asking no master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_above_max_ttl_are_rejected_for_acquire_and_extend() {
+    let max = Duration::from_secs(2);
+    let over = max + Duration::from_millis(1);
+    let cluster = cluster(3);
+    let with_protection = protected(&cluster, max);
+    provision(&with_protection).await;
+    let max_only = patient(&cluster)
+        .max_ttl(max)
+        .build()
+        .expect("build manager");
+    let is_too_long = |outcome: &Result<quorumlock::LockGuard, LockError>| {
+        matches!(
+            outcome,
+            Err(LockError::InvalidArgument(InvalidArgument::TtlTooLong { ttl, max: m }))
+                if *ttl == over && *m == max
+        )
+    };
+
+    for locks in [&with_protection, &max_only] {
+        let sets: u64 = cluster.iter().map(|m| calls(m, "set")).sum();
+        let scripts: u64 = cluster.iter().map(script_calls).sum();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let outcomes = [
+            locks.try_lock("capped", over).await,
+            locks.lock("capped", over).await,
+            locks.lock_until("capped", over, deadline).await,
+        ];
+        for outcome in &outcomes {
+            assert!(is_too_long(outcome), "{outcome:?}");
+        }
+        assert_eq!(cluster.iter().map(|m| calls(m, "set")).sum::<u64>(), sets);
+        assert_eq!(cluster.iter().map(script_calls).sum::<u64>(), scripts);
+
+        let mut guard = grant(locks, "capped", max).await;
+        let valid_until = guard.valid_until();
+        let error = guard.extend(over).await.expect_err("over the max");
+        assert!(
+            matches!(
+                &error,
+                LockError::InvalidArgument(InvalidArgument::TtlTooLong { ttl, max: m })
+                    if *ttl == over && *m == max
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            guard.valid_until(),
+            valid_until,
+            "a rejected extend changed nothing"
+        );
+        guard.extend(max).await.expect("extend to the max");
+        guard.release().await.expect("release");
+    }
+}
