@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use quorumlock::{LockGuard, Redlock};
+use quorumlock::{Lease, LeaseOptions, LockError, LockGuard, Redlock};
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -45,6 +45,46 @@ pub struct ClientConfig {
     pub mutation: Option<String>,
     /// Seed of this client's own random choices (critical-section lengths).
     pub seed: u64,
+    /// Ask the library for fencing tokens and send them to the resource.
+    #[serde(default)]
+    pub fencing: bool,
+    /// Restart protection on (max TTL = the lock TTL); every client provisions at start.
+    #[serde(default)]
+    pub restart_protection: bool,
+}
+
+/// A lock held by a guard or kept alive by a lease.
+enum Held {
+    Guard(LockGuard),
+    Lease(Lease),
+}
+
+impl Held {
+    fn remaining(&self) -> Duration {
+        match self {
+            Self::Guard(g) => g.remaining(),
+            Self::Lease(l) => l.remaining(),
+        }
+    }
+
+    fn fence(&self) -> Option<u64> {
+        match self {
+            Self::Guard(g) => g.fence(),
+            Self::Lease(l) => l.fence(),
+        }
+    }
+
+    /// The end of validity as host monotonic nanoseconds.
+    fn valid_until_ns(&self) -> u64 {
+        now_ns() + u64::try_from(self.remaining().as_nanos()).unwrap_or(0)
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Self::Guard(g) => g.release().await,
+            Self::Lease(l) => l.release().await,
+        }
+    }
 }
 
 /// One critical section.
@@ -75,6 +115,9 @@ pub struct CycleSpec {
     /// Release at the end (otherwise the keys expire).
     #[serde(default)]
     pub release: bool,
+    /// Hand the guard to the library's auto-extension (a lease) right after acquiring.
+    #[serde(default)]
+    pub keep_alive: bool,
 }
 
 /// What the controller sends.
@@ -154,11 +197,23 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         .nodes(cfg.nodes.clone())
         .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
         .retry_delay(Duration::from_millis(cfg.retry_delay_ms));
+    if cfg.fencing {
+        builder = builder.fencing(true);
+    }
+    if cfg.restart_protection {
+        builder = builder
+            .restart_protection(true)
+            .max_ttl(Duration::from_millis(cfg.ttl_ms));
+    }
     if let Some(name) = &cfg.mutation {
         let m = mutation(name).ok_or_else(|| format!("unknown mutation {name:?}"))?;
         builder = builder.mutation(m);
     }
     let locks = builder.build()?;
+    if cfg.restart_protection {
+        // The masters are brand new: without this they would all sit out one max TTL.
+        locks.provision().await?;
+    }
     let res = resource::Client::connect(cfg.resource_addr).await?;
     let hist = Writer::create(&cfg.history)?;
     let (tx, commands) = mpsc::unbounded_channel();
@@ -283,13 +338,23 @@ impl Ctx {
                 return false;
             }
         };
-        let now = now_ns();
-        let valid_until = now + u64::try_from(guard.remaining().as_nanos()).unwrap_or(0);
+        let guard = if spec.keep_alive {
+            match guard.keep_alive(LeaseOptions::new()) {
+                Ok(lease) => Held::Lease(lease),
+                Err(e) => {
+                    note("error", false, format!("keep_alive: {}", e.error()));
+                    Held::Guard(e.into_guard())
+                }
+            }
+        } else {
+            Held::Guard(guard)
+        };
+        let valid_until = guard.valid_until_ns();
         self.log(
             Kind::Ok,
             "acquire",
             json!({"lease": lease, "resource": spec.resource, "t_start_ns": t_start,
-                   "valid_until_ns": valid_until, "ttl_ms": self.cfg.ttl_ms, "token": null}),
+                   "valid_until_ns": valid_until, "ttl_ms": self.cfg.ttl_ms, "token": guard.fence()}),
             None,
         );
         if !looping {
@@ -326,11 +391,11 @@ impl Ctx {
     async fn critical_section(
         &mut self,
         spec: &CycleSpec,
-        mut guard: LockGuard,
+        mut guard: Held,
         lease: &str,
         op_id: u64,
         looping: bool,
-    ) -> LockGuard {
+    ) -> Held {
         let register = self.cfg.register;
         let reg_name = self.register_name();
         let mut read = None;
@@ -346,7 +411,7 @@ impl Ctx {
                 register,
                 client: self.cfg.id,
                 lease: lease.to_string(),
-                token: None,
+                token: guard.fence(),
                 counter: 0,
                 set: Vec::new(),
                 add: None,
@@ -387,10 +452,13 @@ impl Ctx {
         if spec.extend {
             self.log(Kind::Invoke, "extend", json!({"lease": lease}), None);
             let ttl = Duration::from_millis(self.cfg.ttl_ms);
-            match guard.extend(ttl).await {
+            let extended = match &mut guard {
+                Held::Guard(g) => g.extend(ttl).await,
+                Held::Lease(_) => Ok(()),
+            };
+            match extended {
                 Ok(()) => {
-                    let valid_until =
-                        now_ns() + u64::try_from(guard.remaining().as_nanos()).unwrap_or(0);
+                    let valid_until = guard.valid_until_ns();
                     self.log(
                         Kind::Ok,
                         "extend",
@@ -410,6 +478,15 @@ impl Ctx {
                     return guard;
                 }
             }
+        }
+        if let Held::Lease(_) = &guard {
+            let v = guard.valid_until_ns();
+            self.log(
+                Kind::Ok,
+                "extend",
+                json!({"lease": lease, "valid_until_ns": v, "by": "keep_alive"}),
+                None,
+            );
         }
         if let Some(min) = spec.min_remaining_ms {
             if guard.remaining() < Duration::from_millis(min) {
@@ -447,7 +524,7 @@ impl Ctx {
             register,
             client: self.cfg.id,
             lease: lease.to_string(),
-            token: None,
+            token: guard.fence(),
             counter: counter + 1,
             set,
             add: Some(op_id),

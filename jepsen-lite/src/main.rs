@@ -253,7 +253,6 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
             }
             pb.finish_and_clear();
             print!("{}", report::table(&outcomes));
-            println!("fenced register: n/a (no fencing tokens in the library yet)");
             let path = out.join("matrix.html");
             let _ = report::write_matrix_html(&path, &outcomes, seed);
             let _ = std::fs::write(

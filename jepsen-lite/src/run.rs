@@ -210,6 +210,7 @@ impl Env {
             access: true,
             release: true,
             min_remaining_ms: Some(self.sc.ttl_ms / 4),
+            keep_alive: self.sc.keep_alive,
             ..CycleSpec::default()
         }
     }
@@ -319,7 +320,13 @@ pub async fn run(
             ttl_ms: sc.ttl_ms,
             node_timeout_ms: sc.node_timeout_ms,
             retry_delay_ms: sc.retry_delay_ms,
-            register: Register::Unfenced,
+            register: if sc.fenced {
+                Register::Fenced
+            } else {
+                Register::Unfenced
+            },
+            fencing: sc.fenced,
+            restart_protection: sc.protection,
             mutation: sc.mutation.map(str::to_string),
             seed: seed.wrapping_add(c as u64),
         };
@@ -761,22 +768,20 @@ fn aof_incr(dir: &Path) -> Option<PathBuf> {
         .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
 }
 
-/// Orphans: keys without a TTL, or with more left than the lock TTL.
+/// Orphans: lock keys without a TTL, or with more left than the lock TTL (-2: no key).
 fn orphan_keys(env: &Env) -> usize {
     let mut orphans = 0;
     for m in env.cluster.iter() {
         if !m.is_running() || m.is_paused() {
             continue;
         }
-        let Ok(keys) = m.command(&["KEYS", "*"]) else {
-            continue;
-        };
-        for key in keys
-            .lines()
-            .filter(|k| !k.is_empty() && *k != "(empty array)")
-        {
+        // Only the lock keys themselves: fence counters and epoch markers live on purpose.
+        let keys: Vec<String> = std::iter::once("quorumlock:r".to_string())
+            .chain((0..env.clients.len()).map(|c| format!("quorumlock:warmup-{c}")))
+            .collect();
+        for key in &keys {
             let pttl: i64 = m
-                .command(&["PTTL", key])
+                .command(&["PTTL", key.as_str()])
                 .ok()
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(-2);
@@ -814,9 +819,36 @@ async fn finish(
     };
     let report = checker::check(&events, &accesses, &unfenced, &fenced, &params);
     let broke = report.broke() || !notes.is_empty();
-    let observed = if broke { Expect::Break } else { Expect::Hold };
+    let (observed, mut observed_text) = if sc.fenced {
+        let rejected = report.effects_fenced.rejections;
+        let tokens_ok = report.tokens.order_violations.is_empty() && report.tokens.with_token > 0;
+        if report.lost_fenced.lost_any() || !report.effects_fenced.overlaps.is_empty() {
+            let lost = report.lost_fenced.lost_increments;
+            (
+                Expect::Break,
+                format!("break: fencing missed ({lost} lost)"),
+            )
+        } else if !tokens_ok {
+            (
+                Expect::Break,
+                "break: tokens missing or not increasing".to_string(),
+            )
+        } else if rejected > 0 {
+            (Expect::Caught, format!("caught ({rejected} rejected)"))
+        } else if report.claims.overlaps.is_empty() {
+            (Expect::Hold, "hold".to_string())
+        } else {
+            (
+                Expect::Break,
+                "break (nothing stale reached the resource)".to_string(),
+            )
+        }
+    } else if broke {
+        (Expect::Break, "break".to_string())
+    } else {
+        (Expect::Hold, "hold".to_string())
+    };
     let mut pass = observed == sc.expect;
-    let mut observed_text = observed.to_string();
     if sc.expect == Expect::Hold && (!report.liveness.ok || orphans > 0) {
         pass = false;
         observed_text = format!(
@@ -824,6 +856,16 @@ async fn finish(
             if report.liveness.ok { "ok" } else { "FAILED" }
         );
     }
+    let fenced = if sc.fenced {
+        format!(
+            "{} rejected, {} lost, token order violations {}",
+            report.effects_fenced.rejections,
+            report.lost_fenced.lost_increments,
+            report.tokens.order_violations.len()
+        )
+    } else {
+        "not used".to_string()
+    };
     let outcome = Outcome {
         scenario: sc.name.to_string(),
         kind: sc.kind.to_string(),
@@ -835,7 +877,7 @@ async fn finish(
         report: Some(report),
         orphan_keys: orphans,
         notes,
-        fenced: "n/a (no fencing tokens in the library yet)".into(),
+        fenced,
         dir: env.dir.clone(),
     };
     std::fs::write(

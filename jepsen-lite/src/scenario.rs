@@ -16,6 +16,9 @@ pub enum Expect {
     Hold,
     /// Mutual exclusion breaks (outside Redlock's model, or a mutant).
     Break,
+    /// It breaks, and the fenced register rejects every stale access: nothing acknowledged is
+    /// lost, at least one access is rejected, tokens grow between disjoint claims.
+    Caught,
 }
 
 impl std::fmt::Display for Expect {
@@ -23,6 +26,7 @@ impl std::fmt::Display for Expect {
         f.write_str(match self {
             Self::Hold => "hold",
             Self::Break => "break",
+            Self::Caught => "caught",
         })
     }
 }
@@ -105,6 +109,12 @@ pub struct Scenario {
     pub retry_delay_ms: u64,
     /// A library mutant by name.
     pub mutation: Option<&'static str>,
+    /// Clients take fencing tokens and use the fenced register.
+    pub fenced: bool,
+    /// Clients run with restart protection (max TTL = TTL).
+    pub protection: bool,
+    /// Scripted holders keep their lock alive with a lease (auto-extension).
+    pub keep_alive: bool,
     /// What happens.
     pub script: Script,
 }
@@ -122,6 +132,9 @@ const fn base(name: &'static str, kind: &'static str, expect: Expect, script: Sc
         node_timeout_ms: 50,
         retry_delay_ms: 50,
         mutation: None,
+        fenced: false,
+        protection: false,
+        keep_alive: false,
         script,
     }
 }
@@ -295,6 +308,59 @@ pub fn catalog() -> Vec<Scenario> {
             )
         },
     ];
+    v.extend([
+        Scenario {
+            about: "as crash-restart-empty, with restart protection: node 2 sits out one max TTL",
+            ttl_ms: 4000,
+            protection: true,
+            ..base(
+                "crash-restart-empty-protected",
+                "crash",
+                Hold,
+                Script::Crash(Restart::ImmediateEmpty),
+            )
+        },
+        Scenario {
+            about: "as slow-cs, but A's lock is kept alive by a lease (auto-extension)",
+            keep_alive: true,
+            ..base("slow-cs-keepalive", "slow client", Hold, Script::SlowCs)
+        },
+        Scenario {
+            about: "as client-pause, with a lease: the pause stalls the renewals too",
+            keep_alive: true,
+            quick: false,
+            ..base(
+                "client-pause-keepalive",
+                "client pause",
+                Break,
+                Script::ClientPause,
+            )
+        },
+    ]);
+    // Fencing: the breaking scenarios again, with tokens checked by the resource.
+    let fenced = [
+        ("client-pause-fenced", "client-pause", true),
+        ("slow-cs-fenced", "slow-cs", false),
+        ("crash-restart-empty-fenced", "crash-restart-empty", true),
+        (
+            "crash-power-loss-fenced",
+            "crash-power-loss-everysec",
+            false,
+        ),
+        ("clock-jump-forward-fenced", "clock-jump-forward", true),
+    ];
+    for (name, from, quick) in fenced {
+        if let Some(s) = v.iter().find(|s| s.name == from).cloned() {
+            v.push(Scenario {
+                name,
+                expect: Expect::Caught,
+                about: "the same, with fencing tokens checked by the resource",
+                fenced: true,
+                quick,
+                ..s
+            });
+        }
+    }
     // Each mutant must be caught by a scenario the correct library passes.
     let mutants = [
         (
