@@ -11,14 +11,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
-# The clock-fault shim is C, built at run time with the system compiler.
-if ! command -v cc >/dev/null 2>&1; then
-    echo "installing: gcc (for the clock-fault shim)" >&2
+# The clock-fault shim is C, built at run time with the system compiler; the kernel-level
+# partition (late TCP delivery after a heal) needs iptables. Scenarios that lack their tool are
+# reported as skipped, never as passed.
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+if ((${#missing[@]} > 0)); then
+    echo "installing: ${missing[*]}" >&2
     SUDO=""
     if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 cargo run --release -p jepsen-lite -- matrix "$@"

@@ -138,10 +138,49 @@ struct Env {
     dir: PathBuf,
     rng: rand::rngs::StdRng,
     progress: Option<ProgressBar>,
+    /// Node ports with an iptables DROP rule in place.
+    dropped: Vec<u16>,
+}
+
+/// Adds or deletes the rule that drops loopback packets to `port`.
+fn iptables(add: bool, port: u16) -> std::io::Result<()> {
+    let status = std::process::Command::new("iptables")
+        .args([
+            if add { "-I" } else { "-D" },
+            "INPUT",
+            "-i",
+            "lo",
+            "-p",
+            "tcp",
+            "--dport",
+        ])
+        .arg(port.to_string())
+        .args(["-j", "DROP"])
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "iptables failed for port {port}"
+        )))
+    }
+}
+
+fn iptables_available() -> bool {
+    std::process::Command::new("iptables")
+        .args(["-L", "INPUT", "-n"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 impl Drop for Env {
     fn drop(&mut self) {
+        for port in self.dropped.drain(..) {
+            let _ = iptables(false, port);
+        }
         for c in &self.clients {
             c.signal(nix::sys::signal::Signal::SIGKILL);
             c.signal(nix::sys::signal::Signal::SIGCONT);
@@ -186,6 +225,9 @@ impl Env {
 
     fn heal(&mut self) -> Result<(), Error> {
         self.proxy.heal_all();
+        for port in std::mem::take(&mut self.dropped) {
+            iptables(false, port)?;
+        }
         for n in 0..NODES {
             if self.cluster[n].is_paused() {
                 self.cluster[n].resume()?;
@@ -297,6 +339,11 @@ pub async fn run(
         fenced: String::new(),
         dir: dir.clone(),
     };
+    if sc.script == Script::Random(RandomFault::KernelDrop) && !iptables_available() {
+        return Ok(skip(
+            "skipped: iptables not available (scripts/jepsen.sh installs it)".into(),
+        ));
+    }
     let needs_clock = matches!(sc.script, Script::ClockJump(_) | Script::ClockRate(_));
     if needs_clock && clocks.is_none() {
         return Ok(skip("skipped: clock shim unavailable (no cc?)".into()));
@@ -343,6 +390,7 @@ pub async fn run(
         dir: dir.clone(),
         rng: rand::rngs::StdRng::seed_from_u64(seed),
         progress,
+        dropped: Vec::new(),
     };
     env.phase("starting clients");
     for c in 0..env.clients.len() {
@@ -421,10 +469,21 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                         }
                         env.phase("slow links");
                     }
+                    RandomFault::KernelDrop => {
+                        let n = env.rng.random_range(0..NODES);
+                        let port = env.cluster.ports()[n];
+                        iptables(true, port)?;
+                        env.dropped.push(port);
+                        env.nem("partition", json!({"node": n, "how": "iptables DROP"}));
+                        env.phase(&format!("node {n} dropped by iptables"));
+                    }
                     RandomFault::None => {}
                 }
                 sleep(Duration::from_millis(env.rng.random_range(1000..3000))).await;
                 env.proxy.heal_all();
+                for port in std::mem::take(&mut env.dropped) {
+                    iptables(false, port)?;
+                }
                 for n in 0..NODES {
                     if env.cluster[n].is_paused() {
                         env.cluster[n].resume()?;

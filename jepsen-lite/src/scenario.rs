@@ -42,6 +42,9 @@ pub enum RandomFault {
     NodePause,
     /// Each client's requests to one or two random nodes are delayed 0.1–3 s, past its give-up.
     SlowLinks,
+    /// A kernel partition: `iptables` drops packets to one random node's port for 0.5–3 s;
+    /// TCP retransmits the requests after the heal and the node applies them late.
+    KernelDrop,
 }
 
 /// How a node comes back after a crash.
@@ -252,6 +255,18 @@ pub fn catalog() -> Vec<Scenario> {
                 "delay",
                 Hold,
                 Script::Random(RandomFault::SlowLinks),
+            )
+        },
+        Scenario {
+            about:
+                "iptables DROP to one random node's port for 1-3 s: late TCP delivery after heal",
+            clients: 3,
+            quick: false,
+            ..base(
+                "kernel-partition",
+                "partition",
+                Hold,
+                Script::Random(RandomFault::KernelDrop),
             )
         },
         Scenario {
