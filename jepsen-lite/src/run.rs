@@ -425,6 +425,7 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                     })
                     .await?;
             }
+            let loops_end = Instant::now() + duration;
             let faults_until = Instant::now() + duration.saturating_sub(Duration::from_secs(3));
             while fault != RandomFault::None && Instant::now() < faults_until {
                 match fault {
@@ -496,6 +497,8 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
             }
             env.heal()?;
             env.phase("clients finishing");
+            // The loops run for the whole duration; the wait below covers only their last cycle.
+            sleep(loops_end.saturating_duration_since(Instant::now())).await;
             for c in 0..env.clients.len() {
                 env.wait(c, "done").await?;
             }
