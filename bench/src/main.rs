@@ -1,0 +1,147 @@
+//! quorumlock-bench: quorumlock against a single Redis lock, the `rslock` and `redlock` crates
+//! and a minimal reference Redlock, on real `redis-server` masters this binary starts itself,
+//! all in one run.
+//!
+//! Sections: uncontended latency (N = 1, 3, 5, 7), throughput (1–256 tasks, N = 1 and 5),
+//! contention (16 contenders, one key), faults (paused, slowed, dead master), options' cost
+//! (fencing, restart protection, auto-extension) and memory (VmRSS over many cycles). Prints a
+//! table per section and the targets of the benchmark issue as ratios from the same run, and
+//! writes `results.csv` and SVG charts under `target/bench/` (see `--out`).
+//!
+//! Run it with `scripts/bench.sh` (release build). Numbers on a shared machine are noisy;
+//! compare ratios within one run, not absolute times across runs.
+
+mod faults;
+mod minimal;
+mod peers;
+mod report;
+mod sections;
+mod stats;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use quorumlock::testing::RedisCluster;
+
+use report::Results;
+use sections::Plan;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Section {
+    Latency,
+    Throughput,
+    Contention,
+    Faults,
+    Options,
+    Memory,
+}
+
+/// End-to-end benchmark of quorumlock and its peers on local redis-server masters.
+#[derive(Debug, Parser)]
+#[command(name = "quorumlock-bench")]
+struct Args {
+    /// Short runs everywhere (a smoke test, numbers not meaningful).
+    #[arg(long)]
+    quick: bool,
+    /// Run only these sections (repeatable); all by default.
+    #[arg(long, value_enum)]
+    only: Vec<Section>,
+    /// Lock+release cycles of the memory section (the issue's figure is 1000000).
+    #[arg(long)]
+    cycles: Option<u64>,
+    /// Length of each throughput and contention run, in seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Uncontended samples per implementation and N.
+    #[arg(long)]
+    samples: Option<usize>,
+    /// Where the CSV and the charts go.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let plan = Plan {
+        samples: args.samples.unwrap_or(if args.quick { 100 } else { 2000 }),
+        duration: Duration::from_secs_f64(
+            args.duration
+                .unwrap_or(if args.quick { 0.3 } else { 2.0 })
+                .max(0.05),
+        ),
+        cycles: args
+            .cycles
+            .unwrap_or(if args.quick { 5_000 } else { 200_000 }),
+        fault_ops: if args.quick { 50 } else { 1000 },
+        fault_budget: Duration::from_secs(if args.quick { 3 } else { 12 }),
+        op_timeout: Duration::from_secs(if args.quick { 2 } else { 5 }),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokio runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run(&args, &plan));
+    // A peer stuck in a blocking call must not hold the process at exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
+}
+
+async fn run(args: &Args, plan: &Plan) -> std::process::ExitCode {
+    let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
+    let started = Instant::now();
+    let mut cluster = match RedisCluster::start(7) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cannot start redis-server masters: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "quorumlock-bench: 7 local redis-server masters (N uses the first N); TTL {:?}; {} CPUs; \
+         quorumlock node timeout 50 ms (default); peers have no per-node timeout setting \
+         (rslock and the minimal reference run on the redis crate's 500 ms response timeout, \
+         redlock on blocking sockets without one); redlock calls run on tokio's blocking pool",
+        peers::TTL,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut results = Results::default();
+    if wanted(Section::Latency) {
+        sections::latency(&cluster, plan, &mut results).await;
+    }
+    if wanted(Section::Throughput) {
+        sections::throughput(&cluster, plan, &mut results).await;
+    }
+    if wanted(Section::Contention) {
+        sections::contention(&cluster, plan, &mut results).await;
+    }
+    if wanted(Section::Options) {
+        sections::options(&cluster, plan, &mut results).await;
+    }
+    if wanted(Section::Faults) {
+        faults::faults(&mut cluster, plan, &mut results).await;
+    }
+    if wanted(Section::Memory) {
+        sections::memory(&cluster, plan, &mut results).await;
+    }
+    print!("{}", report::targets(&results));
+    match report::write_all(
+        &args.out,
+        &results,
+        &["quorumlock", "minimal", "rslock", "redlock"],
+    ) {
+        Ok(paths) => println!("\nwrote {}", paths.join(", ")),
+        Err(e) => {
+            eprintln!("writing results under {}: {e}", args.out.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    println!("total {:.0} s", started.elapsed().as_secs_f64());
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The end-to-end benchmark: quorumlock against a single Redis lock, the rslock and redlock
+# crates and a minimal reference Redlock, on local redis-server masters it starts itself.
+# Prints a table per section and the targets of the benchmark issue as ratios from this run;
+# writes target/bench/results.csv and SVG charts next to it.
+#
+#   scripts/bench.sh                    # full run (about 5 minutes)
+#   scripts/bench.sh --quick            # smoke run (about 40 s)
+#   scripts/bench.sh --only latency --only throughput
+#   scripts/bench.sh --only memory --cycles 1000000   # the issue's memory figure
+#
+# Not part of scripts/test.sh: CI keeps the bench compiling (clippy --workspace) but never
+# times it. Numbers on a shared machine are noisy: read ratios within one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+cargo build --release -p quorumlock-bench
+exec target/release/quorumlock-bench "$@"
