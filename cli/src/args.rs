@@ -1,0 +1,145 @@
+//! The command line: global connection settings and the three subcommands.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration;
+use crate::exit;
+
+/// A cluster-wide `flock`: run a command while holding a Redlock lock on a majority of
+/// independent Redis masters.
+#[derive(Debug, Parser)]
+#[command(
+    name = "quorumlock",
+    version,
+    after_help = exit::exit_codes_help!(),
+    after_long_help = concat!(
+        exit::exit_codes_help!(),
+        "\n\nExamples:\n",
+        "  # a cron job on several hosts that must run once per slot:\n",
+        "  export QUORUMLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379\n",
+        "  quorumlock exec --resource nightly-report --ttl 30s --no-wait -- ./report.sh\n",
+        "\n",
+        "  # who holds it, per node:\n",
+        "  quorumlock status --resource nightly-report\n",
+        "\n",
+        "  # once, on a brand-new deployment that uses --restart-protection:\n",
+        "  quorumlock provision\n",
+    )
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) conn: Connection,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Where the masters are and how to talk to them.
+#[derive(Debug, Args)]
+pub(crate) struct Connection {
+    /// The masters, comma-separated URLs: redis://host:port, optionally with user:password@
+    /// before the host and /db after the port. Use at least 3 independent masters (no
+    /// replication between them) for Redlock; 1 is a plain Redis lock.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_NODES",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub(crate) nodes: Vec<String>,
+
+    /// The prefix of every key quorumlock writes.
+    #[arg(long, global = true, default_value = quorumlock::DEFAULT_KEY_PREFIX)]
+    pub(crate) key_prefix: String,
+
+    /// How long one request to one master may take before it counts as failed.
+    #[arg(long, global = true, default_value = "50ms", value_parser = duration::positive)]
+    pub(crate) node_timeout: Duration,
+
+    /// Keep masters whose epoch marker is younger than this out of quorums (they may have
+    /// restarted without their data); no lock may be held longer than this without being
+    /// renewed. Run `quorumlock provision` once on a brand-new deployment.
+    #[arg(long, global = true, value_name = "MAX_TTL", value_parser = duration::positive)]
+    pub(crate) restart_protection: Option<Duration>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding the lock; it is renewed while the command runs.
+    ///
+    /// The command gets QUORUMLOCK_RESOURCE and QUORUMLOCK_FENCE (the fencing token of this
+    /// grant: pass it to whatever the command writes, which should reject tokens lower than the
+    /// highest it has seen). It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to
+    /// quorumlock are forwarded to that group. If the lock is lost, the group gets SIGTERM, then
+    /// SIGKILL after --kill-after, and quorumlock exits 76. The lock is released on the way out.
+    #[command(after_help = exit::exit_codes_help!())]
+    Exec(ExecArgs),
+
+    /// Show, per node, whether the lock key exists, its TTL, the node's epoch marker and its
+    /// round-trip time.
+    ///
+    /// A status run holds no lock value of its own, so it cannot tell whose lock it sees: the
+    /// owner is always reported as unknown.
+    #[command(after_help = exit::exit_codes_help!())]
+    Status(StatusArgs),
+
+    /// Mark every node as usable under --restart-protection (writes an old epoch marker).
+    ///
+    /// Only for brand-new masters, or masters idle for longer than the maximum TTL: provisioning
+    /// a master that lost live locks gives up the protection for it.
+    #[command(after_help = exit::exit_codes_help!())]
+    Provision,
+}
+
+/// `quorumlock exec`.
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The name of the lock.
+    #[arg(long, short)]
+    pub(crate) resource: String,
+
+    /// The lock's time to live on the masters; it is renewed every third of it while the
+    /// command runs. A crashed quorumlock frees the lock after at most this long.
+    #[arg(long, default_value = "30s", value_parser = duration::positive)]
+    pub(crate) ttl: Duration,
+
+    /// Wait at most this long for the lock. Without --wait or --no-wait, wait as long as it
+    /// takes (like flock).
+    #[arg(long, value_parser = duration::positive, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+
+    /// Do not wait for a holder: fail (exit 75) after a few quick retries, within about a
+    /// second (the retries break ties between hosts that start at the same moment). What a cron
+    /// job on several hosts wants.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+
+    /// Stop renewing after this long; the command is then terminated as if the lock was lost.
+    #[arg(long, value_parser = duration::positive)]
+    pub(crate) max_hold: Option<Duration>,
+
+    /// After SIGTERM on a lost lock, wait this long before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    pub(crate) kill_after: Duration,
+
+    /// The command and its arguments, after `--` (required, so that a mistyped flag is an
+    /// error rather than a command).
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `quorumlock status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The name of the lock.
+    #[arg(long, short)]
+    pub(crate) resource: String,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

@@ -1,0 +1,59 @@
+//! Human-friendly durations on the command line: `30s`, `1500ms`, `2h`, `1h 30m`.
+
+use std::time::Duration;
+
+/// Parses a duration such as `30s`, `250ms`, `2h` or `1h30m`; a bare number is rejected so that
+/// `--ttl 30` cannot silently mean 30 ms or 30 s.
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "{text:?} has no unit: expected a duration such as 30s, 500ms or 2h"
+        ));
+    }
+    humantime::parse_duration(text).map_err(|e| {
+        format!(
+            "{text:?} is not a duration ({}): expected e.g. 30s, 500ms, 2h",
+            e.to_string().to_lowercase()
+        )
+    })
+}
+
+/// A positive duration (ttl, wait, grace period).
+pub(crate) fn positive(text: &str) -> Result<Duration, String> {
+    let duration = parse(text)?;
+    if duration.is_zero() {
+        return Err(format!("{text:?} is zero: expected a positive duration"));
+    }
+    Ok(duration)
+}
+
+/// A duration for messages: `1.5s`, `2h 3m`.
+pub(crate) fn show(duration: Duration) -> String {
+    // Millisecond precision is what Redis keeps anyway.
+    let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    humantime::format_duration(Duration::from_millis(millis)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_are_required_and_understood() {
+        assert_eq!(parse("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse("1h 30m"), Ok(Duration::from_secs(5400)));
+        let bare = parse("30").expect_err("bare number");
+        assert!(bare.contains("no unit"), "{bare}");
+        let junk = parse("soon").expect_err("junk");
+        assert!(junk.contains("expected"), "{junk}");
+        assert!(positive("0s").is_err());
+    }
+
+    #[test]
+    fn shows_whole_milliseconds() {
+        assert_eq!(show(Duration::from_micros(1_500_700)), "1s 500ms");
+    }
+}
