@@ -770,6 +770,7 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                 2,
                 CycleSpec {
                     acquire_deadline_ms: 300,
+                    sleep_ms: 200,
                     ..env.spec("r")
                 },
             )
