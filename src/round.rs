@@ -195,13 +195,7 @@ pub(crate) async fn acquire<M: Master>(
             failures: tally.failures(nodes),
         }
     } else {
-        LockError::QuorumUnreachable {
-            resource: resource.to_string(),
-            granted: tally.yes,
-            nodes: n,
-            quorum: tally.quorum,
-            failures: tally.failures(nodes),
-        }
+        tally.unreachable(nodes, resource)
     };
     Err(RoundFailure {
         error,
@@ -300,24 +294,7 @@ pub(crate) async fn extend<M: Master>(
                 drift,
             });
     }
-    let n = tally.n();
-    Err(if tally.refused_by_majority() {
-        not_held(
-            resource,
-            NotHeldReason::Lost {
-                confirmed: tally.yes,
-                quorum: tally.quorum,
-            },
-        )
-    } else {
-        LockError::QuorumUnreachable {
-            resource: resource.to_string(),
-            granted: tally.yes,
-            nodes: n,
-            quorum: tally.quorum,
-            failures: tally.failures(nodes),
-        }
-    })
+    Err(tally.holder_error(nodes, resource))
 }
 
 /// One release round: compare-and-delete on every master that may hold the key.
@@ -344,7 +321,6 @@ pub(crate) async fn release<M: Master>(
     if !requests.is_empty() {
         spawn_or_drop(async move { while requests.next().await.is_some() {} });
     }
-    let n = tally.n();
     tracing::debug!(
         resource,
         deleted = tally.yes,
@@ -358,23 +334,7 @@ pub(crate) async fn release<M: Master>(
     if tally.won() {
         return Ok(());
     }
-    Err(if tally.refused_by_majority() {
-        not_held(
-            resource,
-            NotHeldReason::Lost {
-                confirmed: tally.yes,
-                quorum: tally.quorum,
-            },
-        )
-    } else {
-        LockError::QuorumUnreachable {
-            resource: resource.to_string(),
-            granted: tally.yes,
-            nodes: n,
-            quorum: tally.quorum,
-            failures: tally.failures(nodes),
-        }
-    })
+    Err(tally.holder_error(nodes, resource))
 }
 
 /// Compare-and-delete on `holders`, as owned futures that can outlive the caller.

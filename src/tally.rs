@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::error::{NodeError, NodeErrorKind};
+use crate::error::{LockError, NodeError, NodeErrorKind, NotHeldReason};
 use crate::master::Master;
 use crate::timing::quorum_still_possible;
 
@@ -127,6 +127,33 @@ impl Tally {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The error of a round that failed on failures rather than refusals.
+    pub(crate) fn unreachable<M: Master>(&self, nodes: &[Arc<M>], resource: &str) -> LockError {
+        LockError::QuorumUnreachable {
+            resource: resource.to_string(),
+            granted: self.yes,
+            nodes: self.n(),
+            quorum: self.quorum,
+            failures: self.failures(nodes),
+        }
+    }
+
+    /// The error of a lost extend or release round on a lock we held: not held if the
+    /// refusals alone decided it (the masters no longer hold our value), unreachable otherwise.
+    pub(crate) fn holder_error<M: Master>(&self, nodes: &[Arc<M>], resource: &str) -> LockError {
+        if self.refused_by_majority() {
+            LockError::NotHeld {
+                resource: resource.to_string(),
+                reason: NotHeldReason::Lost {
+                    confirmed: self.yes,
+                    quorum: self.quorum,
+                },
+            }
+        } else {
+            self.unreachable(nodes, resource)
+        }
     }
 
     /// Per master, whether it may hold a key this round set.
