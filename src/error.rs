@@ -42,14 +42,7 @@ impl NodeError {
     /// (a timeout, a refused or broken connection, a backlogged node). Server-side errors such
     /// as a key of the wrong type and unexpected replies are not retryable.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self.kind,
-            NodeErrorKind::Timeout { .. }
-                | NodeErrorKind::Connect(_)
-                | NodeErrorKind::ConnectionLost(_)
-                | NodeErrorKind::Backlogged { .. }
-                | NodeErrorKind::Quarantined { .. }
-        )
+        self.kind.may_retry()
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use rand::RngExt;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::config::{Config, RedlockBuilder};
 use crate::error::{InvalidArgument, LockError, NodeError};
@@ -13,12 +14,15 @@ use crate::node::RedisNode;
 use crate::owner::Owner;
 use crate::round::{self, LockKeys, Nodes, RoundFailure};
 use crate::round_spec::RoundTiming;
+use crate::stats::{Counters, NodeStats, Stats};
 use crate::timing::{drift, quorum, validity};
 
 /// What every handle and guard of one manager shares.
 pub(crate) struct Shared {
     pub(crate) nodes: Nodes<RedisNode>,
     pub(crate) config: Config,
+    /// Shared by every handle on the same nodes ([`Redlock::fenced`], [`Redlock::reentrant`]).
+    pub(crate) counters: Arc<Counters>,
 }
 
 /// A Redlock manager over N independent Redis masters.
@@ -70,6 +74,7 @@ impl Redlock {
             shared: Arc::new(Shared {
                 nodes: nodes.into(),
                 config,
+                counters: Arc::default(),
             }),
         }
     }
@@ -88,6 +93,33 @@ impl Redlock {
     pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
         use crate::master::Master;
         self.shared.nodes.iter().map(|n| n.name())
+    }
+
+    /// A snapshot of this manager's counters: acquisition rounds by outcome, extensions,
+    /// releases, lost locks and failed requests per master. Shared by every handle on the same
+    /// masters; cheap enough to call on every scrape.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: quorumlock::Redlock) {
+    /// let stats = locks.stats();
+    /// println!("{} grants, {} contended, {} lost", stats.grants, stats.contended, stats.lost);
+    /// for node in &stats.nodes {
+    ///     println!("{}: {} failed requests", node.node, node.errors);
+    /// }
+    /// # }
+    /// ```
+    pub fn stats(&self) -> Stats {
+        use crate::master::Master;
+        let nodes = self
+            .shared
+            .nodes
+            .iter()
+            .map(|node| NodeStats {
+                node: node.name().to_string(),
+                errors: node.errors(),
+            })
+            .collect();
+        self.shared.counters.snapshot(nodes)
     }
 
     /// A handle on the same masters and connections whose acquisitions are **reentrant** for
@@ -119,6 +151,7 @@ impl Redlock {
             shared: Arc::new(Shared {
                 nodes: Arc::clone(&self.shared.nodes),
                 config,
+                counters: Arc::clone(&self.shared.counters),
             }),
         }
     }
@@ -132,6 +165,7 @@ impl Redlock {
             shared: Arc::new(Shared {
                 nodes: Arc::clone(&self.shared.nodes),
                 config,
+                counters: Arc::clone(&self.shared.counters),
             }),
         }
     }
@@ -147,18 +181,32 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// [`LockError::QuorumUnreachable`] naming each master that could not be marked (the others
-    /// are marked); the resource in the error is `"<provision>"`.
+    /// [`LockError::QuorumUnreachable`] naming each master that could not be marked within the
+    /// connect timeout (the others are marked); the resource in the error is `"<provision>"`.
     ///
     /// # Cancel safety
     ///
     /// Idempotent: a cancelled call may have marked some masters; call it again.
     pub async fn provision(&self) -> Result<(), LockError> {
         use crate::master::Master;
-        let key = epoch_key(&self.shared.config);
+        let config = &self.shared.config;
+        let key = epoch_key(config);
         let nodes = &self.shared.nodes;
-        let results =
-            futures::future::join_all(nodes.iter().map(|node| node.provision(&key))).await;
+        // An administrative call, not a hot path: each master gets several attempts within
+        // the connect timeout, so a cold or busy connection does not fail it.
+        let patience = config.connect_timeout.max(config.node_timeout);
+        let results = futures::future::join_all(nodes.iter().map(|node| async {
+            let deadline = Instant::now() + patience;
+            loop {
+                match node.provision(&key).await {
+                    Err(kind) if kind.may_retry() && Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    outcome => return outcome,
+                }
+            }
+        }))
+        .await;
         let failures: Vec<NodeError> = nodes
             .iter()
             .zip(results)
@@ -201,7 +249,7 @@ impl Redlock {
     /// compare-and-delete on the same connection, which the master runs after them.
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
-        self.round(resource, &keys, timing)
+        self.round(resource, &keys, timing, 0)
             .await
             .map_err(|failure| failure.error)
     }
@@ -221,9 +269,13 @@ impl Redlock {
     /// round may have set.
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
-        let mut retries_left = self.shared.config.retry_count;
+        let retry_count = self.shared.config.retry_count;
+        let mut retries_left = retry_count;
         loop {
-            match self.round(resource, &keys, timing).await {
+            match self
+                .round(resource, &keys, timing, retry_count - retries_left)
+                .await
+            {
                 Ok(guard) => return Ok(guard),
                 Err(failure) if failure.error.is_retryable() && retries_left > 0 => {
                     retries_left -= 1;
@@ -265,12 +317,12 @@ impl Redlock {
                     last: last.map(Box::new),
                 });
             }
-            attempts = attempts.saturating_add(1);
-            let failure = match self.round(resource, &keys, timing).await {
+            let failure = match self.round(resource, &keys, timing, attempts).await {
                 Ok(guard) => return Ok(guard),
                 Err(failure) if failure.error.is_retryable() => failure,
                 Err(failure) => return Err(failure.error),
             };
+            attempts = attempts.saturating_add(1);
             let wake = Instant::now()
                 .checked_add(self.jitter())
                 .map_or(deadline, |t| t.min(deadline));
@@ -280,8 +332,43 @@ impl Redlock {
         }
     }
 
-    /// One acquire round, plus the write-back of the fencing token when fencing is on.
+    /// One acquire round (the `retry`-th retry), traced in an `acquire` span and counted.
     async fn round(
+        &self,
+        resource: &str,
+        keys: &LockKeys,
+        timing: RoundTiming,
+        retry: u32,
+    ) -> Result<LockGuard, RoundFailure> {
+        let span = tracing::debug_span!(
+            "acquire",
+            resource,
+            ttl = ?timing.ttl,
+            retry,
+            outcome = tracing::field::Empty,
+            validity_left = tracing::field::Empty,
+        );
+        let outcome = self
+            .round_once(resource, keys, timing)
+            .instrument(span.clone())
+            .await;
+        self.shared
+            .counters
+            .acquired(outcome.as_ref().map_err(|failure| &failure.error));
+        match &outcome {
+            Ok(guard) => {
+                span.record("outcome", "granted");
+                span.record("validity_left", tracing::field::debug(guard.remaining()));
+            }
+            Err(failure) => {
+                span.record("outcome", tracing::field::display(&failure.error));
+            }
+        }
+        outcome
+    }
+
+    /// One acquire round, plus the write-back of the fencing token when fencing is on.
+    async fn round_once(
         &self,
         resource: &str,
         keys: &LockKeys,

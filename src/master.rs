@@ -85,6 +85,19 @@ pub(crate) trait Master: Send + Sync + 'static {
 }
 
 impl NodeErrorKind {
+    /// Whether the same request may succeed if simply sent again (see
+    /// [`NodeError::is_retryable`](crate::NodeError::is_retryable)).
+    pub(crate) fn may_retry(&self) -> bool {
+        matches!(
+            self,
+            Self::Timeout(_)
+                | Self::Connect(_)
+                | Self::ConnectionLost(_)
+                | Self::Backlogged { .. }
+                | Self::Quarantined { .. }
+        )
+    }
+
     /// Whether a request that failed this way may nevertheless have reached the master (and so
     /// may have set a key that must be cleaned up). Only a refused backlog and a connection that
     /// was never established are certain not to have sent anything.
