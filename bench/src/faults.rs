@@ -11,7 +11,7 @@ use tokio::time::timeout;
 
 use crate::peers::{Locker, TTL};
 use crate::report::{num, Results};
-use crate::sections::{interleaved_latency, Plan};
+use crate::sections::{interleaved_latency, throughput_run, Plan};
 use crate::stats::Latency;
 
 struct FaultStats {
@@ -199,5 +199,46 @@ pub(crate) async fn faults(cluster: &mut RedisCluster, plan: &Plan, r: &mut Resu
         if let Err(e) = m.restart() {
             eprintln!("restart: {e}");
         }
+    }
+
+    // Recovery: fresh managers on the same five masters (the fifth restarted), 64 tasks.
+    println!(
+        "  after the faults, all five masters up again (the fifth restarted), fresh managers, 64 tasks, {:?}:",
+        plan.duration
+    );
+    for l in &lockers(&urls, plan).await {
+        if l.is_blocking() {
+            continue;
+        }
+        let t = throughput_run(l, 64, plan.duration, None, "frec", plan.op_timeout).await;
+        let note = t
+            .first_error
+            .as_deref()
+            .map(|e| format!("first failure: {}", e.chars().take(110).collect::<String>()))
+            .unwrap_or_default();
+        println!(
+            "  {:<14} {:<12} {:>9.0} cycles/s {:>7} failures  {note}",
+            "recovered",
+            l.name,
+            t.rate(),
+            t.failures
+        );
+        r.push_note(
+            "faults",
+            &l.name,
+            5,
+            64,
+            "recovered_cycles_per_s",
+            t.rate(),
+            &note,
+        );
+        r.push(
+            "faults",
+            &l.name,
+            5,
+            64,
+            "recovered_failures",
+            t.failures as f64,
+        );
     }
 }

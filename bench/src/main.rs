@@ -87,7 +87,14 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(run(&args, &plan));
+    // Everything runs in a spawned task, on a worker thread, as in an application (not on the
+    // thread that blocks on the runtime).
+    let code = runtime
+        .block_on(async move { tokio::spawn(async move { run(&args, &plan).await }).await })
+        .unwrap_or_else(|e| {
+            eprintln!("bench task: {e}");
+            std::process::ExitCode::FAILURE
+        });
     // A peer stuck in a blocking call must not hold the process at exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     code
@@ -124,11 +131,12 @@ async fn run(args: &Args, plan: &Plan) -> std::process::ExitCode {
     if wanted(Section::Options) {
         sections::options(&cluster, plan, &mut results).await;
     }
-    if wanted(Section::Faults) {
-        faults::faults(&mut cluster, plan, &mut results).await;
-    }
     if wanted(Section::Memory) {
         sections::memory(&cluster, plan, &mut results).await;
+    }
+    // Last: faults pause, kill and restart masters.
+    if wanted(Section::Faults) {
+        faults::faults(&mut cluster, plan, &mut results).await;
     }
     print!("{}", report::targets(&results));
     match report::write_all(

@@ -221,6 +221,8 @@ pub(crate) struct Throughput {
     pub(crate) failures: u64,
     pub(crate) elapsed: Duration,
     pub(crate) timed_out: bool,
+    /// The first failure's error, if any.
+    pub(crate) first_error: Option<String>,
 }
 
 impl Throughput {
@@ -247,15 +249,18 @@ pub(crate) async fn throughput_run(
         let l = Arc::clone(l);
         let key = format!("{prefix}:{}:{task}", l.name);
         handles.push(tokio::spawn(async move {
-            let (mut cycles, mut failures) = (0u64, 0u64);
+            let (mut cycles, mut failures, mut first) = (0u64, 0u64, None);
             while Instant::now() < deadline && per_task.is_none_or(|m| cycles < m) {
                 match cycle(&l, &key, bound).await {
                     Cycle::Done { .. } => cycles += 1,
-                    Cycle::Failed(_) => failures += 1,
-                    Cycle::TimedOut(_) => return (cycles, failures, true),
+                    Cycle::Failed(e) => {
+                        failures += 1;
+                        first.get_or_insert(e);
+                    }
+                    Cycle::TimedOut(_) => return (cycles, failures, true, first),
                 }
             }
-            (cycles, failures, false)
+            (cycles, failures, false, first)
         }));
     }
     let all = futures::future::join_all(handles);
@@ -264,13 +269,17 @@ pub(crate) async fn throughput_run(
         failures: 0,
         elapsed: Duration::ZERO,
         timed_out: false,
+        first_error: None,
     };
     match timeout(run_for + 2 * bound + Duration::from_secs(5), all).await {
         Ok(results) => {
-            for (c, f, t) in results.into_iter().flatten() {
+            for (c, f, t, e) in results.into_iter().flatten() {
                 out.cycles += c;
                 out.failures += f;
                 out.timed_out |= t;
+                if out.first_error.is_none() {
+                    out.first_error = e;
+                }
             }
         }
         Err(_) => out.timed_out = true,
@@ -317,6 +326,8 @@ pub(crate) async fn throughput(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
                 .await;
                 let note = if t.timed_out {
                     format!("an operation timed out (bound {:?})", plan.op_timeout)
+                } else if let Some(e) = &t.first_error {
+                    format!("first failure: {}", e.chars().take(100).collect::<String>())
                 } else if l.is_blocking() {
                     "synchronous: tasks are blocking-pool threads".to_owned()
                 } else {
@@ -607,6 +618,9 @@ pub(crate) async fn memory(cluster: &RedisCluster, plan: &Plan, r: &mut Results)
                 t.failures,
                 if t.timed_out { ", timed out" } else { "" }
             );
+            if let Some(e) = &t.first_error {
+                println!("  first failure: {e}");
+            }
             r.push("memory", "quorumlock", 5, 64, "rss_before_kib", b as f64);
             r.push("memory", "quorumlock", 5, 64, "rss_after_kib", a as f64);
             r.push("memory", "quorumlock", 5, 64, "rss_growth_kib", growth);
