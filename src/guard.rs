@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::LockError;
 use crate::manager::{round_timing, Shared};
@@ -35,6 +36,8 @@ pub struct LockGuard {
     fence: Option<u64>,
     /// Set once the guard's keys were handed to a release, so `Drop` does nothing.
     released: bool,
+    /// Set once a loss was counted in the manager's stats, so it is counted once.
+    loss_counted: bool,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -65,6 +68,7 @@ impl LockGuard {
             valid_until: grant.valid_until,
             fence: grant.token,
             released: false,
+            loss_counted: false,
         }
     }
 
@@ -153,6 +157,25 @@ impl LockGuard {
     /// guarantee, so a cancelled extension never leaves the guard claiming more than the keys
     /// may hold.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
+        let span = tracing::debug_span!(
+            "extend",
+            resource = %self.resource,
+            ?ttl,
+            outcome = tracing::field::Empty,
+            validity_left = tracing::field::Empty,
+        );
+        let outcome = self.extend_once(ttl).instrument(span.clone()).await;
+        self.shared.counters.extended(outcome.as_ref().copied());
+        self.count_loss(&outcome);
+        match &outcome {
+            Ok(()) => span.record("outcome", "extended"),
+            Err(error) => span.record("outcome", tracing::field::display(error)),
+        };
+        span.record("validity_left", tracing::field::debug(self.remaining()));
+        outcome
+    }
+
+    async fn extend_once(&mut self, ttl: Duration) -> Result<(), LockError> {
         let config = &self.shared.config;
         let timing = round_timing(config, ttl)?;
         let before = self.valid_until;
@@ -209,6 +232,12 @@ impl LockGuard {
     /// harmless), so nothing is left behind.
     pub async fn release(mut self) -> Result<(), LockError> {
         let still_valid = self.is_valid();
+        let span = tracing::debug_span!(
+            "release",
+            resource = %self.resource,
+            validity_left = ?self.remaining(),
+            outcome = tracing::field::Empty,
+        );
         let outcome = round::release(
             &self.shared.nodes,
             &self.resource,
@@ -217,8 +246,17 @@ impl LockGuard {
             &self.holders,
             still_valid,
         )
+        .instrument(span.clone())
         .await;
         self.released = true;
+        if outcome.is_ok() {
+            self.shared.counters.released();
+        }
+        self.count_loss(&outcome);
+        match &outcome {
+            Ok(()) => span.record("outcome", "released"),
+            Err(error) => span.record("outcome", tracing::field::display(error)),
+        };
         outcome
     }
 }
@@ -240,6 +278,16 @@ impl Drop for LockGuard {
 
 // accessors for lease.rs
 impl LockGuard {
+    /// Counts a loss in the manager's stats, once per guard.
+    fn count_loss(&mut self, outcome: &Result<(), LockError>) {
+        if let Err(error) = outcome {
+            if !self.loss_counted && crate::stats::is_loss(error) {
+                self.loss_counted = true;
+                self.shared.counters.lost();
+            }
+        }
+    }
+
     /// The settings of the manager that granted this lock (drift factor, node timeout).
     pub(crate) fn config(&self) -> &crate::config::Config {
         &self.shared.config

@@ -127,6 +127,15 @@
 //! forever. A lease narrows the window in which a lost lock goes unnoticed; only fencing tokens
 //! close it.
 //!
+//! ## Observability
+//!
+//! Acquire, extend and release run in `tracing` spans (`acquire`, `extend`, `release`) that
+//! carry the resource, the retry count, the outcome and the validity left; inside them, every
+//! request to a master emits an event with the node (password redacted) and its latency, and
+//! the round's decision an event with its vote counts. Lock values and passwords never appear.
+//! For users without a tracing or metrics stack, [`Redlock::stats`] returns cheap in-process
+//! counters ([`Stats`]).
+//!
 //! ## Cancellation and drop
 //!
 //! Every async method documents its cancel safety. Dropping a [`LockGuard`] releases the lock
@@ -148,6 +157,7 @@ mod reply;
 mod round;
 mod round_spec;
 mod scripts;
+mod stats;
 mod tally;
 mod timing;
 mod value;
@@ -173,3 +183,4 @@ pub use manager::Redlock;
 #[doc(hidden)]
 pub use mutation::Mutation;
 pub use owner::Owner;
+pub use stats::{NodeStats, Stats};

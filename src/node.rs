@@ -9,7 +9,7 @@
 //! that master until a background probe (`PING`, queued behind everything else) is answered.
 //! Cleanups still go through: they are bounded by the acquisitions that were sent.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +67,8 @@ pub(crate) struct RedisNode {
     probing: Arc<AtomicBool>,
     /// A deliberately broken release or extend, for the jepsen-lite harness only.
     mutation: Option<Mutation>,
+    /// Requests that failed, for [`Redlock::stats`](crate::Redlock::stats).
+    errors: AtomicU64,
 }
 
 impl RedisNode {
@@ -81,13 +83,41 @@ impl RedisNode {
             unanswered: Arc::new(AtomicUsize::new(0)),
             probing: Arc::new(AtomicBool::new(false)),
             mutation: config.mutation,
+            errors: AtomicU64::new(0),
         }
+    }
+
+    /// How many requests to this master failed so far.
+    pub(crate) fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// [`send`](Self::send), traced (node, outcome, latency: never keys or values, and the
+    /// node's name has its password redacted) and counted.
+    async fn request(
+        &self,
+        request: Request<'_>,
+        cleanup: bool,
+    ) -> Result<(Value, bool), NodeErrorKind> {
+        let start = tokio::time::Instant::now();
+        let result = self.send(request, cleanup).await;
+        let latency = start.elapsed();
+        match &result {
+            Ok(_) => {
+                tracing::trace!(node = %self.address.display, ?latency, cleanup, "node replied")
+            }
+            Err(error) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(node = %self.address.display, ?latency, cleanup, %error, "node request failed");
+            }
+        }
+        result
     }
 
     /// Sends one request and waits for its reply at most the node timeout. Returns the reply
     /// and whether it came from a retry on a fresh connection (after which a non-idempotent
     /// request may have run twice). `cleanup` requests bypass the unanswered-request bound.
-    async fn request(
+    async fn send(
         &self,
         request: Request<'_>,
         cleanup: bool,
