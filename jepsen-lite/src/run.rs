@@ -272,7 +272,14 @@ async fn sleep(d: Duration) {
 }
 
 async fn spawn_client(cfg: &ClientConfig, dir: &Path) -> Result<ClientHandle, Error> {
-    let exe = std::env::current_exe()?;
+    // Through /proc: a rebuild that replaces the binary during a long matrix (another
+    // `cargo build`) must not make the next client spawn fail; the running inode stays valid.
+    let proc_exe = Path::new("/proc/self/exe");
+    let exe = if proc_exe.exists() {
+        proc_exe.to_path_buf()
+    } else {
+        std::env::current_exe()?
+    };
     let stderr = std::fs::File::create(dir.join(format!("client-{}.stderr", cfg.id)))?;
     let mut child = tokio::process::Command::new(exe)
         .arg("client")
