@@ -75,7 +75,9 @@ fn main() {
     }
     let out = out.canonicalize().unwrap_or(out);
     // Before any thread starts: every master is launched through the clock-shim wrapper.
-    let clocks = match Clocks::install(&out.join("clock")) {
+    // Per process: a concurrent jepsen-lite must not rewrite a wrapper or shim in use here.
+    let clock_dir = out.join("clock").join(std::process::id().to_string());
+    let clocks = match Clocks::install(&clock_dir) {
         Ok((clocks, wrapper)) => {
             std::env::set_var("QUORUMLOCK_REDIS_SERVER", wrapper);
             Some(clocks)
@@ -107,6 +109,7 @@ fn main() {
     });
     // Dropping the runtime drops the run: clients killed, masters killed, clocks reset.
     drop(rt);
+    let _ = std::fs::remove_dir_all(&clock_dir);
     std::process::exit(code);
 }
 
