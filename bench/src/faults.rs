@@ -109,7 +109,7 @@ fn print_row(r: &mut Results, phase: &str, l: &Locker, s: &FaultStats) {
 }
 
 async fn lockers(urls: &[String], plan: &Plan) -> Vec<Arc<Locker>> {
-    match Locker::all(urls).await {
+    match Locker::all(urls, &plan.impls).await {
         Ok(l) => {
             let l: Vec<Arc<Locker>> = l.into_iter().map(Arc::new).collect();
             // Connections up before the fault.

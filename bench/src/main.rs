@@ -56,6 +56,10 @@ struct Args {
     /// Uncontended samples per implementation and N.
     #[arg(long)]
     samples: Option<usize>,
+    /// Only these implementations (repeatable): quorumlock, minimal, rslock, redlock. For
+    /// profiling one of them; the targets need quorumlock, rslock and minimal.
+    #[arg(long = "impl", value_parser = ["quorumlock", "minimal", "rslock", "redlock"])]
+    impls: Vec<String>,
     /// Where the CSV and the charts go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -76,6 +80,7 @@ fn main() -> std::process::ExitCode {
         fault_ops: if args.quick { 50 } else { 1000 },
         fault_budget: Duration::from_secs(if args.quick { 3 } else { 12 }),
         op_timeout: Duration::from_secs(if args.quick { 2 } else { 5 }),
+        impls: args.impls.clone(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

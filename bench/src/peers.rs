@@ -55,7 +55,8 @@ impl Locker {
     /// The four implementations on the same masters: quorumlock (defaults: 50 ms node
     /// timeout), the minimal reference, `rslock` 0.10 and `redlock` 2.0, each doing a single
     /// round per acquisition.
-    pub(crate) async fn all(urls: &[String]) -> Result<Vec<Self>, String> {
+    /// Only those named in `only` when it is not empty.
+    pub(crate) async fn all(urls: &[String], only: &[String]) -> Result<Vec<Self>, String> {
         let q = Redlock::builder()
             .nodes(urls.iter().cloned())
             .build()
@@ -66,7 +67,7 @@ impl Locker {
         let mut rl = redlock::RedLock::new(urls.to_vec());
         // One round; redlock sleeps a random [0, delay) ms after a failed round, even the last.
         rl.set_retry(1, 1);
-        Ok(vec![
+        let all = vec![
             Self::quorumlock("quorumlock", q),
             Self {
                 name: "minimal".into(),
@@ -80,7 +81,11 @@ impl Locker {
                 name: "redlock".into(),
                 kind: Kind::Redlock(Arc::new(rl)),
             },
-        ])
+        ];
+        Ok(all
+            .into_iter()
+            .filter(|l| only.is_empty() || only.contains(&l.name))
+            .collect())
     }
 
     /// Whether calls block an OS thread (run on the blocking pool).

@@ -26,6 +26,8 @@ pub(crate) struct Plan {
     pub(crate) fault_budget: Duration,
     /// Bound on any single operation: beyond it the implementation is reported as timed out.
     pub(crate) op_timeout: Duration,
+    /// Only these implementations (quorumlock, minimal, rslock, redlock); all when empty.
+    pub(crate) impls: Vec<String>,
 }
 
 /// The outcome of one lock+release cycle.
@@ -131,8 +133,8 @@ pub(crate) async fn interleaved_latency(
     stats
 }
 
-async fn lockers_for(urls: &[String]) -> Option<Vec<Arc<Locker>>> {
-    match Locker::all(urls).await {
+async fn lockers_for(urls: &[String], only: &[String]) -> Option<Vec<Arc<Locker>>> {
+    match Locker::all(urls, only).await {
         Ok(l) => Some(l.into_iter().map(Arc::new).collect()),
         Err(e) => {
             eprintln!("cannot set up the implementations: {e}");
@@ -204,7 +206,7 @@ pub(crate) async fn latency(cluster: &RedisCluster, plan: &Plan, r: &mut Results
     print_latency_header("implementation");
     let urls = cluster.urls();
     for n in [1, 3, 5, 7] {
-        let Some(lockers) = lockers_for(&urls[..n]).await else {
+        let Some(lockers) = lockers_for(&urls[..n], &plan.impls).await else {
             continue;
         };
         let stats =
@@ -216,6 +218,7 @@ pub(crate) async fn latency(cluster: &RedisCluster, plan: &Plan, r: &mut Results
 }
 
 /// What a throughput run produced.
+#[derive(Default)]
 pub(crate) struct Throughput {
     pub(crate) cycles: u64,
     pub(crate) failures: u64,
@@ -226,6 +229,17 @@ pub(crate) struct Throughput {
 }
 
 impl Throughput {
+    /// Adds another run's counts and time.
+    pub(crate) fn absorb(&mut self, other: Throughput) {
+        self.cycles += other.cycles;
+        self.failures += other.failures;
+        self.elapsed += other.elapsed;
+        self.timed_out |= other.timed_out;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+
     pub(crate) fn rate(&self) -> f64 {
         self.cycles as f64 / self.elapsed.as_secs_f64()
     }
@@ -291,7 +305,7 @@ pub(crate) async fn throughput_run(
 /// Cycles per second with 1, 16, 64, 256 tasks, N = 1 and 5.
 pub(crate) async fn throughput(cluster: &RedisCluster, plan: &Plan, r: &mut Results) {
     println!(
-        "\n== throughput: lock+release cycles/s, distinct keys (one per task), {:?} per run",
+        "\n== throughput: lock+release cycles/s, distinct keys (one per task), {:?} per implementation in four interleaved slices",
         plan.duration
     );
     println!(
@@ -300,7 +314,7 @@ pub(crate) async fn throughput(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
     );
     let urls = cluster.urls();
     for n in [1, 5] {
-        let Some(lockers) = lockers_for(&urls[..n]).await else {
+        let Some(lockers) = lockers_for(&urls[..n], &plan.impls).await else {
             continue;
         };
         for l in &lockers {
@@ -314,16 +328,29 @@ pub(crate) async fn throughput(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
             .await;
         }
         for tasks in [1, 16, 64, 256] {
-            for l in &lockers {
-                let t = throughput_run(
-                    l,
-                    tasks,
-                    plan.duration,
-                    None,
-                    &format!("tp:{n}:{tasks}"),
-                    plan.op_timeout,
-                )
-                .await;
+            // The implementations take turns, four slices each, so that load from outside the
+            // bench (a shared machine) spreads evenly over them.
+            const SLICES: u32 = 4;
+            let mut totals: Vec<Throughput> =
+                lockers.iter().map(|_| Throughput::default()).collect();
+            for slice in 0..SLICES {
+                for (l, total) in lockers.iter().zip(totals.iter_mut()) {
+                    if total.timed_out {
+                        continue;
+                    }
+                    let t = throughput_run(
+                        l,
+                        tasks,
+                        plan.duration / SLICES,
+                        None,
+                        &format!("tp:{n}:{tasks}:{slice}"),
+                        plan.op_timeout,
+                    )
+                    .await;
+                    total.absorb(t);
+                }
+            }
+            for (l, t) in lockers.iter().zip(totals) {
                 let note = if t.timed_out {
                     format!("an operation timed out (bound {:?})", plan.op_timeout)
                 } else if let Some(e) = &t.first_error {
@@ -377,7 +404,7 @@ pub(crate) async fn contention(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
     );
     let urls = cluster.urls();
     for n in [1, 5] {
-        let Some(lockers) = lockers_for(&urls[..n]).await else {
+        let Some(lockers) = lockers_for(&urls[..n], &plan.impls).await else {
             continue;
         };
         for l in &lockers {
