@@ -136,6 +136,15 @@
 //! For users without a tracing or metrics stack, [`Redlock::stats`] returns cheap in-process
 //! counters ([`Stats`]).
 //!
+//! With the `metrics` cargo feature the same figures go to the [`metrics`](https://docs.rs/metrics)
+//! facade, for any recorder (Prometheus, StatsD, ...): counters `quorumlock_grants_total`,
+//! `quorumlock_contended_total`, `quorumlock_unreachable_total`,
+//! `quorumlock_validity_exhausted_total`, `quorumlock_extensions_total`,
+//! `quorumlock_extension_failures_total`, `quorumlock_releases_total`, `quorumlock_lost_total`
+//! and `quorumlock_node_errors_total{node}`; histograms `quorumlock_acquire_wait_seconds` (call
+//! to grant, retries included) and `quorumlock_node_latency_seconds{node}` (every answered or
+//! failed request; requests abandoned once a round is decided are not timed).
+//!
 //! ## Cancellation and drop
 //!
 //! Every async method documents its cancel safety. Dropping a [`LockGuard`] releases the lock

@@ -249,7 +249,7 @@ impl Redlock {
     /// compare-and-delete on the same connection, which the master runs after them.
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
-        self.round(resource, &keys, timing, 0)
+        self.round(resource, &keys, timing, 0, Instant::now())
             .await
             .map_err(|failure| failure.error)
     }
@@ -269,11 +269,12 @@ impl Redlock {
     /// round may have set.
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
+        let started = Instant::now();
         let retry_count = self.shared.config.retry_count;
         let mut retries_left = retry_count;
         loop {
             match self
-                .round(resource, &keys, timing, retry_count - retries_left)
+                .round(resource, &keys, timing, retry_count - retries_left, started)
                 .await
             {
                 Ok(guard) => return Ok(guard),
@@ -307,6 +308,7 @@ impl Redlock {
     ) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
         let deadline = Instant::from_std(deadline);
+        let started = Instant::now();
         let mut attempts = 0u32;
         let mut last = None;
         loop {
@@ -317,7 +319,7 @@ impl Redlock {
                     last: last.map(Box::new),
                 });
             }
-            let failure = match self.round(resource, &keys, timing, attempts).await {
+            let failure = match self.round(resource, &keys, timing, attempts, started).await {
                 Ok(guard) => return Ok(guard),
                 Err(failure) if failure.error.is_retryable() => failure,
                 Err(failure) => return Err(failure.error),
@@ -332,13 +334,15 @@ impl Redlock {
         }
     }
 
-    /// One acquire round (the `retry`-th retry), traced in an `acquire` span and counted.
+    /// One acquire round (the `retry`-th retry of an acquisition that `started` then), traced
+    /// in an `acquire` span and counted.
     async fn round(
         &self,
         resource: &str,
         keys: &LockKeys,
         timing: RoundTiming,
         retry: u32,
+        started: Instant,
     ) -> Result<LockGuard, RoundFailure> {
         let span = tracing::debug_span!(
             "acquire",
@@ -357,6 +361,7 @@ impl Redlock {
             .acquired(outcome.as_ref().map_err(|failure| &failure.error));
         match &outcome {
             Ok(guard) => {
+                crate::stats::acquire_wait(started.elapsed());
                 span.record("outcome", "granted");
                 span.record("validity_left", tracing::field::debug(guard.remaining()));
             }

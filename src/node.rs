@@ -102,6 +102,7 @@ impl RedisNode {
         let start = tokio::time::Instant::now();
         let result = self.send(request, cleanup).await;
         let latency = start.elapsed();
+        crate::stats::node_request(&self.address.display, latency, result.is_ok());
         match &result {
             Ok(_) => {
                 tracing::trace!(node = %self.address.display, ?latency, cleanup, "node replied")

@@ -2,8 +2,12 @@
 //!
 //! Counting is a relaxed atomic add per round or request; a snapshot reads every counter once
 //! (the figures of one snapshot are each exact, but not taken at one instant together).
+//!
+//! With the `metrics` feature, every count also goes to the `metrics` facade (see the crate
+//! docs for the names), with acquisition wait times and per-node latencies as histograms.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::error::{LockError, NotHeldReason};
 
@@ -65,8 +69,36 @@ pub(crate) struct Counters {
     lost: AtomicU64,
 }
 
-fn bump(counter: &AtomicU64) {
+fn bump(counter: &AtomicU64, name: &'static str) {
     counter.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    metrics::counter!(name).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = name;
+}
+
+/// Reports one request to a master to the `metrics` facade (its failures are counted in the
+/// node itself, for [`Stats`]).
+pub(crate) fn node_request(node: &str, latency: Duration, ok: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let node = node.to_string();
+        metrics::histogram!("quorumlock_node_latency_seconds", "node" => node.clone())
+            .record(latency.as_secs_f64());
+        if !ok {
+            metrics::counter!("quorumlock_node_errors_total", "node" => node).increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (node, latency, ok);
+}
+
+/// Reports how long an acquisition took, from the call to the grant, retries included.
+pub(crate) fn acquire_wait(waited: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("quorumlock_acquire_wait_seconds").record(waited.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = waited;
 }
 
 /// Whether an error of extend or release means the lock was lost.
@@ -84,12 +116,15 @@ impl Counters {
     /// Counts the outcome of one acquisition round.
     pub(crate) fn acquired<T>(&self, outcome: Result<&T, &LockError>) {
         match outcome {
-            Ok(_) => bump(&self.grants),
-            Err(LockError::Contended { .. }) => bump(&self.contended),
+            Ok(_) => bump(&self.grants, "quorumlock_grants_total"),
+            Err(LockError::Contended { .. }) => bump(&self.contended, "quorumlock_contended_total"),
             Err(LockError::QuorumUnreachable { .. } | LockError::FenceUnconfirmed { .. }) => {
-                bump(&self.unreachable);
+                bump(&self.unreachable, "quorumlock_unreachable_total");
             }
-            Err(LockError::ValidityExhausted { .. }) => bump(&self.validity_exhausted),
+            Err(LockError::ValidityExhausted { .. }) => bump(
+                &self.validity_exhausted,
+                "quorumlock_validity_exhausted_total",
+            ),
             Err(_) => {}
         }
     }
@@ -97,19 +132,22 @@ impl Counters {
     /// Counts the outcome of one extension (a loss is counted by the guard, once).
     pub(crate) fn extended(&self, outcome: Result<(), &LockError>) {
         match outcome {
-            Ok(()) => bump(&self.extensions),
-            Err(_) => bump(&self.extension_failures),
+            Ok(()) => bump(&self.extensions, "quorumlock_extensions_total"),
+            Err(_) => bump(
+                &self.extension_failures,
+                "quorumlock_extension_failures_total",
+            ),
         }
     }
 
     /// Counts one confirmed release.
     pub(crate) fn released(&self) {
-        bump(&self.releases);
+        bump(&self.releases, "quorumlock_releases_total");
     }
 
     /// Counts one lost lock.
     pub(crate) fn lost(&self) {
-        bump(&self.lost);
+        bump(&self.lost, "quorumlock_lost_total");
     }
 
     /// A snapshot, with the per-node counters given.
