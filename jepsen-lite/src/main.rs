@@ -244,7 +244,7 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
                 let o = one(sc, seed, duration, &out, clocks.as_ref(), Some(pb.clone())).await;
                 pb.suspend(|| {
                     println!(
-                        "{:<28} expected {:<5} observed {:<20} {:?}",
+                        "{:<31} expected {:<6} observed {:<22} {:?}",
                         o.scenario,
                         o.expected.to_string(),
                         o.observed,

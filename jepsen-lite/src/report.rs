@@ -209,7 +209,7 @@ pub fn write_run_html(
 /// The matrix table as text.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut s = format!(
-        "{:<28} {:<13} {:<8} {:<34} {:<8}\n",
+        "{:<31} {:<13} {:<8} {:<34} {:<8}\n",
         "scenario", "fault", "expected", "observed", "verdict"
     );
     for o in outcomes {
@@ -220,7 +220,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<28} {:<13} {:<8} {:<34} {:<8}",
+            "{:<31} {:<13} {:<8} {:<34} {:<8}",
             o.scenario,
             o.kind,
             o.expected.to_string(),
