@@ -5,6 +5,8 @@ set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# The TLS tests generate their certificates with it.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 if ((${#missing[@]} > 0)); then
     echo "installing: ${missing[*]}" >&2

@@ -117,7 +117,8 @@ impl Default for RedlockBuilder {
 
 impl RedlockBuilder {
     /// Adds one master by URL: `redis://[user:password@]host:port[/db]` or
-    /// `redis+unix:///path`. (TLS, `rediss://`, is not compiled in yet.)
+    /// `redis+unix:///path`, or `rediss://...` for TLS with the `tls` feature (rustls, trusting the
+    /// system's roots; `SSL_CERT_FILE` points at another bundle).
     /// The masters must be independent (no replication between them). No nodes by default.
     pub fn node(mut self, url: impl Into<String>) -> Self {
         self.nodes.push(url.into());
