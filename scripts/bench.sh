@@ -2,7 +2,8 @@
 # The end-to-end benchmark: quorumlock against a single Redis lock, the rslock and redlock
 # crates and a minimal reference Redlock, on local redis-server masters it starts itself.
 # Prints a table per section and the targets of the benchmark issue as ratios from this run;
-# writes target/bench/results.csv and SVG charts next to it.
+# writes results.csv and SVG charts under target/bench/ (or --out DIR), and the printed tables
+# of the last run to target/bench/last-run.txt.
 #
 #   scripts/bench.sh                    # full run (about 5 minutes)
 #   scripts/bench.sh --quick            # smoke run (about 40 s)
@@ -16,4 +17,5 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 cargo build --release -p quorumlock-bench
-exec target/release/quorumlock-bench "$@"
+mkdir -p target/bench
+target/release/quorumlock-bench "$@" | tee target/bench/last-run.txt
