@@ -630,10 +630,30 @@ pub(crate) async fn memory(cluster: &RedisCluster, plan: &Plan, r: &mut Results)
     let long = Duration::from_secs(24 * 3600);
     let _ = throughput_run(&l, 64, long, Some(warm), "memw", plan.op_timeout).await;
     let before = rss_kib();
-    let t = throughput_run(&l, 64, long, Some(plan.cycles), "mem", plan.op_timeout).await;
+    // Ten slices, VmRSS after each: a plateau is allocator noise, a steady climb is a leak.
+    const SLICES: u64 = 10;
+    let mut t = Throughput::default();
+    let mut trail = Vec::new();
+    for slice in 0..SLICES {
+        let part = plan.cycles / SLICES + u64::from(slice < plan.cycles % SLICES);
+        let run = throughput_run(
+            &l,
+            64,
+            long,
+            Some(part),
+            &format!("mem:{slice}"),
+            plan.op_timeout,
+        )
+        .await;
+        t.absorb(run);
+        if let Some(kib) = rss_kib() {
+            trail.push(kib.to_string());
+        }
+    }
     // Let background releases and cleanups finish.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let after = rss_kib();
+    println!("  VmRSS after each tenth (KiB): {}", trail.join(" "));
     match (before, after) {
         (Some(b), Some(a)) => {
             let growth = a as f64 - b as f64;
