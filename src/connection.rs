@@ -130,6 +130,19 @@ impl ConnectionSlot {
     }
 }
 
+/// A failure to set up a connection: refused credentials apart (they do not go away by retrying),
+/// everything else a connect error.
+fn connect_error(error: &redis::RedisError, context: &str) -> NodeErrorKind {
+    let refused = error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"));
+    let text = format!("{context}{}", describe(error));
+    if refused {
+        NodeErrorKind::Auth(text)
+    } else {
+        NodeErrorKind::Connect(text)
+    }
+}
+
 /// Opens a multiplexed connection and loads the lock scripts, so that `EVALSHA` finds them.
 /// A peer that does not speak Redis fails here, with a clear error.
 async fn open(
@@ -144,16 +157,14 @@ async fn open(
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| NodeErrorKind::Connect(describe(&e)))?;
+            .map_err(|e| connect_error(&e, ""))?;
         for script in scripts::all() {
             let reply = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(script.source)
                 .query_async::<Value>(&mut conn)
                 .await
-                .map_err(|e| {
-                    NodeErrorKind::Connect(format!("loading scripts: {}", describe(&e)))
-                })?;
+                .map_err(|e| connect_error(&e, "loading scripts: "))?;
             let loaded = match &reply {
                 Value::BulkString(bytes) => bytes.eq_ignore_ascii_case(script.sha().as_bytes()),
                 Value::SimpleString(text) => text.eq_ignore_ascii_case(script.sha()),

@@ -54,13 +54,18 @@ pub enum NodeErrorKind {
     /// later; quorumlock's cleanup is queued behind it on the same connection.
     #[error("no reply within {0:?}")]
     Timeout(Duration),
-    /// A connection could not be opened (refused, unresolvable, TLS or AUTH failure, a peer that
+    /// A connection could not be opened (refused, unresolvable, a TLS failure, a peer that
     /// does not speak Redis).
     #[error("cannot connect: {0}")]
     Connect(String),
     /// An open connection broke; the next request opens a new one.
     #[error("connection lost: {0}")]
     ConnectionLost(String),
+    /// The master refused the credentials of its URL (wrong password or ACL user, or none given
+    /// to a master that requires one). Not retryable: it fails the same way until the
+    /// configuration changes. Nothing was sent on the connection.
+    #[error("authentication failed: {0}")]
+    Auth(String),
     /// Too many requests to this master went unanswered (it is paused or overloaded), so no more
     /// are queued behind them until it answers again.
     #[error("{unanswered} requests unanswered; not sending more until the node answers")]

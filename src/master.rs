@@ -104,7 +104,7 @@ impl NodeErrorKind {
     pub(crate) fn may_have_reached_node(&self) -> bool {
         !matches!(
             self,
-            Self::Backlogged { .. } | Self::Connect(_) | Self::NoRuntime
+            Self::Backlogged { .. } | Self::Connect(_) | Self::Auth(_) | Self::NoRuntime
         )
     }
 }
