@@ -205,6 +205,16 @@ async fn worker(id: usize, store: SocketAddr, start: u64) -> Result<(), Box<dyn 
             }
         }
         if finished == JOBS.len() {
+            // The manager's in-process counters (`Redlock::stats`): no metrics stack needed.
+            let stats = locks.stats();
+            println!(
+                "worker {id} done: {} grants, {} contended, {} renewals ({} failed), {} lost",
+                stats.grants,
+                stats.contended,
+                stats.extensions,
+                stats.extension_failures,
+                stats.lost
+            );
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
