@@ -73,8 +73,9 @@ pub(crate) enum Command {
     ///
     /// The command gets QUORUMLOCK_RESOURCE and QUORUMLOCK_FENCE (the fencing token of this
     /// grant: pass it to whatever the command writes, which should reject tokens lower than the
-    /// highest it has seen). It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to
-    /// quorumlock are forwarded to that group. If the lock is lost, the group gets SIGTERM, then
+    /// highest it has seen). It runs in its own process group (so it cannot read from an
+    /// interactive terminal); SIGINT, SIGTERM and SIGHUP sent to quorumlock are forwarded to
+    /// that group. If the lock is lost, the group gets SIGTERM, then
     /// SIGKILL after --kill-after, and quorumlock exits 76. The lock is released on the way out.
     #[command(after_help = exit::exit_codes_help!())]
     Exec(ExecArgs),
