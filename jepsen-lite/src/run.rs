@@ -138,33 +138,91 @@ struct Env {
     dir: PathBuf,
     rng: rand::rngs::StdRng,
     progress: Option<ProgressBar>,
-    /// Node ports with an iptables DROP rule in place.
-    dropped: Vec<u16>,
+    /// The iptables rules in place (partition or loss), removed on heal and on drop.
+    dropped: Vec<Rule>,
 }
 
-/// Adds or deletes the rule that drops loopback packets to `port`.
-fn iptables(add: bool, port: u16) -> std::io::Result<()> {
+/// One iptables rule on loopback input that a run may put in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// Drop every packet to `port` (a kernel partition).
+    Drop(u16),
+    /// Drop 20% of the packets to `port`, at random (requests reaching a node).
+    LossTo(u16),
+    /// Drop 20% of the packets from `port`, at random (a node's replies).
+    LossFrom(u16),
+}
+
+/// The share of packets a loss rule drops.
+const LOSS_PROBABILITY: &str = "0.2";
+
+impl Rule {
+    fn args(self) -> Vec<String> {
+        let mut a: Vec<String> = ["INPUT", "-i", "lo", "-p", "tcp"]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let (dir, port, lossy) = match self {
+            Self::Drop(p) => ("--dport", p, false),
+            Self::LossTo(p) => ("--dport", p, true),
+            Self::LossFrom(p) => ("--sport", p, true),
+        };
+        a.extend([dir.to_string(), port.to_string()]);
+        if lossy {
+            a.extend(
+                [
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    LOSS_PROBABILITY,
+                ]
+                .iter()
+                .map(ToString::to_string),
+            );
+        }
+        a.extend(["-j".to_string(), "DROP".to_string()]);
+        a
+    }
+}
+
+/// Adds or deletes one loopback rule.
+fn iptables(add: bool, rule: Rule) -> std::io::Result<()> {
     let status = std::process::Command::new("iptables")
-        .args([
-            if add { "-I" } else { "-D" },
-            "INPUT",
-            "-i",
-            "lo",
-            "-p",
-            "tcp",
-            "--dport",
-        ])
-        .arg(port.to_string())
-        .args(["-j", "DROP"])
+        .arg(if add { "-I" } else { "-D" })
+        .args(rule.args())
         .stderr(Stdio::null())
         .status()?;
     if status.success() {
         Ok(())
     } else {
         Err(std::io::Error::other(format!(
-            "iptables failed for port {port}"
+            "iptables failed for {rule:?}"
         )))
     }
+}
+
+/// Whether the `statistic` match works: a rule without a target (it only counts packets, so
+/// it affects no traffic) is inserted and deleted again.
+fn iptables_statistic_available() -> bool {
+    let probe = |op: &str| {
+        std::process::Command::new("iptables")
+            .args([op, "INPUT", "-i", "lo", "-p", "tcp", "--dport", "9"])
+            .args([
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                LOSS_PROBABILITY,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    probe("-I") && probe("-D")
 }
 
 fn iptables_available() -> bool {
@@ -178,8 +236,8 @@ fn iptables_available() -> bool {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        for port in self.dropped.drain(..) {
-            let _ = iptables(false, port);
+        for rule in self.dropped.drain(..) {
+            let _ = iptables(false, rule);
         }
         for c in &self.clients {
             c.signal(nix::sys::signal::Signal::SIGKILL);
@@ -225,8 +283,8 @@ impl Env {
 
     fn heal(&mut self) -> Result<(), Error> {
         self.proxy.heal_all();
-        for port in std::mem::take(&mut self.dropped) {
-            iptables(false, port)?;
+        for rule in std::mem::take(&mut self.dropped) {
+            iptables(false, rule)?;
         }
         for n in 0..NODES {
             if self.cluster[n].is_paused() {
@@ -346,9 +404,18 @@ pub async fn run(
         fenced: String::new(),
         dir: dir.clone(),
     };
-    if sc.script == Script::Random(RandomFault::KernelDrop) && !iptables_available() {
+    let needs_iptables = matches!(
+        sc.script,
+        Script::Random(RandomFault::KernelDrop | RandomFault::PacketLoss)
+    );
+    if needs_iptables && !iptables_available() {
         return Ok(skip(
             "skipped: iptables not available (scripts/jepsen.sh installs it)".into(),
+        ));
+    }
+    if sc.script == Script::Random(RandomFault::PacketLoss) && !iptables_statistic_available() {
+        return Ok(skip(
+            "skipped: the iptables statistic match is not available".into(),
         ));
     }
     let needs_clock = matches!(sc.script, Script::ClockJump(_) | Script::ClockRate(_));
@@ -480,17 +547,45 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                     RandomFault::KernelDrop => {
                         let n = env.rng.random_range(0..NODES);
                         let port = env.cluster.ports()[n];
-                        iptables(true, port)?;
-                        env.dropped.push(port);
+                        iptables(true, Rule::Drop(port))?;
+                        env.dropped.push(Rule::Drop(port));
                         env.nem("partition", json!({"node": n, "how": "iptables DROP"}));
                         env.phase(&format!("node {n} dropped by iptables"));
+                    }
+                    RandomFault::MajoritiesRing => {
+                        for c in 0..env.clients.len() {
+                            // Client c reaches c, c+1, c+2 and is cut from c+3, c+4.
+                            let cut = [(c + 3) % NODES, (c + 4) % NODES];
+                            let mode = if env.rng.random_bool(0.5) {
+                                Mode::Blackhole
+                            } else {
+                                Mode::Reset
+                            };
+                            env.cut(c, &cut, mode);
+                        }
+                        env.phase("majorities ring");
+                    }
+                    RandomFault::PacketLoss => {
+                        // Below TCP, on this run's node ports only (the proxy's upstream leg
+                        // carries all of this run's lock traffic), both directions.
+                        for port in env.cluster.ports() {
+                            for rule in [Rule::LossTo(port), Rule::LossFrom(port)] {
+                                iptables(true, rule)?;
+                                env.dropped.push(rule);
+                            }
+                        }
+                        env.nem(
+                            "loss",
+                            json!({"nodes": "all", "probability": LOSS_PROBABILITY, "how": "iptables statistic"}),
+                        );
+                        env.phase("20% packet loss");
                     }
                     RandomFault::None => {}
                 }
                 sleep(Duration::from_millis(env.rng.random_range(1000..3000))).await;
                 env.proxy.heal_all();
-                for port in std::mem::take(&mut env.dropped) {
-                    iptables(false, port)?;
+                for rule in std::mem::take(&mut env.dropped) {
+                    iptables(false, rule)?;
                 }
                 for n in 0..NODES {
                     if env.cluster[n].is_paused() {

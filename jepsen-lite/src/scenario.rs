@@ -45,6 +45,13 @@ pub enum RandomFault {
     /// A kernel partition: `iptables` drops packets to one random node's port for 0.5–3 s;
     /// TCP retransmits the requests after the heal and the node applies them late.
     KernelDrop,
+    /// Per-client majorities ring: client i reaches nodes i, i+1, i+2 (mod 5) and is cut
+    /// (blackhole or reset) from the other two, on and off. Every client can form a quorum,
+    /// each with a different majority.
+    MajoritiesRing,
+    /// `iptables` `statistic` drops 20% of the loopback packets to and from every node port,
+    /// on and off: loss below TCP, so TCP retransmits (never bytes dropped in the proxy).
+    PacketLoss,
 }
 
 /// How a node comes back after a crash.
@@ -162,6 +169,16 @@ pub fn catalog() -> Vec<Scenario> {
             )
         },
         Scenario {
+            about: "5 clients, client i reaches only nodes i..i+2 (mod 5), on and off",
+            clients: 5,
+            ..base(
+                "majorities-ring",
+                "partition",
+                Hold,
+                Script::Random(RandomFault::MajoritiesRing),
+            )
+        },
+        Scenario {
             about: "A reaches only {0,1}, B only {2,3,4}",
             ..base("split-minority", "partition", Hold, Script::SplitMinority)
         },
@@ -267,6 +284,17 @@ pub fn catalog() -> Vec<Scenario> {
                 "partition",
                 Hold,
                 Script::Random(RandomFault::KernelDrop),
+            )
+        },
+        Scenario {
+            about: "iptables statistic drops 20% of packets to/from every node port, on and off",
+            clients: 3,
+            quick: false,
+            ..base(
+                "packet-loss",
+                "loss",
+                Hold,
+                Script::Random(RandomFault::PacketLoss),
             )
         },
         Scenario {
