@@ -706,6 +706,11 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                 1,
                 CycleSpec {
                     sleep_ms: 200,
+                    // B must get its chance while A still believes it holds the lock, also on a
+                    // loaded box where the restart and B's first connections are slow: it keeps
+                    // trying for half of A's TTL (a quick matrix under load once saw B give up
+                    // after the default 1 s, and this must-break scenario held).
+                    acquire_deadline_ms: ttl_ms / 2,
                     ..env.spec("r")
                 },
             )

@@ -210,7 +210,7 @@ pub fn catalog() -> Vec<Scenario> {
         },
         Scenario {
             about: "A holds {0,1,2}; node 2 SIGKILLed and restarted empty at once; B takes {2,3,4}",
-            ttl_ms: 4000,
+            ttl_ms: 6000,
             ..base(
                 "crash-restart-empty",
                 "crash",
