@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
+scripts/install-deps.sh --jepsen
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
