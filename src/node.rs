@@ -269,14 +269,14 @@ impl Master for RedisNode {
     }
 
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply, NodeErrorKind> {
-        let ttl = millis(request.ttl).to_string();
         let (value, retried) = if request.is_plain() {
+            // The hot path: a plain `SET`, with the TTL written straight into the command.
             let mut cmd = redis::cmd("SET");
             cmd.arg(request.key)
                 .arg(request.claim.value.as_str())
                 .arg("NX")
                 .arg("PX")
-                .arg(&ttl);
+                .arg(millis(request.ttl));
             let (reply, retried) = self.request(Request::Command(cmd), false).await?;
             let granted = set_reply(reply)?;
             (
@@ -288,6 +288,7 @@ impl Master for RedisNode {
                 retried,
             )
         } else {
+            let ttl = millis(request.ttl).to_string();
             let retention = millis(request.fence_retention.max(request.ttl)).to_string();
             let fencing = if request.fence_key.is_some() {
                 "1"

@@ -76,15 +76,12 @@ fn build(
 
 /// Every `SET` of ours that took effect on a master is followed there by a compare-and-delete
 /// of the same value. (The delete finds nothing if the key expired first; it can find no other
-/// owner's value, since `SET NX` cannot replace a live key.) `keep` is a value allowed to stay.
-fn every_set_cleaned_up(fakes: &[Arc<FakeMaster>], keep: Option<&str>) -> Result<(), String> {
+/// owner's value, since `SET NX` cannot replace a live key.)
+fn every_set_cleaned_up(fakes: &[Arc<FakeMaster>]) -> Result<(), String> {
     for fake in fakes {
         let log = fake.log();
         for (i, (_, op)) in log.iter().enumerate() {
             if let Applied::Set { value, ok: true } = op {
-                if Some(value.as_str()) == keep {
-                    continue;
-                }
                 let deleted = log[i..].iter().any(
                     |(_, later)| matches!(later, Applied::Delete { value: v, .. } if v == value),
                 );
@@ -98,6 +95,20 @@ fn every_set_cleaned_up(fakes: &[Arc<FakeMaster>], keep: Option<&str>) -> Result
         }
     }
     Ok(())
+}
+
+/// Lets every background cleanup run (well past every fake delay and node timeout), then
+/// checks [`every_set_cleaned_up`].
+async fn settle_then_check_cleanup(fakes: &[Arc<FakeMaster>]) -> Result<(), TestCaseError> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    every_set_cleaned_up(fakes).map_err(TestCaseError::fail)
+}
+
+/// Runs one property case on a fresh paused-clock runtime.
+fn run_case(
+    case: impl std::future::Future<Output = Result<(), TestCaseError>>,
+) -> Result<(), TestCaseError> {
+    runtime().block_on(case)
 }
 
 impl FakeMaster {
@@ -118,8 +129,7 @@ proptest! {
         ttl_ms in 20u64..2_000,
         timeout_ms in 10u64..300,
     ) {
-        let rt = runtime();
-        let result: Result<(), TestCaseError> = rt.block_on(async {
+        run_case(async {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
             let timing = RoundTiming::new(Duration::from_millis(ttl_ms), 0.01);
             let key: Arc<str> = Arc::from(KEY);
@@ -137,21 +147,18 @@ proptest! {
                     prop_assert!(grant.valid_until > end);
                     // Release reaches every master that may hold the key, stragglers included.
                     let _ = round::release(&nodes, "r", &key, &grant.claim, &grant.holders, true).await;
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
+                    settle_then_check_cleanup(&fakes).await?;
                 }
                 Err(error) => {
                     prop_assert!(matches!(
                         error,
                         LockError::Contended { .. } | LockError::QuorumUnreachable { .. } | LockError::ValidityExhausted { .. }
                     ), "unexpected {error:?}");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
+                    settle_then_check_cleanup(&fakes).await?;
                 }
             }
             Ok(())
-        });
-        result?;
+        })?;
     }
 
     /// Dropping the acquire future at any moment leaves no key of ours behind.
@@ -161,8 +168,7 @@ proptest! {
         cancel_after_ms in 0u64..250,
         timeout_ms in 10u64..300,
     ) {
-        let rt = runtime();
-        let result: Result<(), TestCaseError> = rt.block_on(async {
+        run_case(async {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
             let timing = RoundTiming::new(Duration::from_secs(60), 0.01);
             let key: Arc<str> = Arc::from(KEY);
@@ -171,11 +177,9 @@ proptest! {
             if let Ok(Ok(grant)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
                 let _ = round::release(&nodes, "r", &key, &grant.claim, &grant.holders, true).await;
             }
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            every_set_cleaned_up(&fakes, None).map_err(TestCaseError::fail)?;
+            settle_then_check_cleanup(&fakes).await?;
             Ok(())
-        });
-        result?;
+        })?;
     }
 
     /// Competing clients on healthy-but-slow masters (no fault outside Redlock's model) never
@@ -189,8 +193,7 @@ proptest! {
         hold_ms in prop::collection::vec(0u64..400, 8),
         ttl_ms in 100u64..600,
     ) {
-        let rt = runtime();
-        let result: Result<(), TestCaseError> = rt.block_on(async {
+        run_case(async {
             let spec: Vec<(Behaviour, bool)> = delays.iter().map(|(a, r)| (Behaviour {
                 apply_after: Duration::from_millis(*a),
                 reply_after: Duration::from_millis(*r),
@@ -238,8 +241,7 @@ proptest! {
                 }
             }
             Ok(())
-        });
-        result?;
+        })?;
     }
 }
 
@@ -315,7 +317,7 @@ fn contended_fails_early() {
             fault: Fault::None,
         });
         tokio::time::sleep(Duration::from_secs(200)).await;
-        assert_eq!(every_set_cleaned_up(&fakes, None), Ok(()));
+        assert_eq!(every_set_cleaned_up(&fakes), Ok(()));
     });
 }
 
@@ -402,8 +404,7 @@ proptest! {
         hold_ms in prop::collection::vec(0u64..300, 8),
         ttl_ms in 150u64..500,
     ) {
-        let rt = runtime();
-        let result: Result<(), TestCaseError> = rt.block_on(async {
+        run_case(async {
             let spec: Vec<(Behaviour, bool)> = delays.iter().map(|(a, r, _)| (Behaviour {
                 apply_after: Duration::from_millis(*a),
                 reply_after: Duration::from_millis(*r),
@@ -484,8 +485,7 @@ proptest! {
                 prop_assert!(b.2 > a.2, "token went backwards: {a:?} then {b:?}");
             }
             Ok(())
-        });
-        result?;
+        })?;
     }
 }
 
