@@ -95,6 +95,14 @@ async fn counters_and_histograms_reach_the_facade() {
     let dead = locks.node_names().nth(2).expect("three nodes").to_string();
     let guard = locks.try_lock("m", ttl).await.expect("two of three grant");
     guard.release().await.expect("release");
+    // That grant may be decided before the dead node's error arrives (early decision), so make
+    // its vote decisive once: a foreign key on node 0 leaves one yes and one no, and the round
+    // must wait for node 2's error.
+    cluster[0]
+        .command(&["SET", "quorumlock:decisive", "foreign"])
+        .expect("foreign key");
+    let failed = locks.try_lock("decisive", ttl).await;
+    assert!(failed.is_err(), "granted without a quorum: {failed:?}");
 
     let seen = store.lock().expect("store").clone();
     let get = |name: &str| seen.get(name).copied().unwrap_or(0.0);

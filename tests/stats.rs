@@ -75,6 +75,14 @@ async fn failed_requests_are_counted_per_node() {
 
     let guard = locks.try_lock("a", TTL).await.expect("two of three grant");
     guard.release().await.expect("release");
+    // That grant may be decided before the dead node's error arrives (early decision), so make
+    // its vote decisive once: a foreign key on node 0 leaves one yes and one no, and the round
+    // must wait for node 2's error.
+    cluster[0]
+        .command(&["SET", "quorumlock:decisive", "foreign"])
+        .expect("foreign key");
+    let failed = locks.try_lock("decisive", TTL).await;
+    assert!(failed.is_err(), "granted without a quorum: {failed:?}");
     let stats = locks.stats();
     assert_eq!(stats.nodes[0].errors, 0, "{stats:?}");
     assert_eq!(stats.nodes[1].errors, 0, "{stats:?}");
@@ -82,10 +90,11 @@ async fn failed_requests_are_counted_per_node() {
     assert!(stats.nodes[2].node.contains("user:***@"), "{stats:?}");
     assert!(!format!("{stats:?}").contains("hunter2"));
 
+    let unreachable_before = stats.unreachable;
     cluster[1].kill().expect("kill");
     let error = locks.try_lock("a", TTL).await.expect_err("no quorum");
     assert!(!error.is_contended(), "{error}");
-    assert_eq!(locks.stats().unreachable, 1);
+    assert_eq!(locks.stats().unreachable, unreachable_before + 1);
 }
 
 /// A lease that loses its lock (a majority dies) counts one loss and its failed renewals.
