@@ -1,31 +1,97 @@
 //! The one connection to a master: opened lazily in the background, kept across timeouts,
 //! replaced only when broken.
 //!
-//! Why it is kept across timeouts: the `redis` crate's multiplexed connection pairs replies with
-//! requests strictly in order and keeps an abandoned request's slot, discarding its reply. So a
-//! cleanup sent after a timed-out `SET` on the same connection runs *after* that `SET` on the
-//! master. A fresh connection would lose that order (the old socket's `SET` could run after the
-//! new socket's delete and leave a key until its TTL).
+//! Why it is kept across timeouts: replies are paired with requests strictly in order, and an
+//! abandoned request keeps its place (its reply is read and discarded). So a cleanup sent
+//! after a timed-out `SET` on the same connection runs *after* that `SET` on the master. A
+//! fresh connection would lose that order (the old socket's `SET` could run after the new
+//! socket's delete and leave a key until its TTL).
+//!
+//! Plain TCP and Unix-socket masters get quorumlock's own [`Pipeline`]; `rediss://` (TLS)
+//! masters the `redis` crate's multiplexed connection, which gives the same ordering.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Value};
+use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, Value};
 
 use crate::error::NodeErrorKind;
-use crate::reply::describe;
+use crate::pipeline::Pipeline;
+use crate::reply::{classify, describe};
+use crate::resp::Reply;
 use crate::scripts;
 
-type ConnectFuture = Shared<BoxFuture<'static, Result<MultiplexedConnection, NodeErrorKind>>>;
+/// An open connection to a master.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    /// quorumlock's own pipelined connection (TCP and Unix sockets).
+    Pipelined(Pipeline),
+    /// The `redis` crate's multiplexed connection (TLS).
+    Multiplexed(MultiplexedConnection),
+}
+
+impl Connection {
+    /// Sends `cmd` and waits for its reply, unbounded (callers put their deadline on it).
+    /// An error reply is `Ok(Reply::Error)`; `Err` always means the connection is broken.
+    pub(crate) async fn query(&self, cmd: &Cmd) -> Result<Reply, NodeErrorKind> {
+        match self {
+            Self::Pipelined(pipeline) => pipeline.query(cmd).await,
+            Self::Multiplexed(conn) => match cmd.query_async::<Value>(&mut conn.clone()).await {
+                Ok(value) => Ok(reply_of(value)),
+                Err(error) => match classify(&error) {
+                    (_, false) => Ok(Reply::Error(server_error_text(&error))),
+                    (kind, true) => Err(kind),
+                },
+            },
+        }
+    }
+
+    /// Queues `cmd` without waiting for its reply. The pipelined connection sends it even if
+    /// the caller goes away at once; the multiplexed one needs a task for that, so it is
+    /// `false` there and the caller keeps waiting instead.
+    pub(crate) fn send_detached(&self, cmd: &Cmd) -> Result<bool, NodeErrorKind> {
+        match self {
+            Self::Pipelined(pipeline) => pipeline.send_detached(cmd).map(|()| true),
+            Self::Multiplexed(_) => Ok(false),
+        }
+    }
+}
+
+/// A `redis` crate server error as the server wrote it (`WRONGTYPE Operation against…`).
+fn server_error_text(error: &redis::RedisError) -> String {
+    match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => describe(error),
+    }
+}
+
+/// A `redis` crate reply as the strict readers of [`crate::reply`] see it.
+fn reply_of(value: Value) -> Reply {
+    match value {
+        Value::Nil => Reply::Nil,
+        Value::Int(i) => Reply::Int(i),
+        Value::BulkString(bytes) => Reply::Bulk(bytes),
+        Value::Array(items) => Reply::Array(items.into_iter().map(reply_of).collect()),
+        Value::SimpleString(text) => Reply::Status(text),
+        Value::Okay => Reply::Status("OK".into()),
+        Value::ServerError(error) => Reply::Error(format!("{error:?}")),
+        // RESP3-only types never answer a lock command on a RESP2 connection: kept as text so
+        // that the strict readers reject them, showing what came.
+        other => Reply::Status(format!("{other:?}")),
+    }
+}
+
+type ConnectFuture = Shared<BoxFuture<'static, Result<Connection, NodeErrorKind>>>;
 
 /// The connection state. Each connection gets a generation number so that a request that saw
 /// connection 3 break never throws away connection 4.
 enum Slot {
     Empty,
     Connecting(u64, ConnectFuture),
-    Ready(u64, MultiplexedConnection),
+    Ready(u64, Connection),
 }
 
 struct State {
@@ -60,7 +126,7 @@ impl ConnectionSlot {
 
     /// The current connection and its generation, opening one (in the background) if there is
     /// none. The caller bounds the wait.
-    pub(crate) async fn get(&self) -> Result<(u64, MultiplexedConnection), NodeErrorKind> {
+    pub(crate) async fn get(&self) -> Result<(u64, Connection), NodeErrorKind> {
         let (generation, future) = {
             let mut state = self.state();
             match &state.slot {
@@ -95,7 +161,7 @@ impl ConnectionSlot {
     }
 
     /// The open connection, if any, without opening one.
-    pub(crate) fn current(&self) -> Option<MultiplexedConnection> {
+    pub(crate) fn current(&self) -> Option<Connection> {
         match &self.state().slot {
             Slot::Ready(_, conn) => Some(conn.clone()),
             _ => None,
@@ -143,31 +209,45 @@ fn connect_error(error: &redis::RedisError, context: &str) -> NodeErrorKind {
     }
 }
 
-/// Opens a multiplexed connection and loads the lock scripts, so that `EVALSHA` finds them.
+/// An error reply during set-up: refused credentials are [`NodeErrorKind::Auth`].
+fn refused_or_connect(error: &str, context: &str) -> NodeErrorKind {
+    let text = format!("{context}{error}");
+    if error.starts_with("NOAUTH") || error.starts_with("WRONGPASS") {
+        NodeErrorKind::Auth(text)
+    } else {
+        NodeErrorKind::Connect(text)
+    }
+}
+
+/// Anything that breaks a connection during set-up is a connect error.
+fn during_setup(context: &str) -> impl Fn(NodeErrorKind) -> NodeErrorKind + '_ {
+    move |error| match error {
+        NodeErrorKind::ConnectionLost(text) | NodeErrorKind::UnexpectedReply(text) => {
+            NodeErrorKind::Connect(format!("{context}{text}"))
+        }
+        other => other,
+    }
+}
+
+/// Opens a connection and loads the lock scripts, so that `EVALSHA` finds them.
 /// A peer that does not speak Redis fails here, with a clear error.
 async fn open(
     client: redis::Client,
     connect_timeout: Duration,
-) -> Result<MultiplexedConnection, NodeErrorKind> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        // Timeouts are per request and ours (see `RedisNode::request`).
-        .set_response_timeout(None);
+) -> Result<Connection, NodeErrorKind> {
     let setup = async {
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| connect_error(&e, ""))?;
+        let conn = connect(&client, connect_timeout).await?;
         for script in scripts::all() {
-            let reply = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(script.source)
-                .query_async::<Value>(&mut conn)
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(script.source);
+            let reply = conn
+                .query(&load)
                 .await
-                .map_err(|e| connect_error(&e, "loading scripts: "))?;
+                .map_err(during_setup("loading scripts: "))?;
             let loaded = match &reply {
-                Value::BulkString(bytes) => bytes.eq_ignore_ascii_case(script.sha().as_bytes()),
-                Value::SimpleString(text) => text.eq_ignore_ascii_case(script.sha()),
+                Reply::Bulk(bytes) => bytes.eq_ignore_ascii_case(script.sha().as_bytes()),
+                Reply::Status(text) => text.eq_ignore_ascii_case(script.sha()),
+                Reply::Error(error) => return Err(refused_or_connect(error, "loading scripts: ")),
                 _ => false,
             };
             if !loaded {
@@ -187,4 +267,91 @@ async fn open(
                 "timed out after {connect_timeout:?}"
             )))
         })
+}
+
+/// Opens the socket and authenticates: a [`Pipeline`] for TCP and Unix sockets, the `redis`
+/// crate's connection for TLS.
+async fn connect(
+    client: &redis::Client,
+    connect_timeout: Duration,
+) -> Result<Connection, NodeErrorKind> {
+    let info = client.get_connection_info();
+    let io_error = |e: std::io::Error| NodeErrorKind::Connect(e.to_string());
+    let pipeline = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => {
+            let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .map_err(io_error)?;
+            // Lock requests are tiny and latency-bound: never hold them back to fill a packet.
+            stream.set_nodelay(true).map_err(io_error)?;
+            Pipeline::start(stream)
+        }
+        #[cfg(unix)]
+        ConnectionAddr::Unix(path) => Pipeline::start(
+            tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(io_error)?,
+        ),
+        _ => return multiplexed(client, connect_timeout).await,
+    };
+    let conn = Connection::Pipelined(pipeline);
+    let settings = info.redis_settings();
+    if let Some(password) = settings.password() {
+        let mut auth = redis::cmd("AUTH");
+        if let Some(user) = settings.username() {
+            auth.arg(user);
+        }
+        auth.arg(password);
+        match conn
+            .query(&auth)
+            .await
+            .map_err(during_setup("authenticating: "))?
+        {
+            Reply::Status(ok) if ok == "OK" => {}
+            Reply::Error(error) => return Err(NodeErrorKind::Auth(error)),
+            other => {
+                return Err(NodeErrorKind::Connect(format!(
+                    "authenticating: expected OK, got {}",
+                    crate::reply::shown(&other)
+                )))
+            }
+        }
+    }
+    if settings.db() != 0 {
+        let mut select = redis::cmd("SELECT");
+        select.arg(settings.db());
+        match conn
+            .query(&select)
+            .await
+            .map_err(during_setup("selecting the database: "))?
+        {
+            Reply::Status(ok) if ok == "OK" => {}
+            Reply::Error(error) => {
+                return Err(refused_or_connect(&error, "selecting the database: "))
+            }
+            other => {
+                return Err(NodeErrorKind::Connect(format!(
+                    "selecting the database: expected OK, got {}",
+                    crate::reply::shown(&other)
+                )))
+            }
+        }
+    }
+    Ok(conn)
+}
+
+/// The `redis` crate's multiplexed connection (it authenticates and selects the database).
+async fn multiplexed(
+    client: &redis::Client,
+    connect_timeout: Duration,
+) -> Result<Connection, NodeErrorKind> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        // Timeouts are per request and ours (see `RedisNode::request`).
+        .set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map(Connection::Multiplexed)
+        .map_err(|e| connect_error(&e, ""))
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::Cmd;
 
 use crate::address::NodeAddress;
 use crate::config::Config;
@@ -21,7 +21,8 @@ use crate::connection::ConnectionSlot;
 use crate::error::NodeErrorKind;
 use crate::master::{AcquireReply, AcquireRequest, Master};
 use crate::mutation::Mutation;
-use crate::reply::{acquire_reply, classify, flag_reply, is_noscript, set_reply};
+use crate::reply::{acquire_reply, flag_reply, set_reply};
+use crate::resp::Reply;
 use crate::scripts::{self, LuaScript};
 use crate::value::Claim;
 
@@ -98,7 +99,7 @@ impl RedisNode {
         &self,
         request: Request<'_>,
         cleanup: bool,
-    ) -> Result<(Value, bool), NodeErrorKind> {
+    ) -> Result<(Reply, bool), NodeErrorKind> {
         let start = tokio::time::Instant::now();
         let result = self.send(request, cleanup).await;
         let latency = start.elapsed();
@@ -122,7 +123,7 @@ impl RedisNode {
         &self,
         request: Request<'_>,
         cleanup: bool,
-    ) -> Result<(Value, bool), NodeErrorKind> {
+    ) -> Result<(Reply, bool), NodeErrorKind> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeErrorKind::NoRuntime);
         }
@@ -136,7 +137,7 @@ impl RedisNode {
         }
         let mut retried = false;
         loop {
-            let (generation, mut conn) = tokio::time::timeout_at(deadline, self.connection.get())
+            let (generation, conn) = tokio::time::timeout_at(deadline, self.connection.get())
                 .await
                 .map_err(|_| {
                     NodeErrorKind::Connect(format!("not connected within {:?}", self.node_timeout))
@@ -145,16 +146,14 @@ impl RedisNode {
             let pending = Unanswered::new(&self.unanswered);
             let reply = tokio::time::timeout_at(deadline, async {
                 match &request {
-                    Request::Command(cmd) => cmd.query_async::<Value>(&mut conn).await,
+                    Request::Command(cmd) => conn.query(cmd).await,
                     Request::Script { script, keys, args } => {
                         let evalsha = script_cmd(script, keys, args, false);
-                        match evalsha.query_async::<Value>(&mut conn).await {
+                        match conn.query(&evalsha).await {
                             // The script cache was flushed (or the master restarted under this
                             // connection): run the source, in the same place in the order.
-                            Err(e) if is_noscript(&e) => {
-                                script_cmd(script, keys, args, true)
-                                    .query_async::<Value>(&mut conn)
-                                    .await
+                            Ok(Reply::Error(error)) if error.starts_with("NOSCRIPT") => {
+                                conn.query(&script_cmd(script, keys, args, true)).await
                             }
                             other => other,
                         }
@@ -162,21 +161,23 @@ impl RedisNode {
                 }
             })
             .await;
-            let error = match reply {
+            // Any outcome but a timeout is an answer: replies come in order, so a reply (or
+            // the connection breaking) means nothing earlier is waiting any more.
+            let kind = match reply {
                 Err(_elapsed) => return Err(NodeErrorKind::Timeout(self.node_timeout)),
+                Ok(Ok(Reply::Error(error))) => {
+                    pending.answered();
+                    return Err(NodeErrorKind::Server(error));
+                }
                 Ok(Ok(value)) => {
                     pending.answered();
                     return Ok((value, retried));
                 }
-                Ok(Err(error)) => {
+                Ok(Err(kind)) => {
                     pending.answered();
-                    error
+                    kind
                 }
             };
-            let (kind, broken) = classify(&error);
-            if !broken {
-                return Err(kind);
-            }
             let discarded = self.connection.discard(generation);
             if discarded {
                 tracing::debug!(node = %self.address.display, generation, error = %kind, "connection broken, discarding");
@@ -218,9 +219,9 @@ impl RedisNode {
         let node = self.address.display.clone();
         tracing::warn!(%node, "node stopped answering; holding back requests until it does");
         runtime.spawn(async move {
-            if let Some(mut conn) = conn {
+            if let Some(conn) = conn {
                 // Any outcome (a reply or a broken connection) means nothing is queued anymore.
-                let _ = redis::cmd("PING").query_async::<Value>(&mut conn).await;
+                let _ = conn.query(&redis::cmd("PING")).await;
             }
             tracing::info!(%node, "node answers again");
             unanswered.store(0, Ordering::Relaxed);

@@ -3,41 +3,41 @@
 
 use std::time::Duration;
 
-use redis::{RedisError, Value};
+use redis::RedisError;
 
 use crate::error::NodeErrorKind;
 use crate::master::AcquireReply;
+use crate::resp::Reply;
 
 /// Reads the reply of `SET … NX`: `OK` if set, nil if the key exists.
-pub(crate) fn set_reply(value: Value) -> Result<bool, NodeErrorKind> {
+pub(crate) fn set_reply(value: Reply) -> Result<bool, NodeErrorKind> {
     match value {
-        Value::Okay => Ok(true),
-        Value::SimpleString(s) if s == "OK" => Ok(true),
-        Value::Nil => Ok(false),
+        Reply::Status(s) if s == "OK" => Ok(true),
+        Reply::Nil => Ok(false),
         other => Err(unexpected("OK or nil", &other)),
     }
 }
 
 /// Reads the 0/1 reply of a compare-and-… script.
-pub(crate) fn flag_reply(value: Value) -> Result<bool, NodeErrorKind> {
+pub(crate) fn flag_reply(value: Reply) -> Result<bool, NodeErrorKind> {
     match value {
-        Value::Int(1) => Ok(true),
-        Value::Int(0) => Ok(false),
+        Reply::Int(1) => Ok(true),
+        Reply::Int(0) => Ok(false),
         other => Err(unexpected("integer 0 or 1", &other)),
     }
 }
 
 /// Reads the `{granted, token, epoch_age_ms}` reply of the acquire script.
 pub(crate) fn acquire_reply(
-    value: Value,
+    value: Reply,
     fencing: bool,
     epoch_check: bool,
 ) -> Result<AcquireReply, NodeErrorKind> {
     const EXPECTED: &str = "an array of three integers {granted, token, epoch_age_ms}";
-    let Value::Array(items) = &value else {
+    let Reply::Array(items) = &value else {
         return Err(unexpected(EXPECTED, &value));
     };
-    let [Value::Int(granted), Value::Int(token), Value::Int(age)] = items.as_slice() else {
+    let [Reply::Int(granted), Reply::Int(token), Reply::Int(age)] = items.as_slice() else {
         return Err(unexpected(EXPECTED, &value));
     };
     let granted = match granted {
@@ -64,13 +64,16 @@ pub(crate) fn acquire_reply(
 }
 
 /// An [`NodeErrorKind::UnexpectedReply`] that shows (the start of) what came back.
-pub(crate) fn unexpected(expected: &str, got: &Value) -> NodeErrorKind {
+pub(crate) fn unexpected(expected: &str, got: &Reply) -> NodeErrorKind {
     NodeErrorKind::UnexpectedReply(format!("expected {expected}, got {}", shown(got)))
 }
 
 /// A reply as text, cut to 80 characters.
-pub(crate) fn shown(value: &Value) -> String {
-    let mut text = format!("{value:?}");
+pub(crate) fn shown(value: &Reply) -> String {
+    let mut text = match value {
+        Reply::Bulk(bytes) => format!("bulk {:?}", String::from_utf8_lossy(bytes)),
+        other => format!("{other:?}"),
+    };
     if text.len() > 80 {
         let cut = (0..=80)
             .rev()
@@ -97,11 +100,6 @@ pub(crate) fn classify(error: &RedisError) -> (NodeErrorKind, bool) {
     }
 }
 
-/// Whether `error` is the server saying it does not know a script's SHA1.
-pub(crate) fn is_noscript(error: &RedisError) -> bool {
-    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-}
-
 /// A `redis` error as a lowercase message.
 pub(crate) fn describe(error: &RedisError) -> String {
     let text = error.to_string();
@@ -118,19 +116,19 @@ mod tests {
 
     #[test]
     fn replies_are_read_strictly() {
-        assert_eq!(set_reply(Value::Okay), Ok(true));
-        assert_eq!(set_reply(Value::Nil), Ok(false));
+        assert_eq!(set_reply(Reply::Status("OK".into())), Ok(true));
+        assert_eq!(set_reply(Reply::Nil), Ok(false));
         assert!(matches!(
-            set_reply(Value::Int(1)),
+            set_reply(Reply::Int(1)),
             Err(NodeErrorKind::UnexpectedReply(_))
         ));
-        assert_eq!(flag_reply(Value::Int(1)), Ok(true));
-        assert_eq!(flag_reply(Value::Int(0)), Ok(false));
+        assert_eq!(flag_reply(Reply::Int(1)), Ok(true));
+        assert_eq!(flag_reply(Reply::Int(0)), Ok(false));
         assert!(matches!(
-            flag_reply(Value::Int(7)),
+            flag_reply(Reply::Int(7)),
             Err(NodeErrorKind::UnexpectedReply(_))
         ));
-        let long = Value::BulkString(vec![b'x'; 1000]);
+        let long = Reply::Bulk(vec![b'x'; 1000]);
         match flag_reply(long) {
             Err(NodeErrorKind::UnexpectedReply(text)) => assert!(text.len() < 200, "{text}"),
             other => panic!("{other:?}"),
@@ -139,7 +137,7 @@ mod tests {
 
     #[test]
     fn acquire_replies_are_read_strictly() {
-        let ok = Value::Array(vec![Value::Int(1), Value::Int(42), Value::Int(5)]);
+        let ok = Reply::Array(vec![Reply::Int(1), Reply::Int(42), Reply::Int(5)]);
         assert_eq!(
             acquire_reply(ok.clone(), true, true),
             Ok(AcquireReply {
@@ -156,17 +154,17 @@ mod tests {
                 epoch_age: None,
             })
         );
-        let refused = Value::Array(vec![Value::Int(0), Value::Int(0), Value::Int(-1)]);
+        let refused = Reply::Array(vec![Reply::Int(0), Reply::Int(0), Reply::Int(-1)]);
         assert_eq!(
             acquire_reply(refused, true, false).map(|r| r.granted),
             Ok(false)
         );
         for bad in [
-            Value::Nil,
-            Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(0)]),
-            Value::Array(vec![Value::Int(2), Value::Int(1), Value::Int(0)]),
-            Value::Array(vec![Value::Int(1), Value::Int(1)]),
-            Value::Array(vec![Value::Int(1), Value::Int(-4), Value::Int(0)]),
+            Reply::Nil,
+            Reply::Array(vec![Reply::Int(1), Reply::Int(0), Reply::Int(0)]),
+            Reply::Array(vec![Reply::Int(2), Reply::Int(1), Reply::Int(0)]),
+            Reply::Array(vec![Reply::Int(1), Reply::Int(1)]),
+            Reply::Array(vec![Reply::Int(1), Reply::Int(-4), Reply::Int(0)]),
         ] {
             assert!(acquire_reply(bad, true, true).is_err());
         }

@@ -1,0 +1,372 @@
+//! quorumlock's own pipelined connection to a master: requests from every task are appended to
+//! one write buffer and written together, replies are paired with requests strictly in order.
+//!
+//! # Why not the `redis` crate's multiplexed connection
+//!
+//! It is correct, but each request pays for a channel message to the connection's task, a
+//! boxed future, a reply channel and an owned [`redis::Value`]. A lock cycle sends a handful
+//! of tiny requests to every master, so that overhead is most of the client's CPU, and on a
+//! machine shared with the masters it caps throughput. Here a request is a few bytes appended
+//! to a buffer under a mutex, the connection's task is woken once for however many requests
+//! arrived meanwhile (one `write` for all of them, which also saves the master a `read` per
+//! command), and a reply wakes only the task that waits for it.
+//!
+//! # The ordering guarantee the lock relies on
+//!
+//! A request is queued (its bytes in the write buffer, its reply slot in the in-order queue)
+//! the moment [`Pipeline::send`] returns, before anything is awaited. Dropping the returned
+//! receiver abandons the reply, not the request: the bytes are still written, in order, and
+//! the reply is read and discarded. So a cleanup queued after an abandoned `SET` runs after it
+//! on the master, and a release can return at its quorum while the other deletes still go out.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use redis::Cmd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
+use tokio::time::Sleep;
+
+use crate::error::NodeErrorKind;
+use crate::resp::{parse, Reply};
+
+/// How long a connection whose every handle was dropped keeps going to deliver what is still
+/// queued (cleanups of the last rounds), if the master does not answer sooner.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Bytes read per `read` call.
+const READ_CHUNK: usize = 16 * 1024;
+/// Read-or-write steps before the connection task yields to others.
+const STEPS_PER_POLL: usize = 32;
+
+/// What the connection's task and its handles share.
+struct State {
+    /// Requests queued but not yet handed to the socket.
+    out: Vec<u8>,
+    /// One slot per request written or queued, in order; `None` when nobody wants the reply.
+    waiting: VecDeque<Option<oneshot::Sender<Reply>>>,
+    /// The connection task, when it waits for requests.
+    driver: Option<Waker>,
+    /// Why the connection broke, once it has.
+    broken: Option<NodeErrorKind>,
+    /// How many [`Pipeline`] handles exist; at zero the task drains what is queued and ends.
+    handles: usize,
+}
+
+struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Held only for a few pushes and swaps that cannot panic halfway.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A handle on one pipelined connection; clones share it.
+pub(crate) struct Pipeline {
+    shared: Arc<Shared>,
+}
+
+impl Clone for Pipeline {
+    fn clone(&self) -> Self {
+        self.shared.state().handles += 1;
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        let driver = {
+            let mut state = self.shared.state();
+            state.handles -= 1;
+            if state.handles > 0 {
+                return;
+            }
+            state.driver.take()
+        };
+        if let Some(driver) = driver {
+            driver.wake();
+        }
+    }
+}
+
+impl Pipeline {
+    /// Starts the connection's task on `stream` (the current tokio runtime) and returns the
+    /// first handle.
+    pub(crate) fn start<S>(stream: S) -> Self
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                out: Vec::with_capacity(4096),
+                waiting: VecDeque::new(),
+                driver: None,
+                broken: None,
+                handles: 1,
+            }),
+        });
+        tokio::spawn(Driver {
+            shared: Arc::clone(&shared),
+            stream,
+            write_buf: Vec::with_capacity(4096),
+            written: 0,
+            read_buf: Vec::new(),
+            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
+            grace: None,
+            gathering: false,
+        });
+        Self { shared }
+    }
+
+    /// Queues `cmd`; the receiver gets its reply (dropping it discards the reply, the request
+    /// is still sent). A closed receiver means the connection broke: see [`Self::broken`].
+    /// Errors are always a broken connection ([`NodeErrorKind::ConnectionLost`], or
+    /// [`NodeErrorKind::UnexpectedReply`] when the peer does not speak Redis).
+    pub(crate) fn send(&self, cmd: &Cmd) -> Result<oneshot::Receiver<Reply>, NodeErrorKind> {
+        let (reply, receiver) = oneshot::channel();
+        self.queue(cmd, Some(reply))?;
+        Ok(receiver)
+    }
+
+    /// Queues `cmd` without waiting for its reply (it is read and discarded).
+    pub(crate) fn send_detached(&self, cmd: &Cmd) -> Result<(), NodeErrorKind> {
+        self.queue(cmd, None)
+    }
+
+    /// Sends `cmd` and waits for its reply, unbounded: callers put their own deadline on it.
+    pub(crate) async fn query(&self, cmd: &Cmd) -> Result<Reply, NodeErrorKind> {
+        match self.send(cmd)?.await {
+            Ok(reply) => Ok(reply),
+            Err(_) => Err(self.broken()),
+        }
+    }
+
+    /// Why the connection broke (after a receiver was closed without a reply).
+    pub(crate) fn broken(&self) -> NodeErrorKind {
+        self.shared
+            .state()
+            .broken
+            .clone()
+            .unwrap_or_else(|| NodeErrorKind::ConnectionLost("connection closed".into()))
+    }
+
+    fn queue(&self, cmd: &Cmd, reply: Option<oneshot::Sender<Reply>>) -> Result<(), NodeErrorKind> {
+        let driver = {
+            let mut state = self.shared.state();
+            if let Some(reason) = &state.broken {
+                return Err(reason.clone());
+            }
+            cmd.write_packed_command(&mut state.out);
+            state.waiting.push_back(reply);
+            // Woken once for however many requests arrive before it runs.
+            state.driver.take()
+        };
+        if let Some(driver) = driver {
+            driver.wake();
+        }
+        Ok(())
+    }
+}
+
+/// The connection's task: writes what is queued, reads replies and hands them out in order.
+struct Driver<S> {
+    shared: Arc<Shared>,
+    stream: S,
+    /// Bytes being written; `written` of them are on the socket.
+    write_buf: Vec<u8>,
+    written: usize,
+    /// The start of a reply that has not fully arrived yet.
+    read_buf: Vec<u8>,
+    chunk: Box<[u8]>,
+    /// Set once every handle is gone: how long to keep delivering what is queued.
+    grace: Option<Pin<Box<Sleep>>>,
+    /// Whether the task has stepped back once to let more requests join the next write.
+    gathering: bool,
+}
+
+/// What one step of the connection's task found.
+enum Step {
+    Progress,
+    Idle,
+    /// Requests are waiting: step back once behind every task that is ready to run, so
+    /// that they all join one write.
+    Gather,
+    /// Every handle is gone and nothing is left to deliver (or the grace ran out).
+    Done,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
+    /// Writes queued requests; `Idle` when the socket is full or nothing is queued.
+    fn poll_write_step(&mut self, cx: &mut Context<'_>) -> Result<Step, NodeErrorKind> {
+        if self.written == self.write_buf.len() {
+            self.write_buf.clear();
+            self.written = 0;
+            let mut state = self.shared.state();
+            if state.out.is_empty() {
+                if state.handles == 0 && state.waiting.is_empty() {
+                    return Ok(Step::Done);
+                }
+                // Registered under the lock that `queue` takes: no request can slip by unseen.
+                match &state.driver {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    _ => state.driver = Some(cx.waker().clone()),
+                }
+                return Ok(Step::Idle);
+            }
+            // Woken by the first request of a burst, the task would run right after its sender
+            // and write requests one at a time: stepping back to the end of the run queue lets
+            // every ready task add its request first (one write instead of many, for us and
+            // for the master), at the cost of one trip through the scheduler.
+            if !self.gathering {
+                self.gathering = true;
+                return Ok(Step::Gather);
+            }
+            self.gathering = false;
+            std::mem::swap(&mut state.out, &mut self.write_buf);
+        }
+        match Pin::new(&mut self.stream).poll_write(cx, &self.write_buf[self.written..]) {
+            Poll::Ready(Ok(0)) => Err(lost("the socket accepted no bytes".into())),
+            Poll::Ready(Ok(n)) => {
+                self.written += n;
+                if self.written == self.write_buf.len() {
+                    // A plain socket has nothing to flush; a TLS stream may.
+                    if let Poll::Ready(Err(e)) = Pin::new(&mut self.stream).poll_flush(cx) {
+                        return Err(lost(format!("write failed: {e}")));
+                    }
+                }
+                Ok(Step::Progress)
+            }
+            Poll::Ready(Err(e)) => Err(lost(format!("write failed: {e}"))),
+            Poll::Pending => Ok(Step::Idle),
+        }
+    }
+
+    /// Reads what arrived and hands out every complete reply.
+    fn poll_read_step(&mut self, cx: &mut Context<'_>) -> Result<Step, NodeErrorKind> {
+        let mut buf = ReadBuf::new(&mut self.chunk);
+        match Pin::new(&mut self.stream).poll_read(cx, &mut buf) {
+            Poll::Pending => return Ok(Step::Idle),
+            Poll::Ready(Err(e)) => return Err(lost(format!("read failed: {e}"))),
+            Poll::Ready(Ok(())) => {}
+        }
+        let n = buf.filled().len();
+        if n == 0 {
+            return Err(lost("the master closed the connection".into()));
+        }
+        // Usually whole replies arrive: parse them straight from the chunk, keep only a tail.
+        if self.read_buf.is_empty() {
+            let used = deliver(&self.shared, &self.chunk[..n])?;
+            self.read_buf.extend_from_slice(&self.chunk[used..n]);
+        } else {
+            self.read_buf.extend_from_slice(&self.chunk[..n]);
+            let used = deliver(&self.shared, &self.read_buf)?;
+            self.read_buf.drain(..used);
+        }
+        Ok(Step::Progress)
+    }
+
+    /// Marks the connection broken and fails everything queued on it.
+    fn fail(&mut self, reason: NodeErrorKind) {
+        tracing::debug!(%reason, "connection broken");
+        let waiting = {
+            let mut state = self.shared.state();
+            state.broken = Some(reason);
+            state.out = Vec::new();
+            std::mem::take(&mut state.waiting)
+        };
+        // Dropped outside the lock: each closed sender wakes its receiver.
+        drop(waiting);
+    }
+}
+
+/// Parses every complete reply at the start of `bytes` and hands each to its request, in order.
+/// Returns how many bytes were used.
+fn deliver(shared: &Shared, bytes: &[u8]) -> Result<usize, NodeErrorKind> {
+    let mut used = 0;
+    while let Some((reply, len)) = parse(&bytes[used..])
+        .map_err(|e| NodeErrorKind::UnexpectedReply(format!("not a Redis reply: {}", e.0)))?
+    {
+        used += len;
+        let slot = shared.state().waiting.pop_front();
+        match slot {
+            Some(Some(sender)) => {
+                // An error means the request was abandoned: the reply is discarded.
+                let _ = sender.send(reply);
+            }
+            Some(None) => {
+                if let Reply::Error(error) = &reply {
+                    tracing::debug!(%error, "a request sent without waiting failed");
+                }
+            }
+            None => {
+                return Err(NodeErrorKind::UnexpectedReply(
+                    "a reply arrived for no request".into(),
+                ))
+            }
+        }
+    }
+    Ok(used)
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Future for Driver<S> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        for _ in 0..STEPS_PER_POLL {
+            let steps = this
+                .poll_write_step(cx)
+                .and_then(|w| Ok((w, this.poll_read_step(cx)?)));
+            match steps {
+                Err(reason) => {
+                    this.fail(reason);
+                    return Poll::Ready(());
+                }
+                Ok((Step::Done, _)) => return Poll::Ready(()),
+                Ok((Step::Gather, _)) => {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Ok((Step::Idle, Step::Idle)) => {
+                    if this.grace_expired(cx) {
+                        this.fail(lost("closed at shutdown with requests unanswered".into()));
+                        return Poll::Ready(());
+                    }
+                    return Poll::Pending;
+                }
+                Ok(_) => {}
+            }
+        }
+        // Busy: let other tasks run, and come back.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl<S> Driver<S> {
+    /// Once every handle is gone, whether the grace for delivering what is queued ran out
+    /// (starting it on the first call).
+    fn grace_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.grace.is_none() {
+            if self.shared.state().handles > 0 {
+                return false;
+            }
+            self.grace = Some(Box::pin(tokio::time::sleep(SHUTDOWN_GRACE)));
+        }
+        self.grace
+            .as_mut()
+            .is_some_and(|grace| grace.as_mut().poll(cx).is_ready())
+    }
+}
+
+fn lost(reason: String) -> NodeErrorKind {
+    NodeErrorKind::ConnectionLost(reason)
+}
