@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, Value};
+use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
 
 use crate::error::NodeErrorKind;
 use crate::pipeline::Pipeline;
 use crate::reply::{classify, describe};
-use crate::resp::Reply;
+use crate::resp::{Command, Reply};
 use crate::scripts;
 
 /// An open connection to a master.
@@ -35,10 +35,14 @@ pub(crate) enum Connection {
 impl Connection {
     /// Sends `cmd` and waits for its reply, unbounded (callers put their deadline on it).
     /// An error reply is `Ok(Reply::Error)`; `Err` always means the connection is broken.
-    pub(crate) async fn query(&self, cmd: &Cmd) -> Result<Reply, NodeErrorKind> {
+    pub(crate) async fn query(&self, command: Command<'_>) -> Result<Reply, NodeErrorKind> {
         match self {
-            Self::Pipelined(pipeline) => pipeline.query(cmd).await,
-            Self::Multiplexed(conn) => match cmd.query_async::<Value>(&mut conn.clone()).await {
+            Self::Pipelined(pipeline) => pipeline.query(command).await,
+            Self::Multiplexed(conn) => match command
+                .to_cmd()
+                .query_async::<Value>(&mut conn.clone())
+                .await
+            {
                 Ok(value) => Ok(reply_of(value)),
                 Err(error) => match classify(&error) {
                     (_, false) => Ok(Reply::Error(server_error_text(&error))),
@@ -51,9 +55,9 @@ impl Connection {
     /// Queues `cmd` without waiting for its reply. The pipelined connection sends it even if
     /// the caller goes away at once; the multiplexed one needs a task for that, so it is
     /// `false` there and the caller keeps waiting instead.
-    pub(crate) fn send_detached(&self, cmd: &Cmd) -> Result<bool, NodeErrorKind> {
+    pub(crate) fn send_detached(&self, command: Command<'_>) -> Result<bool, NodeErrorKind> {
         match self {
-            Self::Pipelined(pipeline) => pipeline.send_detached(cmd).map(|()| true),
+            Self::Pipelined(pipeline) => pipeline.send_detached(command).map(|()| true),
             Self::Multiplexed(_) => Ok(false),
         }
     }
@@ -238,10 +242,9 @@ async fn open(
     let setup = async {
         let conn = connect(&client, connect_timeout).await?;
         for script in scripts::all() {
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(script.source);
+            let load: [&[u8]; 3] = [b"SCRIPT", b"LOAD", script.source.as_bytes()];
             let reply = conn
-                .query(&load)
+                .query(Command(&[&load]))
                 .await
                 .map_err(during_setup("loading scripts: "))?;
             let loaded = match &reply {
@@ -297,47 +300,56 @@ async fn connect(
     let conn = Connection::Pipelined(pipeline);
     let settings = info.redis_settings();
     if let Some(password) = settings.password() {
-        let mut auth = redis::cmd("AUTH");
-        if let Some(user) = settings.username() {
-            auth.arg(user);
-        }
-        auth.arg(password);
-        match conn
-            .query(&auth)
-            .await
-            .map_err(during_setup("authenticating: "))?
-        {
-            Reply::Status(ok) if ok == "OK" => {}
-            Reply::Error(error) => return Err(NodeErrorKind::Auth(error)),
-            other => {
-                return Err(NodeErrorKind::Connect(format!(
-                    "authenticating: expected OK, got {}",
-                    crate::reply::shown(&other)
-                )))
-            }
-        }
+        // `AUTH password`, or `AUTH user password` for an ACL user.
+        let with_user: [&[u8]; 3] = [
+            b"AUTH",
+            settings.username().unwrap_or_default().as_bytes(),
+            password.as_bytes(),
+        ];
+        let auth = if settings.username().is_some() {
+            &with_user[..]
+        } else {
+            &[b"AUTH", password.as_bytes()][..]
+        };
+        // Any refusal of `AUTH` is about the credentials.
+        expect_ok(&conn, auth, "authenticating: ", |error, _| {
+            NodeErrorKind::Auth(error.into())
+        })
+        .await?;
     }
     if settings.db() != 0 {
-        let mut select = redis::cmd("SELECT");
-        select.arg(settings.db());
-        match conn
-            .query(&select)
-            .await
-            .map_err(during_setup("selecting the database: "))?
-        {
-            Reply::Status(ok) if ok == "OK" => {}
-            Reply::Error(error) => {
-                return Err(refused_or_connect(&error, "selecting the database: "))
-            }
-            other => {
-                return Err(NodeErrorKind::Connect(format!(
-                    "selecting the database: expected OK, got {}",
-                    crate::reply::shown(&other)
-                )))
-            }
-        }
+        let db = settings.db().to_string();
+        expect_ok(
+            &conn,
+            &[b"SELECT", db.as_bytes()],
+            "selecting the database: ",
+            refused_or_connect,
+        )
+        .await?;
     }
     Ok(conn)
+}
+
+/// Sends a set-up command that must answer `OK`; an error reply becomes `refused(error,
+/// context)`.
+async fn expect_ok(
+    conn: &Connection,
+    args: &[&[u8]],
+    context: &str,
+    refused: impl Fn(&str, &str) -> NodeErrorKind,
+) -> Result<(), NodeErrorKind> {
+    match conn
+        .query(Command(&[args]))
+        .await
+        .map_err(during_setup(context))?
+    {
+        Reply::Status(ok) if ok == "OK" => Ok(()),
+        Reply::Error(error) => Err(refused(&error, context)),
+        other => Err(NodeErrorKind::Connect(format!(
+            "{context}expected OK, got {}",
+            crate::reply::shown(&other)
+        ))),
+    }
 }
 
 /// The `redis` crate's multiplexed connection (it authenticates and selects the database).

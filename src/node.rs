@@ -13,8 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Cmd;
-
 use crate::address::NodeAddress;
 use crate::config::Config;
 use crate::connection::ConnectionSlot;
@@ -22,37 +20,20 @@ use crate::error::NodeErrorKind;
 use crate::master::{AcquireReply, AcquireRequest, Master};
 use crate::mutation::Mutation;
 use crate::reply::{acquire_reply, flag_reply, set_reply};
-use crate::resp::Reply;
+use crate::resp::{Command, Decimal, Reply};
 use crate::scripts::{self, LuaScript};
 use crate::value::Claim;
 
 /// One request to a master.
 enum Request<'a> {
-    Command(Cmd),
+    /// A command's arguments, name first.
+    Command(&'a [&'a [u8]]),
     /// `EVALSHA`, falling back to `EVAL` if the server lost its script cache.
     Script {
         script: &'static LuaScript,
-        keys: &'a [&'a str],
+        keys: &'a [&'a [u8]],
         args: &'a [&'a [u8]],
     },
-}
-
-/// `EVALSHA` of `script` (or `EVAL` of its source) with `keys` and `args`.
-fn script_cmd(script: &LuaScript, keys: &[&str], args: &[&[u8]], by_source: bool) -> Cmd {
-    let mut cmd = if by_source {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(script.source);
-        cmd
-    } else {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.sha());
-        cmd
-    };
-    cmd.arg(keys.len()).arg(keys);
-    for arg in args {
-        cmd.arg(*arg);
-    }
-    cmd
 }
 
 /// A Redis master reached over one lazily opened, multiplexed connection.
@@ -145,15 +126,19 @@ impl RedisNode {
             // Counts this request as abandoned unless it gets its reply (timeout or drop).
             let pending = Unanswered::new(&self.unanswered);
             let reply = tokio::time::timeout_at(deadline, async {
-                match &request {
-                    Request::Command(cmd) => conn.query(cmd).await,
+                match request {
+                    Request::Command(args) => conn.query(Command(&[args])).await,
                     Request::Script { script, keys, args } => {
-                        let evalsha = script_cmd(script, keys, args, false);
-                        match conn.query(&evalsha).await {
+                        let count = Decimal::new(keys.len() as u64);
+                        let head: [&[u8]; 3] =
+                            [b"EVALSHA", script.sha().as_bytes(), count.as_bytes()];
+                        match conn.query(Command(&[&head, keys, args])).await {
                             // The script cache was flushed (or the master restarted under this
                             // connection): run the source, in the same place in the order.
                             Ok(Reply::Error(error)) if error.starts_with("NOSCRIPT") => {
-                                conn.query(&script_cmd(script, keys, args, true)).await
+                                let head: [&[u8]; 3] =
+                                    [b"EVAL", script.source.as_bytes(), count.as_bytes()];
+                                conn.query(Command(&[&head, keys, args])).await
                             }
                             other => other,
                         }
@@ -197,9 +182,8 @@ impl RedisNode {
     /// Writes an epoch marker of age "forever" (`0`, the epoch of the node's clock), so that
     /// restart protection counts this master at once.
     pub(crate) async fn provision(&self, epoch_key: &str) -> Result<(), NodeErrorKind> {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(epoch_key).arg("0");
-        let (reply, _) = self.request(Request::Command(cmd), false).await?;
+        let set: [&[u8]; 3] = [b"SET", epoch_key.as_bytes(), b"0"];
+        let (reply, _) = self.request(Request::Command(&set), false).await?;
         set_reply(reply).map(|_| ())
     }
 
@@ -221,7 +205,7 @@ impl RedisNode {
         runtime.spawn(async move {
             if let Some(conn) = conn {
                 // Any outcome (a reply or a broken connection) means nothing is queued anymore.
-                let _ = conn.query(&redis::cmd("PING")).await;
+                let _ = conn.query(Command(&[&[b"PING"]])).await;
             }
             tracing::info!(%node, "node answers again");
             unanswered.store(0, Ordering::Relaxed);
@@ -272,13 +256,16 @@ impl Master for RedisNode {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply, NodeErrorKind> {
         let (value, retried) = if request.is_plain() {
             // The hot path: a plain `SET`, with the TTL written straight into the command.
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(request.key)
-                .arg(request.claim.value.as_str())
-                .arg("NX")
-                .arg("PX")
-                .arg(millis(request.ttl));
-            let (reply, retried) = self.request(Request::Command(cmd), false).await?;
+            let ttl = Decimal::new(millis(request.ttl));
+            let set: [&[u8]; 6] = [
+                b"SET",
+                request.key.as_bytes(),
+                request.claim.value.as_str().as_bytes(),
+                b"NX",
+                b"PX",
+                ttl.as_bytes(),
+            ];
+            let (reply, retried) = self.request(Request::Command(&set), false).await?;
             let granted = set_reply(reply)?;
             (
                 AcquireReply {
@@ -289,8 +276,8 @@ impl Master for RedisNode {
                 retried,
             )
         } else {
-            let ttl = millis(request.ttl).to_string();
-            let retention = millis(request.fence_retention.max(request.ttl)).to_string();
+            let ttl = Decimal::new(millis(request.ttl));
+            let retention = Decimal::new(millis(request.fence_retention.max(request.ttl)));
             let fencing = if request.fence_key.is_some() {
                 "1"
             } else {
@@ -308,7 +295,8 @@ impl Master for RedisNode {
                 request.fence_key.unwrap_or(request.key),
                 request.epoch_key.unwrap_or(request.key),
                 reentry.map_or(request.key, |r| &r.holds_key),
-            ];
+            ]
+            .map(str::as_bytes);
             let args: [&[u8]; 6] = [
                 request.claim.value.as_str().as_bytes(),
                 ttl.as_bytes(),
@@ -348,9 +336,9 @@ impl Master for RedisNode {
         token: u64,
         retention: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        let token = token.to_string();
-        let retention = millis(retention.max(self.fence_retention)).to_string();
-        let keys = [fence_key];
+        let token = Decimal::new(token);
+        let retention = Decimal::new(millis(retention.max(self.fence_retention)));
+        let keys = [fence_key.as_bytes()];
         let args: [&[u8]; 2] = [token.as_bytes(), retention.as_bytes()];
         let script = Request::Script {
             script: &scripts::RAISE_FENCE,
@@ -364,7 +352,7 @@ impl Master for RedisNode {
     async fn compare_and_delete(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
         let value = claim.value.as_str().as_bytes();
         let (reply, _) = if let Some(reentry) = &claim.reentry {
-            let keys = [key, &reentry.holds_key];
+            let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
             let args: [&[u8]; 2] = [value, reentry.acquisition.as_str().as_bytes()];
             let request = Request::Script {
                 script: &scripts::RELEASE_REENTRANT,
@@ -377,7 +365,7 @@ impl Master for RedisNode {
                 Some(Mutation::PlainDelRelease) => &scripts::PLAIN_DELETE,
                 _ => &scripts::COMPARE_AND_DELETE,
             };
-            let keys = [key];
+            let keys = [key.as_bytes()];
             let args: [&[u8]; 1] = [value];
             let request = Request::Script {
                 script,
@@ -395,10 +383,10 @@ impl Master for RedisNode {
         claim: &Claim,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        let ttl = millis(ttl).to_string();
+        let ttl = Decimal::new(millis(ttl));
         let value = claim.value.as_str().as_bytes();
         let (reply, _) = if let Some(reentry) = &claim.reentry {
-            let keys = [key, &reentry.holds_key];
+            let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
             let args: [&[u8]; 3] = [
                 value,
                 reentry.acquisition.as_str().as_bytes(),
@@ -415,7 +403,7 @@ impl Master for RedisNode {
                 Some(Mutation::ExtendRecreates) => &scripts::EXTEND_RECREATES,
                 _ => &scripts::COMPARE_AND_PEXPIRE,
             };
-            let keys = [key];
+            let keys = [key.as_bytes()];
             let args: [&[u8]; 2] = [value, ttl.as_bytes()];
             let request = Request::Script {
                 script,

@@ -26,13 +26,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use redis::Cmd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tokio::time::Sleep;
 
 use crate::error::NodeErrorKind;
-use crate::resp::{parse, Reply};
+use crate::resp::{parse, Command, Reply};
 
 /// How long a connection whose every handle was dropped keeps going to deliver what is still
 /// queued (cleanups of the last rounds), if the master does not answer sooner.
@@ -130,20 +129,23 @@ impl Pipeline {
     /// is still sent). A closed receiver means the connection broke: see [`Self::broken`].
     /// Errors are always a broken connection ([`NodeErrorKind::ConnectionLost`], or
     /// [`NodeErrorKind::UnexpectedReply`] when the peer does not speak Redis).
-    pub(crate) fn send(&self, cmd: &Cmd) -> Result<oneshot::Receiver<Reply>, NodeErrorKind> {
+    pub(crate) fn send(
+        &self,
+        command: Command<'_>,
+    ) -> Result<oneshot::Receiver<Reply>, NodeErrorKind> {
         let (reply, receiver) = oneshot::channel();
-        self.queue(cmd, Some(reply))?;
+        self.queue(command, Some(reply))?;
         Ok(receiver)
     }
 
     /// Queues `cmd` without waiting for its reply (it is read and discarded).
-    pub(crate) fn send_detached(&self, cmd: &Cmd) -> Result<(), NodeErrorKind> {
-        self.queue(cmd, None)
+    pub(crate) fn send_detached(&self, command: Command<'_>) -> Result<(), NodeErrorKind> {
+        self.queue(command, None)
     }
 
     /// Sends `cmd` and waits for its reply, unbounded: callers put their own deadline on it.
-    pub(crate) async fn query(&self, cmd: &Cmd) -> Result<Reply, NodeErrorKind> {
-        match self.send(cmd)?.await {
+    pub(crate) async fn query(&self, command: Command<'_>) -> Result<Reply, NodeErrorKind> {
+        match self.send(command)?.await {
             Ok(reply) => Ok(reply),
             Err(_) => Err(self.broken()),
         }
@@ -158,13 +160,17 @@ impl Pipeline {
             .unwrap_or_else(|| NodeErrorKind::ConnectionLost("connection closed".into()))
     }
 
-    fn queue(&self, cmd: &Cmd, reply: Option<oneshot::Sender<Reply>>) -> Result<(), NodeErrorKind> {
+    fn queue(
+        &self,
+        command: Command<'_>,
+        reply: Option<oneshot::Sender<Reply>>,
+    ) -> Result<(), NodeErrorKind> {
         let driver = {
             let mut state = self.shared.state();
             if let Some(reason) = &state.broken {
                 return Err(reason.clone());
             }
-            cmd.write_packed_command(&mut state.out);
+            command.write(&mut state.out);
             state.waiting.push_back(reply);
             // Woken once for however many requests arrive before it runs.
             state.driver.take()

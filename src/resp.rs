@@ -1,10 +1,75 @@
-//! The Redis wire protocol (RESP2) as quorumlock's own pipelined connection reads it: replies
-//! parsed incrementally from a byte buffer, strictly, without ever panicking on what a peer
-//! sends.
-//!
-//! Requests are written with the `redis` crate's command packing
-//! ([`redis::Cmd::write_packed_command`]); only the reading side is ours, because the pipeline
-//! must tell "not all of the reply has arrived yet" from "this is not Redis".
+//! The Redis wire protocol (RESP2) as quorumlock's own pipelined connection speaks it:
+//! commands written straight into the connection's buffer from borrowed arguments (no
+//! allocation per request), replies parsed incrementally, strictly, without ever panicking on
+//! what a peer sends (the pipeline must tell "not all of the reply has arrived yet" from "this
+//! is not Redis").
+
+/// A command as its arguments, name first, given in segments so that a script call can put
+/// its fixed head, its keys and its arguments side by side without collecting them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Command<'a>(pub(crate) &'a [&'a [&'a [u8]]]);
+
+impl Command<'_> {
+    fn args(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().flat_map(|segment| segment.iter().copied())
+    }
+
+    /// Appends the command to `out` as a RESP array of bulk strings.
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        let count: usize = self.0.iter().map(|segment| segment.len()).sum();
+        header(out, b'*', count);
+        for arg in self.args() {
+            header(out, b'$', arg.len());
+            out.extend_from_slice(arg);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// The same command for the `redis` crate's connection (TLS masters).
+    pub(crate) fn to_cmd(self) -> redis::Cmd {
+        let mut args = self.args();
+        let mut cmd = redis::cmd(&String::from_utf8_lossy(args.next().unwrap_or_default()));
+        for arg in args {
+            cmd.arg(arg);
+        }
+        cmd
+    }
+}
+
+/// `*3\r\n` or `$5\r\n`.
+fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
+    out.push(kind);
+    out.extend_from_slice(Decimal::new(u64::try_from(n).unwrap_or(u64::MAX)).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A number as decimal text, for commands and headers, without allocating.
+pub(crate) struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    pub(crate) fn new(n: u64) -> Self {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            // `n % 10` is a single digit: the cast cannot truncate.
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Self { digits, start: at }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
+}
 
 /// One reply from a master.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +230,25 @@ mod tests {
         let (reply, used) = parse(bytes).expect("valid").expect("complete");
         assert_eq!(used, bytes.len());
         reply
+    }
+
+    #[test]
+    fn commands_are_arrays_of_bulk_strings() {
+        let mut out = Vec::new();
+        let ttl = Decimal::new(10_000);
+        Command(&[&[b"SET", b"k", b"v\r\n"], &[b"PX", ttl.as_bytes()]]).write(&mut out);
+        assert_eq!(
+            out,
+            b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n$2\r\nPX\r\n$5\r\n10000\r\n"
+        );
+        assert_eq!(Decimal::new(0).as_bytes(), b"0");
+        assert_eq!(
+            Decimal::new(u64::MAX).as_bytes(),
+            u64::MAX.to_string().as_bytes()
+        );
+        // The same bytes as the `redis` crate packs.
+        let cmd = Command(&[&[b"SET", b"k", b"v\r\n"], &[b"PX", ttl.as_bytes()]]).to_cmd();
+        assert_eq!(cmd.get_packed_command(), out);
     }
 
     #[test]

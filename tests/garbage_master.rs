@@ -23,7 +23,7 @@ async fn spawn_garbage_server() -> SocketAddr {
             tokio::spawn(async move {
                 let mut garbage = b"HELLO THIS IS NOT REDIS\r\n".to_vec();
                 for _ in 0..8 {
-                    garbage.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+                    garbage.extend_from_slice(&rand::random::<u128>().to_le_bytes());
                 }
                 garbage.extend_from_slice(b"\r\n\x00\xff*-1\r\n$99999999999\r\n");
                 if socket.write_all(&garbage).await.is_err() {
