@@ -25,6 +25,10 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 pub const DEFAULT_KEY_PREFIX: &str = "quorumlock:";
 /// Default [`RedlockBuilder::max_unanswered`]: 512 abandoned requests per node.
 pub const DEFAULT_MAX_UNANSWERED: usize = 512;
+/// Default [`RedlockBuilder::connections_per_node`]: 2.
+pub const DEFAULT_CONNECTIONS_PER_NODE: usize = 2;
+/// The most connections per master [`RedlockBuilder::connections_per_node`] accepts.
+pub const MAX_CONNECTIONS_PER_NODE: usize = 64;
 /// Default [`RedlockBuilder::fence_retention`]: an idle fence counter is kept for 24 hours.
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest TTL accepted. Redis rejects a `PX` whose absolute expiry overflows a signed 64-bit
@@ -41,6 +45,7 @@ pub(crate) struct Config {
     pub(crate) retry_delay: Duration,
     pub(crate) key_prefix: String,
     pub(crate) max_unanswered: usize,
+    pub(crate) connections_per_node: usize,
     pub(crate) mutation: Option<Mutation>,
     pub(crate) fencing: bool,
     pub(crate) fence_retention: Duration,
@@ -88,6 +93,7 @@ pub struct RedlockBuilder {
     retry_delay: Duration,
     key_prefix: String,
     max_unanswered: usize,
+    connections_per_node: usize,
     mutation: Option<Mutation>,
     fencing: bool,
     fence_retention: Duration,
@@ -106,6 +112,7 @@ impl Default for RedlockBuilder {
             retry_delay: DEFAULT_RETRY_DELAY,
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             max_unanswered: DEFAULT_MAX_UNANSWERED,
+            connections_per_node: DEFAULT_CONNECTIONS_PER_NODE,
             mutation: None,
             fencing: false,
             fence_retention: DEFAULT_FENCE_RETENTION,
@@ -188,6 +195,16 @@ impl RedlockBuilder {
         self
     }
 
+    /// How many connections each master gets (1 to 64). A resource always uses the same one
+    /// (chosen by a hash of its key), so a cleanup still runs after the late request it
+    /// cleans up; spreading resources over more than one lets the client prepare one batch of
+    /// requests while the master answers another, which raises throughput under many
+    /// concurrent locks. Defaults to 2.
+    pub fn connections_per_node(mut self, connections: usize) -> Self {
+        self.connections_per_node = connections;
+        self
+    }
+
     /// Whether every acquisition returns a fencing token ([`LockGuard::fence`]): a `u64`
     /// strictly greater than the token of every earlier grant of the same resource whose lease
     /// has ended, as long as a majority of masters keeps its data. Costs one more round trip per
@@ -249,7 +266,8 @@ impl RedlockBuilder {
     ///
     /// A [`ConfigError`] when no node is given, a URL does not parse (the message shows the
     /// URL with its password redacted), a master is listed twice, the drift factor is outside
-    /// `[0, 1)`, or a timeout or `max_unanswered` is zero.
+    /// `[0, 1)`, a timeout or `max_unanswered` is zero, or `connections_per_node` is outside
+    /// 1 to 64.
     pub fn build(self) -> Result<Redlock, ConfigError> {
         if self.nodes.is_empty() {
             return Err(ConfigError::NoNodes);
@@ -265,6 +283,9 @@ impl RedlockBuilder {
         }
         if self.max_unanswered == 0 {
             return Err(ConfigError::ZeroMaxUnanswered);
+        }
+        if !(1..=MAX_CONNECTIONS_PER_NODE).contains(&self.connections_per_node) {
+            return Err(ConfigError::ConnectionsPerNode(self.connections_per_node));
         }
         if self.fence_retention.is_zero() {
             return Err(ConfigError::ZeroFenceRetention);
@@ -298,6 +319,7 @@ impl RedlockBuilder {
             retry_delay: self.retry_delay,
             key_prefix: self.key_prefix,
             max_unanswered: self.max_unanswered,
+            connections_per_node: self.connections_per_node,
             mutation: self.mutation,
             fencing: self.fencing,
             fence_retention: self.fence_retention,
@@ -360,6 +382,13 @@ mod tests {
             three().max_unanswered(0).build().err(),
             Some(ConfigError::ZeroMaxUnanswered)
         );
+        for bad in [0, MAX_CONNECTIONS_PER_NODE + 1] {
+            assert_eq!(
+                three().connections_per_node(bad).build().err(),
+                Some(ConfigError::ConnectionsPerNode(bad))
+            );
+        }
+        assert!(three().connections_per_node(1).build().is_ok());
         assert_eq!(
             three().node("redis://u:pw@127.0.0.1:2/4").build().err(),
             Some(ConfigError::DuplicateNode {

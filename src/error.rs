@@ -391,6 +391,9 @@ pub enum ConfigError {
     /// The maximum number of unanswered requests per node is zero.
     #[error("max unanswered requests per node is zero: expected at least 1")]
     ZeroMaxUnanswered,
+    /// The number of connections per master is outside 1 to 64.
+    #[error("{0} connections per node: expected 1 to 64")]
+    ConnectionsPerNode(usize),
 }
 
 /// `"; <e1>; <e2>"` for a non-empty list of node errors, `""` otherwise.

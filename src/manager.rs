@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::{Config, RedlockBuilder};
-use crate::error::{InvalidArgument, LockError, NodeError};
+use crate::error::{InvalidArgument, LockError, NodeError, NodeErrorKind};
 use crate::guard::LockGuard;
 use crate::node::RedisNode;
 use crate::owner::Owner;
@@ -170,6 +170,46 @@ impl Redlock {
         }
     }
 
+    /// Opens every connection to every master now (they are otherwise opened on first use, in
+    /// the background), waiting at most the connect timeout: a check of the configuration at
+    /// start-up, and a way to keep the first locks from waiting for connections.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::QuorumUnreachable`] naming each master that could not be reached (a refused
+    /// connection, wrong credentials, a peer that does not speak Redis); the resource in the
+    /// error is `"<connect>"`. Connections to the other masters are open.
+    pub async fn connect(&self) -> Result<(), LockError> {
+        let nodes = &self.shared.nodes;
+        let results = futures::future::join_all(nodes.iter().map(|node| node.connect())).await;
+        self.every_node("<connect>", results)
+    }
+
+    /// `Ok` if every master succeeded, else the masters that failed, under `what`.
+    fn every_node(
+        &self,
+        what: &str,
+        results: Vec<Result<(), NodeErrorKind>>,
+    ) -> Result<(), LockError> {
+        use crate::master::Master;
+        let nodes = &self.shared.nodes;
+        let failures: Vec<NodeError> = nodes
+            .iter()
+            .zip(results)
+            .filter_map(|(node, result)| result.err().map(|kind| NodeError::new(node.name(), kind)))
+            .collect();
+        if failures.is_empty() {
+            return Ok(());
+        }
+        Err(LockError::QuorumUnreachable {
+            resource: what.into(),
+            granted: nodes.len() - failures.len(),
+            nodes: nodes.len(),
+            quorum: self.quorum(),
+            failures,
+        })
+    }
+
     /// Marks every master as usable at once under restart protection, by writing an old epoch
     /// marker: the provisioning step of a **brand-new** deployment, whose empty masters would
     /// otherwise look like masters that restarted without their data and be kept out of quorums
@@ -188,7 +228,6 @@ impl Redlock {
     ///
     /// Idempotent: a cancelled call may have marked some masters; call it again.
     pub async fn provision(&self) -> Result<(), LockError> {
-        use crate::master::Master;
         let config = &self.shared.config;
         let key = epoch_key(config);
         let nodes = &self.shared.nodes;
@@ -207,21 +246,7 @@ impl Redlock {
             }
         }))
         .await;
-        let failures: Vec<NodeError> = nodes
-            .iter()
-            .zip(results)
-            .filter_map(|(node, result)| result.err().map(|kind| NodeError::new(node.name(), kind)))
-            .collect();
-        if failures.is_empty() {
-            return Ok(());
-        }
-        Err(LockError::QuorumUnreachable {
-            resource: "<provision>".into(),
-            granted: nodes.len() - failures.len(),
-            nodes: nodes.len(),
-            quorum: self.quorum(),
-            failures,
-        })
+        self.every_node("<provision>", results)
     }
 
     /// One acquisition round, no retry: the lock if a quorum granted it in time.

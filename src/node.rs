@@ -9,6 +9,7 @@
 //! that master until a background probe (`PING`, queued behind everything else) is answered.
 //! Cleanups still go through: they are bounded by the acquisitions that were sent.
 
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,25 +25,39 @@ use crate::resp::{Command, Decimal, Reply};
 use crate::scripts::{self, LuaScript};
 use crate::value::Claim;
 
-/// One request to a master.
+/// One request to a master, about one key.
 enum Request<'a> {
-    /// A command's arguments, name first.
+    /// A command's arguments: its name, then the key, then the rest.
     Command(&'a [&'a [u8]]),
     /// `EVALSHA`, falling back to `EVAL` if the server lost its script cache.
     Script {
         script: &'static LuaScript,
+        /// The lock key first.
         keys: &'a [&'a [u8]],
         args: &'a [&'a [u8]],
     },
 }
 
-/// A Redis master reached over one lazily opened, multiplexed connection.
+impl Request<'_> {
+    /// The key the request is about, which picks its connection.
+    fn key(&self) -> &[u8] {
+        let key = match self {
+            Request::Command(args) => args.get(1),
+            Request::Script { keys, .. } => keys.first(),
+        };
+        key.copied().unwrap_or_default()
+    }
+}
+
+/// A Redis master reached over a few lazily opened, pipelined connections.
 pub(crate) struct RedisNode {
     address: NodeAddress,
     node_timeout: Duration,
     max_unanswered: usize,
+    connect_timeout: Duration,
     fence_retention: Duration,
-    connection: ConnectionSlot,
+    /// A key always goes through the same one (see [`Self::connection_for`]).
+    connections: Box<[ConnectionSlot]>,
     /// Requests abandoned without their reply since the last reply from this master.
     unanswered: Arc<AtomicUsize>,
     /// Whether a background probe is waiting for this master to answer.
@@ -55,18 +70,27 @@ pub(crate) struct RedisNode {
 
 impl RedisNode {
     pub(crate) fn new(address: NodeAddress, config: &Config) -> Self {
-        let connection = ConnectionSlot::new(address.client.clone(), config.connect_timeout);
+        let connections = (0..config.connections_per_node)
+            .map(|_| ConnectionSlot::new(address.client.clone(), config.connect_timeout))
+            .collect();
         Self {
             address,
             node_timeout: config.node_timeout,
             max_unanswered: config.max_unanswered,
+            connect_timeout: config.connect_timeout,
             fence_retention: config.fence_retention,
-            connection,
+            connections,
             unanswered: Arc::new(AtomicUsize::new(0)),
             probing: Arc::new(AtomicBool::new(false)),
             mutation: config.mutation,
             errors: AtomicU64::new(0),
         }
+    }
+
+    /// The connection for `key`: always the same one, so that requests about one key run on
+    /// the master in the order they were sent (a cleanup after the late `SET` it cleans up).
+    fn connection_for(&self, key: &[u8]) -> &ConnectionSlot {
+        &self.connections[connection_index(key, self.connections.len())]
     }
 
     /// How many requests to this master failed so far.
@@ -116,9 +140,10 @@ impl RedisNode {
                 return Err(NodeErrorKind::Backlogged { unanswered });
             }
         }
+        let slot = self.connection_for(request.key());
         let mut retried = false;
         loop {
-            let (generation, conn) = tokio::time::timeout_at(deadline, self.connection.get())
+            let (generation, conn) = tokio::time::timeout_at(deadline, slot.get())
                 .await
                 .map_err(|_| {
                     NodeErrorKind::Connect(format!("not connected within {:?}", self.node_timeout))
@@ -163,7 +188,7 @@ impl RedisNode {
                     kind
                 }
             };
-            let discarded = self.connection.discard(generation);
+            let discarded = slot.discard(generation);
             if discarded {
                 tracing::debug!(node = %self.address.display, generation, error = %kind, "connection broken, discarding");
                 self.unanswered.store(0, Ordering::Relaxed);
@@ -179,6 +204,25 @@ impl RedisNode {
         }
     }
 
+    /// Opens every connection to this master (waiting at most the connect timeout each).
+    pub(crate) async fn connect(&self) -> Result<(), NodeErrorKind> {
+        let opened = futures::future::join_all(self.connections.iter().map(|slot| async {
+            tokio::time::timeout(self.connect_timeout, slot.get())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(NodeErrorKind::Connect(format!(
+                        "not connected within {:?}",
+                        self.connect_timeout
+                    )))
+                })
+        }))
+        .await;
+        opened
+            .into_iter()
+            .map(|result| result.map(|_| ()))
+            .collect()
+    }
+
     /// Writes an epoch marker of age "forever" (`0`, the epoch of the node's clock), so that
     /// restart protection counts this master at once.
     pub(crate) async fn provision(&self, epoch_key: &str) -> Result<(), NodeErrorKind> {
@@ -187,8 +231,8 @@ impl RedisNode {
         set_reply(reply).map(|_| ())
     }
 
-    /// Starts one background `PING` that waits, without a timeout, for the master to answer
-    /// everything queued before it; then the master is used again.
+    /// Starts one background `PING` per open connection that waits, without a timeout, for the
+    /// master to answer everything queued before it; then the master is used again.
     fn start_probe(&self) {
         if self.probing.swap(true, Ordering::AcqRel) {
             return;
@@ -197,21 +241,33 @@ impl RedisNode {
             self.probing.store(false, Ordering::Release);
             return;
         };
-        let conn = self.connection.current();
+        let conns: Vec<_> = self
+            .connections
+            .iter()
+            .filter_map(|c| c.current())
+            .collect();
         let unanswered = Arc::clone(&self.unanswered);
         let probing = Arc::clone(&self.probing);
         let node = self.address.display.clone();
         tracing::warn!(%node, "node stopped answering; holding back requests until it does");
         runtime.spawn(async move {
-            if let Some(conn) = conn {
-                // Any outcome (a reply or a broken connection) means nothing is queued anymore.
-                let _ = conn.query(Command(&[&[b"PING"]])).await;
-            }
+            // Any outcome (a reply or a broken connection) means nothing is queued anymore.
+            futures::future::join_all(conns.iter().map(|conn| conn.query(Command(&[&[b"PING"]]))))
+                .await;
             tracing::info!(%node, "node answers again");
             unanswered.store(0, Ordering::Relaxed);
             probing.store(false, Ordering::Release);
         });
     }
+}
+
+/// Which of `n` connections `key` uses: a fixed hash (the same in every process), so a key's
+/// requests share one connection.
+fn connection_index(key: &[u8], n: usize) -> usize {
+    let mut hasher = std::hash::DefaultHasher::new();
+    hasher.write(key);
+    // The remainder is below `n`, which is a `usize`.
+    (hasher.finish() % n.max(1) as u64) as usize
 }
 
 /// Counts a request as abandoned when dropped before [`answered`](Self::answered).
@@ -230,7 +286,8 @@ impl<'a> Unanswered<'a> {
 
     fn answered(mut self) {
         self.answered = true;
-        // Replies come in order, so a reply means every earlier request was answered too.
+        // Replies come in order, so a reply means every earlier request on its connection was
+        // answered too (and a master's connections stall and resume together).
         self.counter.store(0, Ordering::Relaxed);
     }
 }
@@ -413,5 +470,26 @@ impl Master for RedisNode {
             self.request(request, false).await?
         };
         flag_reply(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connection_index;
+
+    #[test]
+    fn keys_spread_over_every_connection_and_keep_theirs() {
+        for n in [1, 2, 3, 8] {
+            let mut used = vec![0usize; n];
+            for i in 0..400 {
+                let key = format!("quorumlock:job-{i}");
+                let index = connection_index(key.as_bytes(), n);
+                assert_eq!(index, connection_index(key.as_bytes(), n), "stable");
+                used[index] += 1;
+            }
+            // Roughly even: every connection gets at least half its share.
+            assert!(used.iter().all(|&u| u >= 400 / n / 2), "{n}: {used:?}");
+        }
+        assert_eq!(connection_index(b"", 1), 0);
     }
 }

@@ -141,8 +141,9 @@ where
 }
 
 /// Makes sure `locks` has a working connection to every master of `cluster`, and that every
-/// request it sent before this call has run: each master has run a `SET` that `locks` sent
-/// after this call started, and a connection runs its requests in order.
+/// request it sent before this call has run: each master has run `SET`s that `locks` sent
+/// after this call started, for resources spread over every connection (a resource always
+/// uses the same connection to a master), and a connection runs its requests in order.
 ///
 /// Connections are opened lazily, and a round decided early drops its straggler requests, which
 /// are then never sent if they were not written yet, or run a moment later if they were. Tests
@@ -150,21 +151,28 @@ where
 /// sent a `SET`), and tests that change keys behind a lock's back need it after acquiring (so
 /// that no late `SET` lands afterwards).
 pub(crate) async fn warm_up(locks: &Redlock, cluster: &RedisCluster) {
-    const RESOURCE: &str = "warm-up";
+    // Enough resources to land on every connection of the default two (the connection is a
+    // fixed hash of the key, so the spread is the same on every run).
+    const RESOURCES: u64 = 16;
+    let resource = |i: u64| format!("warm-up-{i}");
+    locks.connect().await.expect("connect to every master");
     let before: Vec<u64> = cluster.iter().map(|m| calls(m, "set")).collect();
-    wait_until_async("every master ran a warm-up SET", PATIENCE, || async {
-        if let Ok(guard) = locks.try_lock(RESOURCE, Duration::from_secs(10)).await {
-            guard.release().await.expect("release the warm-up lock");
+    wait_until_async("every master ran the warm-up SETs", PATIENCE, || async {
+        for i in 0..RESOURCES {
+            if let Ok(guard) = locks.try_lock(&resource(i), Duration::from_secs(10)).await {
+                guard.release().await.expect("release the warm-up lock");
+            }
         }
         cluster
             .iter()
             .zip(&before)
-            .all(|(m, &before)| calls(m, "set") > before)
+            .all(|(m, &before)| calls(m, "set") >= before + RESOURCES)
     })
     .await;
-    let key = key(RESOURCE);
     wait_until("the warm-up keys are gone", PATIENCE, || {
-        cluster.iter().all(|m| get(m, &key).is_none())
+        cluster
+            .iter()
+            .all(|m| (0..RESOURCES).all(|i| get(m, &key(&resource(i))).is_none()))
     })
     .await;
 }

@@ -1,0 +1,103 @@
+//! Connections per master: `Redlock::connect` opens all of them up front, locks reuse them, and
+//! a master that cannot be reached is named.
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::testing::RedisMaster;
+use quorumlock::{LockError, NodeErrorKind};
+use support::{builder, cluster, dead_port, total_keys, wait_until, PATIENCE};
+
+/// The clients connected to `master`, from `INFO clients` (the query's own connection included).
+fn connected_clients(master: &RedisMaster) -> u64 {
+    let info = master.command(&["INFO", "clients"]).expect("INFO clients");
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("connected_clients:"))
+        .map(|n| n.trim().parse().expect("an integer"))
+        .expect("connected_clients in INFO clients")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_opens_every_connection_and_locks_reuse_them() {
+    const PER_NODE: usize = 3;
+    let cluster = cluster(3);
+    let idle: Vec<u64> = cluster.iter().map(connected_clients).collect();
+    let locks = builder(&cluster.urls())
+        .connections_per_node(PER_NODE)
+        .build()
+        .expect("build manager");
+    locks.connect().await.expect("every master is up");
+    let opened: Vec<u64> = cluster.iter().map(connected_clients).collect();
+    for (idle, opened) in idle.iter().zip(&opened) {
+        assert_eq!(
+            *opened,
+            idle + PER_NODE as u64,
+            "idle {idle}, after connect {opened}"
+        );
+    }
+    // Many resources, spread over the connections: none is opened on top.
+    for i in 0..64 {
+        let guard = locks
+            .try_lock(&format!("spread-{i}"), Duration::from_secs(10))
+            .await
+            .expect("lock");
+        guard.release().await.expect("release");
+    }
+    let after: Vec<u64> = cluster.iter().map(connected_clients).collect();
+    assert_eq!(after, opened, "locks opened more connections");
+    wait_until("no key is left", PATIENCE, || total_keys(&cluster) == 0).await;
+    // Connecting again is a no-op.
+    locks.connect().await.expect("still connected");
+    let again: Vec<u64> = cluster.iter().map(connected_clients).collect();
+    assert_eq!(again, opened);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_names_the_master_it_cannot_reach() {
+    let cluster = cluster(2);
+    let (_socket, dead) = dead_port();
+    let dead_url = format!("redis://{dead}");
+    let mut urls = cluster.urls();
+    urls.push(dead_url.clone());
+    let locks = builder(&urls).build().expect("build manager");
+    let error = locks.connect().await.expect_err("one master is down");
+    let LockError::QuorumUnreachable {
+        resource,
+        failures,
+        granted,
+        ..
+    } = &error
+    else {
+        panic!("expected QuorumUnreachable, got {error}");
+    };
+    assert_eq!(resource, "<connect>");
+    assert_eq!(*granted, 2, "{error}");
+    assert_eq!(failures.len(), 1, "{error}");
+    assert_eq!(failures[0].node(), dead_url);
+    assert!(
+        matches!(failures[0].kind(), NodeErrorKind::Connect(_)),
+        "{error}"
+    );
+    // The reachable masters are connected and lock as usual.
+    let guard = locks
+        .try_lock("two-of-three", Duration::from_secs(10))
+        .await
+        .expect("2 of 3 masters answer");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn connections_per_node_out_of_range_is_a_config_error() {
+    for bad in [0, quorumlock::MAX_CONNECTIONS_PER_NODE + 1] {
+        let error = builder(&["redis://127.0.0.1:1"])
+            .connections_per_node(bad)
+            .build()
+            .err()
+            .expect("rejected");
+        assert!(
+            matches!(error, quorumlock::ConfigError::ConnectionsPerNode(n) if n == bad),
+            "{error}"
+        );
+    }
+}
