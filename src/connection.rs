@@ -10,7 +10,7 @@
 //! Plain TCP and Unix-socket masters get quorumlock's own [`Pipeline`]; `rediss://` (TLS)
 //! masters the `redis` crate's multiplexed connection, which gives the same ordering.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
@@ -27,7 +27,7 @@ use crate::scripts;
 #[derive(Clone)]
 pub(crate) enum Connection {
     /// quorumlock's own pipelined connection (TCP and Unix sockets).
-    Pipelined(Pipeline),
+    Pipelined(Arc<Pipeline>),
     /// The `redis` crate's multiplexed connection (TLS).
     Multiplexed(MultiplexedConnection),
 }
@@ -49,16 +49,6 @@ impl Connection {
                     (kind, true) => Err(kind),
                 },
             },
-        }
-    }
-
-    /// Queues `cmd` without waiting for its reply. The pipelined connection sends it even if
-    /// the caller goes away at once; the multiplexed one needs a task for that, so it is
-    /// `false` there and the caller keeps waiting instead.
-    pub(crate) fn send_detached(&self, command: Command<'_>) -> Result<bool, NodeErrorKind> {
-        match self {
-            Self::Pipelined(pipeline) => pipeline.send_detached(command).map(|()| true),
-            Self::Multiplexed(_) => Ok(false),
         }
     }
 }
@@ -297,7 +287,7 @@ async fn connect(
         ),
         _ => return multiplexed(client, connect_timeout).await,
     };
-    let conn = Connection::Pipelined(pipeline);
+    let conn = Connection::Pipelined(Arc::new(pipeline));
     let settings = info.redis_settings();
     if let Some(password) = settings.password() {
         // `AUTH password`, or `AUTH user password` for an ACL user.

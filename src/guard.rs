@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::error::LockError;
 use crate::manager::{round_timing, Shared};
 use crate::round::{self, Grant};
 use crate::timing::drift;
+use crate::traced::{in_span, record_with};
 use crate::value::Claim;
 
 /// A lock held on a quorum of masters, valid until [`valid_until`](Self::valid_until).
@@ -164,14 +164,14 @@ impl LockGuard {
             outcome = tracing::field::Empty,
             validity_left = tracing::field::Empty,
         );
-        let outcome = self.extend_once(ttl).instrument(span.clone()).await;
+        let outcome = in_span(&span, self.extend_once(ttl)).await;
         self.shared.counters.extended(outcome.as_ref().copied());
         self.count_loss(&outcome);
         match &outcome {
             Ok(()) => span.record("outcome", "extended"),
             Err(error) => span.record("outcome", tracing::field::display(error)),
         };
-        span.record("validity_left", tracing::field::debug(self.remaining()));
+        record_with(&span, "validity_left", || self.remaining());
         outcome
     }
 
@@ -238,15 +238,17 @@ impl LockGuard {
             validity_left = ?self.remaining(),
             outcome = tracing::field::Empty,
         );
-        let outcome = round::release(
-            &self.shared.nodes,
-            &self.resource,
-            &self.key,
-            &self.claim,
-            &self.holders,
-            still_valid,
+        let outcome = in_span(
+            &span,
+            round::release(
+                &self.shared.nodes,
+                &self.resource,
+                &self.key,
+                &self.claim,
+                &self.holders,
+                still_valid,
+            ),
         )
-        .instrument(span.clone())
         .await;
         self.released = true;
         if outcome.is_ok() {

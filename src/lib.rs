@@ -171,6 +171,7 @@ mod scripts;
 mod stats;
 mod tally;
 mod timing;
+mod traced;
 mod value;
 
 #[cfg(test)]

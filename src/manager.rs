@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use rand::RngExt;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::config::{Config, RedlockBuilder};
 use crate::error::{InvalidArgument, LockError, NodeError, NodeErrorKind};
@@ -16,6 +15,7 @@ use crate::round::{self, LockKeys, Nodes, RoundFailure};
 use crate::round_spec::RoundTiming;
 use crate::stats::{Counters, NodeStats, Stats};
 use crate::timing::{drift, quorum, validity};
+use crate::traced::{in_span, record_with};
 
 /// What every handle and guard of one manager shares.
 pub(crate) struct Shared {
@@ -377,10 +377,7 @@ impl Redlock {
             outcome = tracing::field::Empty,
             validity_left = tracing::field::Empty,
         );
-        let outcome = self
-            .round_once(resource, keys, timing)
-            .instrument(span.clone())
-            .await;
+        let outcome = in_span(&span, self.round_once(resource, keys, timing)).await;
         self.shared
             .counters
             .acquired(outcome.as_ref().map_err(|failure| &failure.error));
@@ -388,7 +385,7 @@ impl Redlock {
             Ok(guard) => {
                 crate::stats::acquire_wait(started.elapsed());
                 span.record("outcome", "granted");
-                span.record("validity_left", tracing::field::debug(guard.remaining()));
+                record_with(&span, "validity_left", || guard.remaining());
             }
             Err(failure) => {
                 span.record("outcome", tracing::field::display(&failure.error));

@@ -105,10 +105,15 @@ impl RedisNode {
         request: Request<'_>,
         cleanup: bool,
     ) -> Result<(Reply, bool), NodeErrorKind> {
-        let start = tokio::time::Instant::now();
+        // The clock is read only when someone takes the latency: the metrics, or a subscriber
+        // listening at the debug level (the failures' level).
+        let timed = cfg!(feature = "metrics") || tracing::enabled!(tracing::Level::DEBUG);
+        let start = timed.then(tokio::time::Instant::now);
         let result = self.send(request, cleanup).await;
-        let latency = start.elapsed();
-        crate::stats::node_request(&self.address.display, latency, result.is_ok());
+        let latency = start.map(|start| start.elapsed()).unwrap_or_default();
+        if timed {
+            crate::stats::node_request(&self.address.display, latency, result.is_ok());
+        }
         match &result {
             Ok(_) => {
                 tracing::trace!(node = %self.address.display, ?latency, cleanup, "node replied")
@@ -217,10 +222,7 @@ impl RedisNode {
                 })
         }))
         .await;
-        opened
-            .into_iter()
-            .map(|result| result.map(|_| ()))
-            .collect()
+        opened.into_iter().try_for_each(|result| result.map(|_| ()))
     }
 
     /// Writes an epoch marker of age "forever" (`0`, the epoch of the node's clock), so that

@@ -33,7 +33,7 @@ use tokio::time::Sleep;
 use crate::error::NodeErrorKind;
 use crate::resp::{parse, Command, Reply};
 
-/// How long a connection whose every handle was dropped keeps going to deliver what is still
+/// How long a connection whose `Pipeline` was dropped keeps going to deliver what is still
 /// queued (cleanups of the last rounds), if the master does not answer sooner.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Bytes read per `read` call.
@@ -41,18 +41,18 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Read-or-write steps before the connection task yields to others.
 const STEPS_PER_POLL: usize = 32;
 
-/// What the connection's task and its handles share.
+/// What the connection's task and the `Pipeline` share.
 struct State {
     /// Requests queued but not yet handed to the socket.
     out: Vec<u8>,
-    /// One slot per request written or queued, in order; `None` when nobody wants the reply.
-    waiting: VecDeque<Option<oneshot::Sender<Reply>>>,
+    /// One slot per request written or queued, in order.
+    waiting: VecDeque<oneshot::Sender<Reply>>,
     /// The connection task, when it waits for requests.
     driver: Option<Waker>,
     /// Why the connection broke, once it has.
     broken: Option<NodeErrorKind>,
-    /// How many [`Pipeline`] handles exist; at zero the task drains what is queued and ends.
-    handles: usize,
+    /// Whether the [`Pipeline`] was dropped: the task then drains what is queued and ends.
+    dropped: bool,
 }
 
 struct Shared {
@@ -66,28 +66,17 @@ impl Shared {
     }
 }
 
-/// A handle on one pipelined connection; clones share it.
+/// One pipelined connection (share it behind an `Arc`). Dropping it lets the connection's task
+/// deliver what is still queued, then close the socket.
 pub(crate) struct Pipeline {
     shared: Arc<Shared>,
-}
-
-impl Clone for Pipeline {
-    fn clone(&self) -> Self {
-        self.shared.state().handles += 1;
-        Self {
-            shared: Arc::clone(&self.shared),
-        }
-    }
 }
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
         let driver = {
             let mut state = self.shared.state();
-            state.handles -= 1;
-            if state.handles > 0 {
-                return;
-            }
+            state.dropped = true;
             state.driver.take()
         };
         if let Some(driver) = driver {
@@ -97,8 +86,7 @@ impl Drop for Pipeline {
 }
 
 impl Pipeline {
-    /// Starts the connection's task on `stream` (the current tokio runtime) and returns the
-    /// first handle.
+    /// Starts the connection's task on `stream`, on the current tokio runtime.
     pub(crate) fn start<S>(stream: S) -> Self
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -109,7 +97,7 @@ impl Pipeline {
                 waiting: VecDeque::new(),
                 driver: None,
                 broken: None,
-                handles: 1,
+                dropped: false,
             }),
         });
         tokio::spawn(Driver {
@@ -119,6 +107,7 @@ impl Pipeline {
             written: 0,
             read_buf: Vec::new(),
             chunk: vec![0; READ_CHUNK].into_boxed_slice(),
+            batch: Batch::default(),
             grace: None,
             gathering: false,
         });
@@ -134,13 +123,8 @@ impl Pipeline {
         command: Command<'_>,
     ) -> Result<oneshot::Receiver<Reply>, NodeErrorKind> {
         let (reply, receiver) = oneshot::channel();
-        self.queue(command, Some(reply))?;
+        self.queue(command, reply)?;
         Ok(receiver)
-    }
-
-    /// Queues `cmd` without waiting for its reply (it is read and discarded).
-    pub(crate) fn send_detached(&self, command: Command<'_>) -> Result<(), NodeErrorKind> {
-        self.queue(command, None)
     }
 
     /// Sends `cmd` and waits for its reply, unbounded: callers put their own deadline on it.
@@ -163,7 +147,7 @@ impl Pipeline {
     fn queue(
         &self,
         command: Command<'_>,
-        reply: Option<oneshot::Sender<Reply>>,
+        reply: oneshot::Sender<Reply>,
     ) -> Result<(), NodeErrorKind> {
         let driver = {
             let mut state = self.shared.state();
@@ -192,7 +176,8 @@ struct Driver<S> {
     /// The start of a reply that has not fully arrived yet.
     read_buf: Vec<u8>,
     chunk: Box<[u8]>,
-    /// Set once every handle is gone: how long to keep delivering what is queued.
+    batch: Batch,
+    /// Set once the `Pipeline` is dropped: how long to keep delivering what is queued.
     grace: Option<Pin<Box<Sleep>>>,
     /// Whether the task has stepped back once to let more requests join the next write.
     gathering: bool,
@@ -205,7 +190,7 @@ enum Step {
     /// Requests are waiting: step back once behind every task that is ready to run, so
     /// that they all join one write.
     Gather,
-    /// Every handle is gone and nothing is left to deliver (or the grace ran out).
+    /// The `Pipeline` is gone and nothing is left to deliver.
     Done,
 }
 
@@ -217,7 +202,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
             self.written = 0;
             let mut state = self.shared.state();
             if state.out.is_empty() {
-                if state.handles == 0 && state.waiting.is_empty() {
+                if state.dropped && state.waiting.is_empty() {
                     return Ok(Step::Done);
                 }
                 // Registered under the lock that `queue` takes: no request can slip by unseen.
@@ -269,11 +254,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
         }
         // Usually whole replies arrive: parse them straight from the chunk, keep only a tail.
         if self.read_buf.is_empty() {
-            let used = deliver(&self.shared, &self.chunk[..n])?;
+            let used = deliver(&self.shared, &self.chunk[..n], &mut self.batch)?;
             self.read_buf.extend_from_slice(&self.chunk[used..n]);
         } else {
             self.read_buf.extend_from_slice(&self.chunk[..n]);
-            let used = deliver(&self.shared, &self.read_buf)?;
+            let used = deliver(&self.shared, &self.read_buf, &mut self.batch)?;
             self.read_buf.drain(..used);
         }
         Ok(Step::Progress)
@@ -293,31 +278,42 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
     }
 }
 
+/// Buffers reused from read to read, to hand out one read's replies under a single lock.
+#[derive(Default)]
+struct Batch {
+    replies: Vec<Reply>,
+    slots: Vec<oneshot::Sender<Reply>>,
+}
+
 /// Parses every complete reply at the start of `bytes` and hands each to its request, in order.
 /// Returns how many bytes were used.
-fn deliver(shared: &Shared, bytes: &[u8]) -> Result<usize, NodeErrorKind> {
+fn deliver(shared: &Shared, bytes: &[u8], batch: &mut Batch) -> Result<usize, NodeErrorKind> {
     let mut used = 0;
     while let Some((reply, len)) = parse(&bytes[used..])
         .map_err(|e| NodeErrorKind::UnexpectedReply(format!("not a Redis reply: {}", e.0)))?
     {
         used += len;
-        let slot = shared.state().waiting.pop_front();
-        match slot {
-            Some(Some(sender)) => {
-                // An error means the request was abandoned: the reply is discarded.
-                let _ = sender.send(reply);
-            }
-            Some(None) => {
-                if let Reply::Error(error) = &reply {
-                    tracing::debug!(%error, "a request sent without waiting failed");
-                }
-            }
-            None => {
-                return Err(NodeErrorKind::UnexpectedReply(
-                    "a reply arrived for no request".into(),
-                ))
-            }
+        batch.replies.push(reply);
+    }
+    if batch.replies.is_empty() {
+        return Ok(used);
+    }
+    {
+        let mut state = shared.state();
+        if state.waiting.len() < batch.replies.len() {
+            batch.replies.clear();
+            return Err(NodeErrorKind::UnexpectedReply(
+                "a reply arrived for no request".into(),
+            ));
         }
+        batch
+            .slots
+            .extend(state.waiting.drain(..batch.replies.len()));
+    }
+    // Outside the lock: each send wakes a task.
+    for (slot, reply) in batch.slots.drain(..).zip(batch.replies.drain(..)) {
+        // An error means the request was abandoned: the reply is discarded.
+        let _ = slot.send(reply);
     }
     Ok(used)
 }
@@ -358,11 +354,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Future for Driver<S> {
 }
 
 impl<S> Driver<S> {
-    /// Once every handle is gone, whether the grace for delivering what is queued ran out
+    /// Once the `Pipeline` is dropped, whether the grace for delivering what is queued ran out
     /// (starting it on the first call).
     fn grace_expired(&mut self, cx: &mut Context<'_>) -> bool {
         if self.grace.is_none() {
-            if self.shared.state().handles > 0 {
+            if !self.shared.state().dropped {
                 return false;
             }
             self.grace = Some(Box::pin(tokio::time::sleep(SHUTDOWN_GRACE)));

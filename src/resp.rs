@@ -39,7 +39,12 @@ impl Command<'_> {
 /// `*3\r\n` or `$5\r\n`.
 fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
     out.push(kind);
-    out.extend_from_slice(Decimal::new(u64::try_from(n).unwrap_or(u64::MAX)).as_bytes());
+    match n {
+        // Lock commands' lengths are short: skip the general conversion for them.
+        0..=9 => out.push(b'0' + n as u8),
+        10..=99 => out.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]),
+        _ => out.extend_from_slice(Decimal::new(u64::try_from(n).unwrap_or(u64::MAX)).as_bytes()),
+    }
     out.extend_from_slice(b"\r\n");
 }
 
@@ -242,6 +247,11 @@ mod tests {
             b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n$2\r\nPX\r\n$5\r\n10000\r\n"
         );
         assert_eq!(Decimal::new(0).as_bytes(), b"0");
+        for n in [0, 9, 10, 99, 100, 12345] {
+            let mut out = Vec::new();
+            header(&mut out, b'$', n);
+            assert_eq!(out, format!("${n}\r\n").as_bytes());
+        }
         assert_eq!(
             Decimal::new(u64::MAX).as_bytes(),
             u64::MAX.to_string().as_bytes()

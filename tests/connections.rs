@@ -93,8 +93,7 @@ async fn connections_per_node_out_of_range_is_a_config_error() {
         let error = builder(&["redis://127.0.0.1:1"])
             .connections_per_node(bad)
             .build()
-            .err()
-            .expect("rejected");
+            .expect_err("rejected");
         assert!(
             matches!(error, quorumlock::ConfigError::ConnectionsPerNode(n) if n == bad),
             "{error}"

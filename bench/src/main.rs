@@ -60,6 +60,12 @@ struct Args {
     /// profiling one of them; the targets need quorumlock, rslock and minimal.
     #[arg(long = "impl", value_parser = ["quorumlock", "minimal", "rslock", "redlock"])]
     impls: Vec<String>,
+    /// Only these master counts in the throughput section (repeatable; 1 to 7): for profiling.
+    #[arg(long = "nodes", value_parser = clap::value_parser!(u16).range(1..=7))]
+    nodes: Vec<u16>,
+    /// Only these task counts in the throughput section (repeatable): for profiling.
+    #[arg(long = "tasks", value_parser = clap::value_parser!(u16).range(1..))]
+    tasks: Vec<u16>,
     /// Where the CSV and the charts go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -81,6 +87,8 @@ fn main() -> std::process::ExitCode {
         fault_budget: Duration::from_secs(if args.quick { 3 } else { 12 }),
         op_timeout: Duration::from_secs(if args.quick { 2 } else { 5 }),
         impls: args.impls.clone(),
+        throughput_nodes: or_default(&args.nodes, &[1, 5]),
+        throughput_tasks: or_default(&args.tasks, &[1, 16, 64, 256]),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -103,6 +111,15 @@ fn main() -> std::process::ExitCode {
     // A peer stuck in a blocking call must not hold the process at exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     code
+}
+
+/// The values given on the command line, or `default` when none were.
+fn or_default(given: &[u16], default: &[usize]) -> Vec<usize> {
+    if given.is_empty() {
+        default.to_vec()
+    } else {
+        given.iter().map(|&v| usize::from(v)).collect()
+    }
 }
 
 async fn run(args: &Args, plan: &Plan) -> std::process::ExitCode {

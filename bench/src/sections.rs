@@ -28,6 +28,10 @@ pub(crate) struct Plan {
     pub(crate) op_timeout: Duration,
     /// Only these implementations (quorumlock, minimal, rslock, redlock); all when empty.
     pub(crate) impls: Vec<String>,
+    /// The throughput section's master counts (1 and 5 unless narrowed for profiling).
+    pub(crate) throughput_nodes: Vec<usize>,
+    /// The throughput section's task counts (1, 16, 64 and 256 unless narrowed).
+    pub(crate) throughput_tasks: Vec<usize>,
 }
 
 /// The outcome of one lock+release cycle.
@@ -313,7 +317,7 @@ pub(crate) async fn throughput(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
         "implementation", "N", "tasks", "cycles/s", "cycles", "failures"
     );
     let urls = cluster.urls();
-    for n in [1, 5] {
+    for &n in &plan.throughput_nodes {
         let Some(lockers) = lockers_for(&urls[..n], &plan.impls).await else {
             continue;
         };
@@ -327,7 +331,7 @@ pub(crate) async fn throughput(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
             )
             .await;
         }
-        for tasks in [1, 16, 64, 256] {
+        for &tasks in &plan.throughput_tasks {
             // The implementations take turns, four slices each, so that load from outside the
             // bench (a shared machine) spreads evenly over them.
             const SLICES: u32 = 4;
@@ -403,7 +407,7 @@ pub(crate) async fn contention(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
         "implementation", "N", "grants/s", "tta p50", "tta p99", "tta p999", "Jain", "lost tries"
     );
     let urls = cluster.urls();
-    for n in [1, 5] {
+    for &n in &plan.throughput_nodes {
         let Some(lockers) = lockers_for(&urls[..n], &plan.impls).await else {
             continue;
         };
