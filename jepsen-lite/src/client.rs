@@ -241,11 +241,15 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         seq: 0,
         rng,
     };
-    // Warm up the connections, so that the first scripted acquisition is not a connect.
+    // Warm up the connections (every one: a resource always uses the same connection to a
+    // master, and the scripted resource need not share the warm-up's), so that the first
+    // scripted acquisition is not a connect. A master that is down only fails the warm-up if
+    // the lock below cannot be had.
+    let connected = ctx.locks.connect().await;
     let warm = format!("warmup-{}", ctx.cfg.id);
     let deadline = Instant::now() + Duration::from_secs(5);
     // A failed release here is harmless (the key expires); only the acquisition must work.
-    let (ok, detail) = match ctx
+    let (ok, mut detail) = match ctx
         .locks
         .lock_until(&warm, Duration::from_millis(ctx.cfg.ttl_ms), deadline)
         .await
@@ -256,6 +260,9 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         },
         Err(e) => (false, e.to_string()),
     };
+    if let Err(e) = connected {
+        detail = format!("{detail}; connecting: {e}");
+    }
     note("ready", ok, detail);
     while let Some(cmd) = ctx.commands.recv().await {
         match cmd {
