@@ -59,6 +59,7 @@ enum OpKind {
         value: String,
         ttl: Duration,
         fence_key: Option<String>,
+        fence_proposal: u64,
         retention: Duration,
         epoch_key: Option<String>,
     },
@@ -101,7 +102,7 @@ struct Store {
 }
 
 /// The node clock at `clock_base`, in microseconds (a date in 2026, like a real `TIME`).
-const CLOCK_START_US: u64 = 1_780_000_000_000_000;
+pub(crate) const CLOCK_START_US: u64 = 1_780_000_000_000_000;
 
 impl Store {
     fn clock_us(&self, at: Instant) -> u64 {
@@ -305,6 +306,7 @@ fn settle(state: &mut Store, now: Instant) {
                 value,
                 ttl,
                 fence_key,
+                fence_proposal,
                 retention,
                 epoch_key,
             } => {
@@ -322,7 +324,7 @@ fn settle(state: &mut Store, now: Instant) {
                             .get(&fence_key)
                             .filter(|(_, expires)| *expires > op.at)
                             .map_or(0, |(c, _)| *c);
-                        let issued = (current + 1).max(now_us);
+                        let issued = (current + 1).max(now_us).max(fence_proposal);
                         state
                             .counters
                             .insert(fence_key, (issued, op.at + retention));
@@ -401,6 +403,7 @@ impl Master for FakeMaster {
                     value: request.claim.value.as_str().into(),
                     ttl: request.ttl,
                     fence_key: request.fence_key.map(Into::into),
+                    fence_proposal: request.fence_proposal,
                     retention: request.fence_retention,
                     epoch_key: request.epoch_key.map(Into::into),
                 },

@@ -394,7 +394,8 @@ impl Redlock {
         outcome
     }
 
-    /// One acquire round, plus the write-back of the fencing token when fencing is on.
+    /// One acquire round, plus the write-back of the fencing token when fencing is on and the
+    /// granting masters did not all issue the same token.
     async fn round_once(
         &self,
         resource: &str,
@@ -402,7 +403,8 @@ impl Redlock {
         timing: RoundTiming,
     ) -> Result<LockGuard, RoundFailure> {
         let grant = round::acquire(&self.shared.nodes, resource, keys, timing).await?;
-        let token = grant.token;
+        // A token a quorum of masters issued is already stored on a quorum: no write-back.
+        let token = grant.token.filter(|_| !grant.token_on_quorum);
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
         let guard = LockGuard::new(

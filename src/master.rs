@@ -19,6 +19,8 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) fence_key: Option<&'a str>,
     /// How long an idle fence counter is kept.
     pub(crate) fence_retention: Duration,
+    /// The fencing token the client proposes (0 for none): a master issues at least this.
+    pub(crate) fence_proposal: u64,
     /// The epoch marker key, when restart protection is on.
     pub(crate) epoch_key: Option<&'a str>,
 }

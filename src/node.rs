@@ -337,6 +337,7 @@ impl Master for RedisNode {
         } else {
             let ttl = Decimal::new(millis(request.ttl));
             let retention = Decimal::new(millis(request.fence_retention.max(request.ttl)));
+            let proposal = Decimal::new(request.fence_proposal);
             let fencing = if request.fence_key.is_some() {
                 "1"
             } else {
@@ -356,13 +357,14 @@ impl Master for RedisNode {
                 reentry.map_or(request.key, |r| &r.holds_key),
             ]
             .map(str::as_bytes);
-            let args: [&[u8]; 6] = [
+            let args: [&[u8]; 7] = [
                 request.claim.value.as_str().as_bytes(),
                 ttl.as_bytes(),
                 fencing.as_bytes(),
                 epoch.as_bytes(),
                 retention.as_bytes(),
                 reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
+                proposal.as_bytes(),
             ];
             let script = Request::Script {
                 script: &scripts::ACQUIRE,

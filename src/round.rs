@@ -43,8 +43,11 @@ pub(crate) struct Grant {
     pub(crate) valid_until: Instant,
     /// Which masters may hold the key (granted, or still unanswered): the ones to release.
     pub(crate) holders: Arc<[bool]>,
-    /// The highest fencing token of the granting quorum (not yet written back).
+    /// The highest fencing token of the granting quorum.
     pub(crate) token: Option<u64>,
+    /// Whether a quorum of masters issued exactly that token (so it is stored on a quorum, as
+    /// the write-back would leave it): then the token needs no write-back round.
+    pub(crate) token_on_quorum: bool,
 }
 
 /// A failed acquire round: why, and the background cleanup of what it may have set (so that a
@@ -122,6 +125,11 @@ pub(crate) async fn acquire<M: Master>(
         ttl: timing.ttl,
         fence_key: keys.fence.as_deref(),
         fence_retention: timing.fence_retention,
+        fence_proposal: if keys.fence.is_some() {
+            timing.fence_proposal()
+        } else {
+            0
+        },
         epoch_key: keys.epoch.as_deref(),
     };
     let mut tally = Tally::new(nodes.iter().map(|_| true), timing.quorum(nodes.len()));
@@ -177,6 +185,7 @@ pub(crate) async fn acquire<M: Master>(
                     valid_until,
                     holders,
                     token: tally.max_token,
+                    token_on_quorum: tally.at_max_token >= tally.quorum,
                 });
             }
             _ => LockError::ValidityExhausted {

@@ -403,6 +403,7 @@ proptest! {
         restarts in prop::collection::vec((0u64..4_000, 0usize..5), 0..6),
         hold_ms in prop::collection::vec(0u64..300, 8),
         ttl_ms in 150u64..500,
+        lead_ms in 0u64..3_000,
     ) {
         run_case(async {
             let spec: Vec<(Behaviour, bool)> = delays.iter().map(|(a, r, _)| (Behaviour {
@@ -413,12 +414,19 @@ proptest! {
             }, false)).collect();
             let (_nodes, fakes) = build(&spec, Duration::from_millis(100));
             let epoch_key = "quorumlock:\u{1f}epoch";
+            // Node clocks start near the client's wall clock, which proposes tokens a lead
+            // ahead of it; virtual time then runs the node clocks past the proposals within the
+            // case, so that both paths are taken: every master issuing the proposal (no
+            // write-back needed) and masters disagreeing (the write-back keeps them ordered).
+            let wall_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0));
+            let to_wall = Duration::from_micros(wall_us.saturating_sub(crate::fake_master::CLOCK_START_US));
             for (fake, (_, _, ahead_ms)) in fakes.iter().zip(&delays) {
                 fake.provision(epoch_key);
                 // Node clocks disagree by up to 100 ms (less than the quarantine, as the token
-                // construction assumes): tokens from different quorums stay
-                // ordered only thanks to the write-back.
-                fake.set_clock_ahead(Duration::from_millis(*ahead_ms));
+                // construction assumes).
+                fake.set_clock_ahead(to_wall + Duration::from_millis(*ahead_ms));
             }
             let keys = LockKeys {
                 lock: Arc::from(KEY),
@@ -431,6 +439,7 @@ proptest! {
             // The maximum TTL in use is `ttl`: a restarted node sits out that long plus drift.
             timing.quarantine = Some(ttl + drift(ttl, 0.01));
             timing.fence_retention = Duration::from_secs(3600);
+            timing.fence_lead = Duration::from_millis(lead_ms);
             let claims: Arc<Mutex<Vec<(Instant, Instant, u64)>>> = Arc::default();
             let stop = Instant::now() + Duration::from_secs(5);
             let mut tasks = Vec::new();
@@ -449,7 +458,12 @@ proptest! {
                             return Err("a fenced grant without a token".to_string());
                         };
                         let fence_key = keys.fence.as_deref().unwrap_or_default();
-                        let raised = round::raise_fence(&nodes, "r", fence_key, token, timing.fence_retention).await;
+                        // As the manager does: no write-back when a quorum issued the token.
+                        let raised = if grant.token_on_quorum {
+                            Ok(())
+                        } else {
+                            round::raise_fence(&nodes, "r", fence_key, token, timing.fence_retention).await
+                        };
                         let from = Instant::now();
                         if raised.is_ok() && from < grant.valid_until {
                             tokio::time::sleep(Duration::from_millis(hold_ms[turn % hold_ms.len()])).await;

@@ -5,6 +5,18 @@ use std::time::Duration;
 use crate::mutation::Mutation;
 use crate::timing::{drift, quorum};
 
+/// How far ahead of the client's wall clock (in microseconds, as a token) a fenced acquisition
+/// proposes its token. Each master issues `max(counter + 1, its own time, proposal)`; when the
+/// proposal is above both on every master of the quorum, they all issue the same token, which
+/// is then already stored on a quorum and needs no write-back round. One second covers clock
+/// differences between well-synchronised hosts and the request's trip; beyond it the masters
+/// disagree and the token is written back, as without a proposal.
+pub(crate) const FENCE_LEAD: Duration = Duration::from_secs(1);
+
+/// The largest proposal sent: 2^52, where Lua's doubles are still exact (the year 2112 in
+/// microseconds).
+const MAX_PROPOSAL: u64 = 1 << 52;
+
 /// The settings of one acquire or extend round.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RoundTiming {
@@ -14,6 +26,9 @@ pub(crate) struct RoundTiming {
     pub(crate) quarantine: Option<Duration>,
     /// How long an idle fence counter is kept.
     pub(crate) fence_retention: Duration,
+    /// How far ahead of the client's wall clock its proposed fencing token is (see
+    /// [`FENCE_LEAD`]).
+    pub(crate) fence_lead: Duration,
     /// A deliberately broken rule, for the jepsen-lite harness only.
     pub(crate) mutation: Option<Mutation>,
 }
@@ -26,8 +41,19 @@ impl RoundTiming {
             drift_factor,
             quarantine: None,
             fence_retention: Duration::from_secs(24 * 60 * 60),
+            fence_lead: FENCE_LEAD,
             mutation: None,
         }
+    }
+
+    /// The fencing token this round proposes: the wall clock in microseconds plus the lead.
+    pub(crate) fn fence_proposal(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        // Kept where the acquire script's Lua numbers (doubles) are exact, whatever the clock says.
+        u64::try_from((now + self.fence_lead).as_micros())
+            .map_or(MAX_PROPOSAL, |p| p.min(MAX_PROPOSAL))
     }
 
     /// The drift allowance of this round's TTL.

@@ -60,7 +60,8 @@ lua_script! {
     /// of a reentrant owner's live acquisitions; `ARGV[1]` value (the owner's identity when
     /// reentrant), `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for a fencing token, `ARGV[4]` `"1"` for
     /// the epoch check, `ARGV[5]` how long (ms) an idle fence counter is kept, `ARGV[6]` the
-    /// acquisition's id for a reentrant lock (empty otherwise).
+    /// acquisition's id for a reentrant lock (empty otherwise), `ARGV[7]` the token the client
+    /// proposes (`0` for none).
     ///
     /// Returns `{granted, token, epoch_age_ms}` (`epoch_age_ms` is -1 when not checked).
     ///
@@ -69,9 +70,11 @@ lua_script! {
     ///   says how long ago it may have forgotten the locks it granted.
     /// * Reentrant: the owner may acquire again while it holds the key; each acquisition is a
     ///   member of the hash, and the key lives as long as the longest TTL asked for.
-    /// * The token is `max(counter + 1, node time in µs)`: strictly above every token this node
-    ///   issued while it kept its counter, and, if the counter was lost (restart, expiry), still
-    ///   above earlier tokens as long as node clocks do not run backwards. The counter expires after
+    /// * The token is `max(counter + 1, node time in µs, proposal)`: strictly above every token
+    ///   this node issued while it kept its counter, and, if the counter was lost (restart,
+    ///   expiry), still above earlier tokens as long as node clocks do not run backwards. The
+    ///   client proposes a time a little ahead of every clock, so that usually every node of
+    ///   the quorum issues the same token and it needs no write-back. The counter expires after
     ///   `ARGV[5]` of disuse, so unused resources cost no memory.
     ///
     /// Lua numbers are doubles: microsecond timestamps (≈ 2^51) stay exact below 2^53.
@@ -111,7 +114,7 @@ end
 local token = 0
 if ARGV[3] == '1' then
     local current = tonumber(redis.call('get', KEYS[2]) or '0')
-    token = math.max(current + 1, now_us)
+    token = math.max(current + 1, now_us, tonumber(ARGV[7]))
     redis.call('set', KEYS[2], string.format('%d', token), 'px', ARGV[5])
 end
 return {1, token, epoch_age_ms}";

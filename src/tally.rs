@@ -40,6 +40,8 @@ pub(crate) struct Tally {
     pub(crate) failed: usize,
     /// The highest fencing token among the yes votes.
     pub(crate) max_token: Option<u64>,
+    /// How many yes votes came with exactly that token (it is stored on that many masters).
+    pub(crate) at_max_token: usize,
 }
 
 impl Tally {
@@ -57,6 +59,7 @@ impl Tally {
             no,
             failed: 0,
             max_token: None,
+            at_max_token: 0,
         }
     }
 
@@ -75,6 +78,12 @@ impl Tally {
         let vote = match result {
             Ok(true) => {
                 self.yes += 1;
+                match (token, self.max_token) {
+                    (Some(t), Some(max)) if t == max => self.at_max_token += 1,
+                    (Some(t), Some(max)) if t < max => {}
+                    (Some(_), _) => self.at_max_token = 1,
+                    (None, _) => {}
+                }
                 self.max_token = self.max_token.max(token);
                 Vote::Yes
             }
