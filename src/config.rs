@@ -207,8 +207,10 @@ impl RedlockBuilder {
 
     /// Whether every acquisition returns a fencing token ([`LockGuard::fence`]): a `u64`
     /// strictly greater than the token of every earlier grant of the same resource whose lease
-    /// has ended, as long as a majority of masters keeps its data. Costs one more round trip per
-    /// acquisition (the token is written back to a quorum). Can also be turned on per call with
+    /// has ended, as long as a majority of masters keeps its data. Usually no extra round trip:
+    /// masters whose clocks agree within a second all issue the token the client proposes;
+    /// otherwise the token is first written back to a quorum (one more round trip). Each
+    /// acquisition runs a script instead of a plain `SET`. Can also be turned on per call with
     /// [`Redlock::fenced`]. Defaults to `false`.
     ///
     /// [`LockGuard::fence`]: crate::LockGuard::fence

@@ -82,9 +82,12 @@
 //!   every grant carries a `u64` ([`LockGuard::fence`]) strictly greater than the token of every
 //!   earlier grant of the resource whose lease has ended, as long as a majority of masters keeps
 //!   its data. Each master keeps a counter per resource, bumped atomically with the `SET NX`
-//!   and floored by the master's clock in microseconds; the client takes the maximum over the
-//!   granting quorum and writes it back to a quorum before handing it out, so any later quorum
-//!   (which shares a master with this one) starts above it. Cost: one more round trip. If
+//!   and floored by the master's clock in microseconds and by a token the client proposes (its
+//!   wall clock plus one second). The token is the maximum over the granting quorum; it must
+//!   be stored on a quorum, so that any later quorum (which shares a master with this one)
+//!   starts above it. When a quorum issued that very token (clocks within the second's lead),
+//!   it already is, and the grant takes the one round; otherwise the client writes it back to
+//!   a quorum first, one more round trip. If
 //!   counters are lost (a restart without data, an expired counter), tokens stay monotonic as
 //!   long as master clocks never step backwards and disagree by less than the time between two
 //!   grants. The protected resource must reject any token lower than the highest it has seen.
@@ -100,7 +103,7 @@
 //!
 //! ## Runtime
 //!
-//! quorumlock runs on tokio (the `redis` crate's multiplexed connections and the timeouts need
+//! quorumlock runs on tokio (its pipelined connections and the timeouts need
 //! a runtime with IO and time enabled). Called outside a runtime, operations fail with
 //! [`NodeErrorKind::NoRuntime`] on every master instead of panicking.
 //!
