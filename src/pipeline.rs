@@ -45,6 +45,8 @@ const STEPS_PER_POLL: usize = 32;
 struct State {
     /// Requests queued but not yet handed to the socket.
     out: Vec<u8>,
+    /// How many of `waiting` are in `out`, not yet handed to the socket.
+    queued: usize,
     /// One slot per request written or queued, in order.
     waiting: VecDeque<oneshot::Sender<Reply>>,
     /// The connection task, when it waits for requests.
@@ -94,6 +96,7 @@ impl Pipeline {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 out: Vec::with_capacity(4096),
+                queued: 0,
                 waiting: VecDeque::new(),
                 driver: None,
                 broken: None,
@@ -156,6 +159,7 @@ impl Pipeline {
             }
             command.write(&mut state.out);
             state.waiting.push_back(reply);
+            state.queued += 1;
             // Woken once for however many requests arrive before it runs.
             state.driver.take()
         };
@@ -215,12 +219,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
             // Woken by the first request of a burst, the task would run right after its sender
             // and write requests one at a time: stepping back to the end of the run queue lets
             // every ready task add its request first (one write instead of many, for us and
-            // for the master), at the cost of one trip through the scheduler.
-            if !self.gathering {
+            // for the master), at the cost of one trip through the scheduler. Only when the
+            // connection is busy (replies outstanding): a lone request goes out at once.
+            let busy = state.waiting.len() > state.queued;
+            if busy && !self.gathering {
                 self.gathering = true;
                 return Ok(Step::Gather);
             }
             self.gathering = false;
+            state.queued = 0;
             std::mem::swap(&mut state.out, &mut self.write_buf);
         }
         match Pin::new(&mut self.stream).poll_write(cx, &self.write_buf[self.written..]) {
@@ -271,6 +278,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
             let mut state = self.shared.state();
             state.broken = Some(reason);
             state.out = Vec::new();
+            state.queued = 0;
             std::mem::take(&mut state.waiting)
         };
         // Dropped outside the lock: each closed sender wakes its receiver.
