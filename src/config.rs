@@ -23,7 +23,7 @@ pub const DEFAULT_RETRY_COUNT: u32 = 3;
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 /// Default [`RedlockBuilder::key_prefix`]: `"quorumlock:"`.
 pub const DEFAULT_KEY_PREFIX: &str = "quorumlock:";
-/// Default [`RedlockBuilder::max_unanswered`]: 512 abandoned requests per node.
+/// Default [`RedlockBuilder::max_unanswered`]: 512 abandoned requests per connection.
 pub const DEFAULT_MAX_UNANSWERED: usize = 512;
 /// Default [`RedlockBuilder::connections_per_node`]: 2.
 pub const DEFAULT_CONNECTIONS_PER_NODE: usize = 2;
@@ -186,10 +186,11 @@ impl RedlockBuilder {
         self
     }
 
-    /// How many requests to one master may be abandoned unanswered (timed out, or no longer
-    /// needed once the quorum was decided) before no more lock requests are queued behind them.
-    /// A paused master would otherwise collect requests that all run when it resumes. The node
-    /// is probed in the background and used again as soon as it answers. Defaults to 512.
+    /// How many requests on one connection to a master may be abandoned unanswered (timed out,
+    /// or no longer needed once the quorum was decided) before no more lock requests are queued
+    /// behind them. A paused master would otherwise collect requests that all run when it
+    /// resumes. The connection is probed in the background and used again as soon as it
+    /// answers. Defaults to 512.
     pub fn max_unanswered(mut self, max: usize) -> Self {
         self.max_unanswered = max;
         self
@@ -208,7 +209,7 @@ impl RedlockBuilder {
     /// Whether every acquisition returns a fencing token ([`LockGuard::fence`]): a `u64`
     /// strictly greater than the token of every earlier grant of the same resource whose lease
     /// has ended, as long as a majority of masters keeps its data. Usually no extra round trip:
-    /// masters whose clocks agree within a second all issue the token the client proposes;
+    /// masters whose clocks agree within half a second all issue the token the client proposes;
     /// otherwise the token is first written back to a quorum (one more round trip). Each
     /// acquisition runs a script instead of a plain `SET`. Can also be turned on per call with
     /// [`Redlock::fenced`]. Defaults to `false`.

@@ -10,6 +10,7 @@
 //! Plain TCP and Unix-socket masters get quorumlock's own [`Pipeline`]; `rediss://` (TLS)
 //! masters the `redis` crate's multiplexed connection, which gives the same ordering.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -93,11 +94,24 @@ struct State {
     next_generation: u64,
 }
 
-/// The connection slot of one master.
+/// What piles up behind one connection while its master does not answer on it (see the bound
+/// on unanswered requests in `node.rs`): counted per connection, since one connection can stall
+/// (a lost flow, a retransmission back-off) while another to the same master still answers.
+#[derive(Default)]
+pub(crate) struct Backlog {
+    /// Requests abandoned without their reply since the last reply on this connection.
+    pub(crate) unanswered: Arc<AtomicUsize>,
+    /// Whether a background probe waits for this connection to be answered.
+    pub(crate) probing: Arc<AtomicBool>,
+}
+
+/// One connection slot of a master.
 pub(crate) struct ConnectionSlot {
     client: redis::Client,
     connect_timeout: Duration,
     state: Mutex<State>,
+    /// What is unanswered on the current connection.
+    pub(crate) backlog: Backlog,
 }
 
 impl ConnectionSlot {
@@ -109,6 +123,7 @@ impl ConnectionSlot {
                 slot: Slot::Empty,
                 next_generation: 0,
             }),
+            backlog: Backlog::default(),
         }
     }
 
@@ -203,10 +218,17 @@ fn connect_error(error: &redis::RedisError, context: &str) -> NodeErrorKind {
     }
 }
 
-/// An error reply during set-up: refused credentials are [`NodeErrorKind::Auth`].
+/// An error reply during set-up: refused credentials are [`NodeErrorKind::Auth`] (they do not
+/// go away by retrying); anything else (`-ERR max number of clients reached`, a server still
+/// loading its data) is a connect error, which may.
 fn refused_or_connect(error: &str, context: &str) -> NodeErrorKind {
     let text = format!("{context}{error}");
-    if error.starts_with("NOAUTH") || error.starts_with("WRONGPASS") {
+    let refused = error.starts_with("NOAUTH")
+        || error.starts_with("WRONGPASS")
+        || error.contains("invalid password")
+        || error.contains("invalid username-password")
+        || error.contains("called without any password configured");
+    if refused {
         NodeErrorKind::Auth(text)
     } else {
         NodeErrorKind::Connect(text)
@@ -301,11 +323,7 @@ async fn connect(
         } else {
             &[b"AUTH", password.as_bytes()][..]
         };
-        // Any refusal of `AUTH` is about the credentials.
-        expect_ok(&conn, auth, "authenticating: ", |error, _| {
-            NodeErrorKind::Auth(error.into())
-        })
-        .await?;
+        expect_ok(&conn, auth, "authenticating: ", refused_or_connect).await?;
     }
     if settings.db() != 0 {
         let db = settings.db().to_string();

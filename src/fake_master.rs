@@ -60,6 +60,7 @@ enum OpKind {
         ttl: Duration,
         fence_key: Option<String>,
         fence_proposal: u64,
+        fence_cap: Duration,
         retention: Duration,
         epoch_key: Option<String>,
     },
@@ -307,6 +308,7 @@ fn settle(state: &mut Store, now: Instant) {
                 ttl,
                 fence_key,
                 fence_proposal,
+                fence_cap,
                 retention,
                 epoch_key,
             } => {
@@ -324,7 +326,9 @@ fn settle(state: &mut Store, now: Instant) {
                             .get(&fence_key)
                             .filter(|(_, expires)| *expires > op.at)
                             .map_or(0, |(c, _)| *c);
-                        let issued = (current + 1).max(now_us).max(fence_proposal);
+                        let cap = u64::try_from(fence_cap.as_micros()).unwrap_or(u64::MAX);
+                        let proposal = fence_proposal.min(now_us.saturating_add(cap));
+                        let issued = (current + 1).max(now_us).max(proposal);
                         state
                             .counters
                             .insert(fence_key, (issued, op.at + retention));
@@ -404,6 +408,7 @@ impl Master for FakeMaster {
                     ttl: request.ttl,
                     fence_key: request.fence_key.map(Into::into),
                     fence_proposal: request.fence_proposal,
+                    fence_cap: request.fence_cap,
                     retention: request.fence_retention,
                     epoch_key: request.epoch_key.map(Into::into),
                 },

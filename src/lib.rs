@@ -13,7 +13,7 @@
 //! * On failure, and when a `lock()` future is dropped mid-flight, every key the round may have
 //!   set is released with a compare-and-delete — **including** on masters that timed out: the
 //!   release travels on the same connection behind the late `SET`, so the master runs it after.
-//! * Lock values are 128 random bits from the OS CSPRNG, fresh for every attempt.
+//! * Lock values are a v4 UUID (122 random bits from the OS CSPRNG), fresh for every attempt.
 //! * Release and extend are atomic Lua scripts (compare-and-delete, compare-and-`PEXPIRE`);
 //!   an extension counts only if a quorum confirms it within the current validity.
 //! * One typed [`LockError`] tells contention, unreachable masters, exhausted validity, a lock
@@ -83,14 +83,15 @@
 //!   earlier grant of the resource whose lease has ended, as long as a majority of masters keeps
 //!   its data. Each master keeps a counter per resource, bumped atomically with the `SET NX`
 //!   and floored by the master's clock in microseconds and by a token the client proposes (its
-//!   wall clock plus one second). The token is the maximum over the granting quorum; it must
+//!   wall clock plus half a second, capped at the master's clock plus one second). The token is the maximum over the granting quorum; it must
 //!   be stored on a quorum, so that any later quorum (which shares a master with this one)
-//!   starts above it. When a quorum issued that very token (clocks within the second's lead),
+//!   starts above it. When a quorum issued that very token (clocks within half a second),
 //!   it already is, and the grant takes the one round; otherwise the client writes it back to
 //!   a quorum first, one more round trip. If
 //!   counters are lost (a restart without data, an expired counter), tokens stay monotonic as
-//!   long as master clocks never step backwards and disagree by less than the time between two
-//!   grants. The protected resource must reject any token lower than the highest it has seen.
+//!   long as master clocks never step backwards and two grants are further apart than the
+//!   masters' clock disagreement plus one second (a token may lead its master's clock by up to
+//!   the proposal cap). The protected resource must reject any token lower than the highest it has seen.
 //! * **Restart protection** ([`RedlockBuilder::restart_protection`] with
 //!   [`RedlockBuilder::max_ttl`]): client-enforced *delayed restarts*. Each master carries an
 //!   epoch marker, created by the acquire script (stamped with the master's clock) when it is

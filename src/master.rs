@@ -19,8 +19,11 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) fence_key: Option<&'a str>,
     /// How long an idle fence counter is kept.
     pub(crate) fence_retention: Duration,
-    /// The fencing token the client proposes (0 for none): a master issues at least this.
+    /// The fencing token the client proposes (0 for none): a master issues at least this, or
+    /// its own clock plus `fence_cap` if that is less.
     pub(crate) fence_proposal: u64,
+    /// How far ahead of a master's clock the proposal may run.
+    pub(crate) fence_cap: Duration,
     /// The epoch marker key, when restart protection is on.
     pub(crate) epoch_key: Option<&'a str>,
 }

@@ -4,13 +4,14 @@
 //! # Why a bound on unanswered requests
 //!
 //! Behind a paused master, every round would queue one more `SET` that runs when it resumes.
-//! Requests abandoned without a reply are counted; past
-//! [`max_unanswered`](crate::RedlockBuilder::max_unanswered) no new lock request is sent to
-//! that master until a background probe (`PING`, queued behind everything else) is answered.
+//! Requests abandoned without a reply are counted per connection; past
+//! [`max_unanswered`](crate::RedlockBuilder::max_unanswered) no new lock request is sent on
+//! that connection until a background probe (`PING`, queued behind everything else) is
+//! answered.
 //! Cleanups still go through: they are bounded by the acquisitions that were sent.
 
 use std::hash::Hasher;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,10 +59,6 @@ pub(crate) struct RedisNode {
     fence_retention: Duration,
     /// A key always goes through the same one (see [`Self::connection_for`]).
     connections: Box<[ConnectionSlot]>,
-    /// Requests abandoned without their reply since the last reply from this master.
-    unanswered: Arc<AtomicUsize>,
-    /// Whether a background probe is waiting for this master to answer.
-    probing: Arc<AtomicBool>,
     /// A deliberately broken release or extend, for the jepsen-lite harness only.
     mutation: Option<Mutation>,
     /// Requests that failed, for [`Redlock::stats`](crate::Redlock::stats).
@@ -80,8 +77,6 @@ impl RedisNode {
             connect_timeout: config.connect_timeout,
             fence_retention: config.fence_retention,
             connections,
-            unanswered: Arc::new(AtomicUsize::new(0)),
-            probing: Arc::new(AtomicBool::new(false)),
             mutation: config.mutation,
             errors: AtomicU64::new(0),
         }
@@ -138,23 +133,37 @@ impl RedisNode {
             return Err(NodeErrorKind::NoRuntime);
         }
         let deadline = tokio::time::Instant::now() + self.node_timeout;
+        let slot = self.connection_for(request.key());
         if !cleanup {
-            let unanswered = self.unanswered.load(Ordering::Relaxed);
+            let unanswered = slot.backlog.unanswered.load(Ordering::Relaxed);
             if unanswered >= self.max_unanswered {
-                self.start_probe();
+                self.start_probe(slot);
                 return Err(NodeErrorKind::Backlogged { unanswered });
             }
         }
-        let slot = self.connection_for(request.key());
         let mut retried = false;
         loop {
-            let (generation, conn) = tokio::time::timeout_at(deadline, slot.get())
+            let connected = tokio::time::timeout_at(deadline, slot.get())
                 .await
-                .map_err(|_| {
-                    NodeErrorKind::Connect(format!("not connected within {:?}", self.node_timeout))
-                })??;
+                .unwrap_or_else(|_| {
+                    Err(NodeErrorKind::Connect(format!(
+                        "not connected within {:?}",
+                        self.node_timeout
+                    )))
+                });
+            let (generation, conn) = match connected {
+                Ok(connection) => connection,
+                // The first attempt was written before its connection broke, so it may have
+                // taken effect: reconnecting failing does not make it "never sent".
+                Err(NodeErrorKind::Connect(text)) if retried => {
+                    return Err(NodeErrorKind::ConnectionLost(format!(
+                        "connection broke, and reconnecting failed: {text}"
+                    )))
+                }
+                Err(error) => return Err(error),
+            };
             // Counts this request as abandoned unless it gets its reply (timeout or drop).
-            let pending = Unanswered::new(&self.unanswered);
+            let pending = Unanswered::new(&slot.backlog.unanswered);
             let reply = tokio::time::timeout_at(deadline, async {
                 match request {
                     Request::Command(args) => conn.query(Command(&[args])).await,
@@ -196,7 +205,7 @@ impl RedisNode {
             let discarded = slot.discard(generation);
             if discarded {
                 tracing::debug!(node = %self.address.display, generation, error = %kind, "connection broken, discarding");
-                self.unanswered.store(0, Ordering::Relaxed);
+                slot.backlog.unanswered.store(0, Ordering::Relaxed);
             }
             // A connection found dead (the master restarted, the peer closed it) is replaced
             // once, within the same deadline: the master is up, and the dead socket can deliver
@@ -233,29 +242,27 @@ impl RedisNode {
         set_reply(reply).map(|_| ())
     }
 
-    /// Starts one background `PING` per open connection that waits, without a timeout, for the
-    /// master to answer everything queued before it; then the master is used again.
-    fn start_probe(&self) {
-        if self.probing.swap(true, Ordering::AcqRel) {
+    /// Starts one background `PING` on `slot`'s connection that waits, without a timeout, for
+    /// the master to answer everything queued on it before; then the connection is used again.
+    fn start_probe(&self, slot: &ConnectionSlot) {
+        let backlog = &slot.backlog;
+        if backlog.probing.swap(true, Ordering::AcqRel) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.probing.store(false, Ordering::Release);
+            backlog.probing.store(false, Ordering::Release);
             return;
         };
-        let conns: Vec<_> = self
-            .connections
-            .iter()
-            .filter_map(|c| c.current())
-            .collect();
-        let unanswered = Arc::clone(&self.unanswered);
-        let probing = Arc::clone(&self.probing);
+        let conn = slot.current();
+        let unanswered = Arc::clone(&backlog.unanswered);
+        let probing = Arc::clone(&backlog.probing);
         let node = self.address.display.clone();
         tracing::warn!(%node, "node stopped answering; holding back requests until it does");
         runtime.spawn(async move {
-            // Any outcome (a reply or a broken connection) means nothing is queued anymore.
-            futures::future::join_all(conns.iter().map(|conn| conn.query(Command(&[&[b"PING"]]))))
-                .await;
+            if let Some(conn) = conn {
+                // Any outcome (a reply or a broken connection) means nothing is queued anymore.
+                let _ = conn.query(Command(&[&[b"PING"]])).await;
+            }
             tracing::info!(%node, "node answers again");
             unanswered.store(0, Ordering::Relaxed);
             probing.store(false, Ordering::Release);
@@ -289,7 +296,7 @@ impl<'a> Unanswered<'a> {
     fn answered(mut self) {
         self.answered = true;
         // Replies come in order, so a reply means every earlier request on its connection was
-        // answered too (and a master's connections stall and resume together).
+        // answered too.
         self.counter.store(0, Ordering::Relaxed);
     }
 }
@@ -338,6 +345,8 @@ impl Master for RedisNode {
             let ttl = Decimal::new(millis(request.ttl));
             let retention = Decimal::new(millis(request.fence_retention.max(request.ttl)));
             let proposal = Decimal::new(request.fence_proposal);
+            let cap =
+                Decimal::new(u64::try_from(request.fence_cap.as_micros()).unwrap_or(u64::MAX));
             let fencing = if request.fence_key.is_some() {
                 "1"
             } else {
@@ -357,7 +366,7 @@ impl Master for RedisNode {
                 reentry.map_or(request.key, |r| &r.holds_key),
             ]
             .map(str::as_bytes);
-            let args: [&[u8]; 7] = [
+            let args: [&[u8]; 8] = [
                 request.claim.value.as_str().as_bytes(),
                 ttl.as_bytes(),
                 fencing.as_bytes(),
@@ -365,6 +374,7 @@ impl Master for RedisNode {
                 retention.as_bytes(),
                 reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
                 proposal.as_bytes(),
+                cap.as_bytes(),
             ];
             let script = Request::Script {
                 script: &scripts::ACQUIRE,

@@ -7,7 +7,7 @@ use crate::value::LockValue;
 /// The identity of a reentrant lock's owner (see [`Redlock::reentrant`](crate::Redlock::reentrant)).
 ///
 /// Async tasks move between threads, so ownership cannot be the thread: it is this explicit
-/// identity, 128 random bits from the OS CSPRNG, which the owner passes to every nested
+/// identity, a v4 UUID (122 random bits from the OS CSPRNG), which the owner passes to every nested
 /// acquisition (clone it freely). Two owners are never equal unless one is a clone of the
 /// other. Its `Debug` form hides the identity, which acts as a credential.
 #[derive(Clone, PartialEq, Eq)]

@@ -38,6 +38,9 @@ use crate::resp::{parse, Command, Reply};
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
+/// The most bytes of one incomplete reply kept: lock replies are a few bytes, so anything
+/// larger is not a lock reply (and must not make the client hold unbounded memory).
+const MAX_PENDING_REPLY: usize = 1024 * 1024;
 /// Read-or-write steps before the connection task yields to others.
 const STEPS_PER_POLL: usize = 32;
 
@@ -268,21 +271,46 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
             let used = deliver(&self.shared, &self.read_buf, &mut self.batch)?;
             self.read_buf.drain(..used);
         }
+        if self.read_buf.len() > MAX_PENDING_REPLY {
+            return Err(NodeErrorKind::UnexpectedReply(format!(
+                "a reply of over {MAX_PENDING_REPLY} bytes (lock replies are tiny)"
+            )));
+        }
         Ok(Step::Progress)
     }
 
     /// Marks the connection broken and fails everything queued on it.
     fn fail(&mut self, reason: NodeErrorKind) {
-        tracing::debug!(%reason, "connection broken");
-        let waiting = {
-            let mut state = self.shared.state();
+        fail(&self.shared, reason);
+    }
+}
+
+/// Marks the connection broken (unless it already is) and fails everything queued on it.
+fn fail(shared: &Shared, reason: NodeErrorKind) {
+    let waiting = {
+        let mut state = shared.state();
+        if state.broken.is_none() {
+            tracing::debug!(%reason, "connection broken");
             state.broken = Some(reason);
-            state.out = Vec::new();
-            state.queued = 0;
-            std::mem::take(&mut state.waiting)
-        };
-        // Dropped outside the lock: each closed sender wakes its receiver.
-        drop(waiting);
+        }
+        state.out = Vec::new();
+        state.queued = 0;
+        std::mem::take(&mut state.waiting)
+    };
+    // Dropped outside the lock: each closed sender wakes its receiver.
+    drop(waiting);
+}
+
+/// However the connection's task ends (the connection broke, the `Pipeline` was dropped and
+/// everything was delivered, or the runtime shut down under it), nothing may be queued on it
+/// any more: requests would wait for a task that is gone, and the connection would never be
+/// replaced.
+impl<S> Drop for Driver<S> {
+    fn drop(&mut self) {
+        fail(
+            &self.shared,
+            NodeErrorKind::ConnectionLost("the connection's task ended".into()),
+        );
     }
 }
 
@@ -308,7 +336,10 @@ fn deliver(shared: &Shared, bytes: &[u8], batch: &mut Batch) -> Result<usize, No
     }
     {
         let mut state = shared.state();
-        if state.waiting.len() < batch.replies.len() {
+        // Only requests already written can be answered: a reply ahead of them (say, an error
+        // the server sends on accepting the connection) must not be paired with a later one.
+        let written = state.waiting.len().saturating_sub(state.queued);
+        if written < batch.replies.len() {
             batch.replies.clear();
             return Err(NodeErrorKind::UnexpectedReply(
                 "a reply arrived for no request".into(),
@@ -380,3 +411,6 @@ impl<S> Driver<S> {
 fn lost(reason: String) -> NodeErrorKind {
     NodeErrorKind::ConnectionLost(reason)
 }
+
+#[cfg(test)]
+mod tests;

@@ -130,6 +130,7 @@ pub(crate) async fn acquire<M: Master>(
         } else {
             0
         },
+        fence_cap: timing.fence_cap(),
         epoch_key: keys.epoch.as_deref(),
     };
     let mut tally = Tally::new(nodes.iter().map(|_| true), timing.quorum(nodes.len()));

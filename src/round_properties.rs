@@ -397,7 +397,7 @@ proptest! {
     /// fencing token is strictly greater than the token of every earlier claim.
     #[test]
     fn fenced_claims_are_exclusive_and_tokens_increase_across_restarts(
-        delays in prop::collection::vec((1u64..30, 0u64..30, 0u64..100), 3..=5),
+        delays in prop::collection::vec((1u64..30, 0u64..30, 0u64..200), 3..=5),
         jitter_ms in 0u64..20,
         clients in 2usize..4,
         restarts in prop::collection::vec((0u64..4_000, 0usize..5), 0..6),
@@ -424,8 +424,8 @@ proptest! {
             let to_wall = Duration::from_micros(wall_us.saturating_sub(crate::fake_master::CLOCK_START_US));
             for (fake, (_, _, ahead_ms)) in fakes.iter().zip(&delays) {
                 fake.provision(epoch_key);
-                // Node clocks disagree by up to 100 ms (less than the quarantine, as the token
-                // construction assumes).
+                // Node clocks disagree by less than the quarantine minus the proposal cap (half
+                // the quarantine), as the token construction assumes.
                 fake.set_clock_ahead(to_wall + Duration::from_millis(*ahead_ms));
             }
             let keys = LockKeys {
@@ -436,8 +436,10 @@ proptest! {
             };
             let ttl = Duration::from_millis(ttl_ms);
             let mut timing = RoundTiming::new(ttl, 0.01);
-            // The maximum TTL in use is `ttl`: a restarted node sits out that long plus drift.
-            timing.quarantine = Some(ttl + drift(ttl, 0.01));
+            // The maximum TTL in use is `ttl`: a restarted node sits out that long plus drift, and
+            // (as with a larger maximum TTL) 300 ms more, so that node clocks may disagree by up
+            // to 200 ms: the half of the quarantine the proposal cap leaves.
+            timing.quarantine = Some(ttl + drift(ttl, 0.01) + Duration::from_millis(300));
             timing.fence_retention = Duration::from_secs(3600);
             timing.fence_lead = Duration::from_millis(lead_ms);
             let claims: Arc<Mutex<Vec<(Instant, Instant, u64)>>> = Arc::default();

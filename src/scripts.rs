@@ -61,7 +61,8 @@ lua_script! {
     /// reentrant), `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for a fencing token, `ARGV[4]` `"1"` for
     /// the epoch check, `ARGV[5]` how long (ms) an idle fence counter is kept, `ARGV[6]` the
     /// acquisition's id for a reentrant lock (empty otherwise), `ARGV[7]` the token the client
-    /// proposes (`0` for none).
+    /// proposes (`0` for none), `ARGV[8]` how far (µs) a proposal may run ahead of this node's
+    /// clock.
     ///
     /// Returns `{granted, token, epoch_age_ms}` (`epoch_age_ms` is -1 when not checked).
     ///
@@ -74,8 +75,10 @@ lua_script! {
     ///   this node issued while it kept its counter, and, if the counter was lost (restart,
     ///   expiry), still above earlier tokens as long as node clocks do not run backwards. The
     ///   client proposes a time a little ahead of every clock, so that usually every node of
-    ///   the quorum issues the same token and it needs no write-back. The counter expires after
-    ///   `ARGV[5]` of disuse, so unused resources cost no memory.
+    ///   the quorum issues the same token and it needs no write-back. The proposal is capped at
+    ///   `ARGV[8]` ahead of the node's clock: a client whose clock runs far ahead cannot push
+    ///   tokens beyond what the node clocks catch up with. The counter expires after `ARGV[5]`
+    ///   of disuse, so unused resources cost no memory.
     ///
     /// Lua numbers are doubles: microsecond timestamps (≈ 2^51) stay exact below 2^53.
     ACQUIRE = r"local t = redis.call('time')
@@ -114,7 +117,8 @@ end
 local token = 0
 if ARGV[3] == '1' then
     local current = tonumber(redis.call('get', KEYS[2]) or '0')
-    token = math.max(current + 1, now_us, tonumber(ARGV[7]))
+    local proposal = math.min(tonumber(ARGV[7]), now_us + tonumber(ARGV[8]))
+    token = math.max(current + 1, now_us, proposal)
     redis.call('set', KEYS[2], string.format('%d', token), 'px', ARGV[5])
 end
 return {1, token, epoch_age_ms}";

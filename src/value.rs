@@ -4,11 +4,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rand::RngExt;
-
-/// 128 random bits from `rand`'s thread-local CSPRNG (ChaCha, seeded and periodically reseeded
-/// from the operating system; a system call per lock would cost more than the rest of the
-/// client's work), as 32 hex characters.
+/// A v4 UUID (122 random bits from the operating system's CSPRNG), as 32 hex characters.
+/// Straight from the OS, not a user-space generator: a process that forks cannot hand its
+/// child the same stream of values.
 ///
 /// Never guessable, never reused: each acquisition attempt draws a fresh one, so the cleanup of
 /// one attempt can never delete the key of a later attempt by the same client. Its `Debug` form
@@ -18,15 +16,10 @@ pub(crate) struct LockValue(Arc<str>);
 
 impl LockValue {
     pub(crate) fn random() -> Self {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let bits = rand::rng().random::<u128>();
-        let mut text = [0u8; 32];
-        for (i, digit) in text.iter_mut().enumerate() {
-            // Four bits per digit, most significant first: the index is below 16.
-            *digit = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
-        }
-        // Only ASCII hex digits were written.
-        Self(Arc::from(std::str::from_utf8(&text).unwrap_or_default()))
+        let mut text = [0u8; uuid::fmt::Simple::LENGTH];
+        Self(Arc::from(
+            &*uuid::Uuid::new_v4().simple().encode_lower(&mut text),
+        ))
     }
 
     pub(crate) fn as_str(&self) -> &str {
@@ -86,9 +79,10 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.as_str().len(), 32);
         assert!(a.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
-        // All 32 digits carry randomness: over many values every position takes many digits.
+        // Every digit but the UUID's version (12) and variant (16) is random: over many values
+        // each such position takes many digits.
         let values: Vec<LockValue> = (0..200).map(|_| LockValue::random()).collect();
-        for i in 0..32 {
+        for i in (0..32).filter(|i| ![12, 16].contains(i)) {
             let digits: std::collections::HashSet<u8> =
                 values.iter().map(|v| v.as_str().as_bytes()[i]).collect();
             assert!(digits.len() > 8, "position {i}: {digits:?}");

@@ -100,3 +100,37 @@ async fn connections_per_node_out_of_range_is_a_config_error() {
         );
     }
 }
+
+/// A manager whose connections were opened on a runtime that has since shut down (their tasks
+/// are gone) opens fresh ones on the runtime it is used from, instead of waiting on dead
+/// connections.
+#[test]
+fn connections_of_a_runtime_that_shut_down_are_replaced() {
+    let cluster = cluster(3);
+    let locks = builder(&cluster.urls()).build().expect("build manager");
+    let runtime = |what: &str| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{what} runtime: {e}"))
+    };
+    let first = runtime("first");
+    first.block_on(async {
+        locks.connect().await.expect("connect");
+        let guard = locks
+            .try_lock("across-runtimes", Duration::from_secs(10))
+            .await
+            .expect("lock on the first runtime");
+        guard.release().await.expect("release");
+    });
+    drop(first);
+    runtime("second").block_on(async {
+        let guard = locks
+            .try_lock("across-runtimes", Duration::from_secs(10))
+            .await
+            .expect("lock on the second runtime");
+        guard.release().await.expect("release");
+        wait_until("no key is left", PATIENCE, || total_keys(&cluster) == 0).await;
+    });
+}

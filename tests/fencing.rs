@@ -503,11 +503,15 @@ async fn a_write_back_that_misses_a_quorum_is_fence_unconfirmed() {
     let before = token(&guard);
     guard.release().await.expect("release");
 
-    // Masters that all issue the proposed token need no write-back: make a cut master issue
-    // a higher one, so that the token must be written back (and is cut).
-    cluster[0]
-        .command(&["SET", &fence_key(RESOURCE), &AHEAD_OF_CLOCKS.to_string()])
-        .expect("SET the counter of master 0");
+    // Masters that all issue the proposed token need no write-back: give each master its own
+    // counter ahead of the clocks, so that no two issue the same token and the token must be
+    // written back (and is cut).
+    for (i, master) in cluster.iter().enumerate() {
+        let counter = AHEAD_OF_CLOCKS + 10 * i as u64;
+        master
+            .command(&["SET", &fence_key(RESOURCE), &counter.to_string()])
+            .expect("SET a fence counter");
+    }
     armed.store(true, Ordering::SeqCst);
     let start = Instant::now();
     let error = loop {
