@@ -1,5 +1,6 @@
-//! The one connection to a master: opened lazily in the background, kept across timeouts,
-//! replaced only when broken.
+//! One connection slot of a master (a master has `connections_per_node` of them): the
+//! connection is opened lazily in the background, kept across timeouts, replaced only when
+//! broken.
 //!
 //! Why it is kept across timeouts: replies are paired with requests strictly in order, and an
 //! abandoned request keeps its place (its reply is read and discarded). So a cleanup sent

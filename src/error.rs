@@ -81,7 +81,7 @@ pub enum NodeErrorKind {
     #[error("unexpected reply: {0}")]
     UnexpectedReply(String),
     /// The call was made outside a tokio runtime (with IO and time enabled), which the
-    /// `redis` crate and the timeouts need.
+    /// connections and the timeouts need.
     #[error("no tokio runtime: quorumlock must be used inside one")]
     NoRuntime,
     /// Restart protection: the master's epoch marker is younger than the maximum TTL, so it may

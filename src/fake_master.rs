@@ -2,7 +2,7 @@
 //! round.
 //!
 //! A [`FakeMaster`] is one client's connection to a fake node: requests on it are applied
-//! strictly in order, like a Redis master behind one multiplexed connection. A request is
+//! strictly in order, like a Redis master behind one pipelined connection. A request is
 //! applied `apply_after` (plus a random jitter) after it is sent, or after the previous request
 //! on the same connection, whichever is later, and answered `reply_after` later. Connections of
 //! different clients ([`FakeMaster::connect`]) share the node's keys and interleave freely. A reply later than the node timeout

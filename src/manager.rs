@@ -28,7 +28,8 @@ pub(crate) struct Shared {
 /// A Redlock manager over N independent Redis masters.
 ///
 /// Cheap to clone (an `Arc` inside) and safe to share between tasks: every clone uses the same
-/// connections, one multiplexed connection per master, opened lazily.
+/// connections: a few pipelined connections per master
+/// ([`RedlockBuilder::connections_per_node`]), opened lazily or by [`Redlock::connect`].
 ///
 /// With a single master (N = 1) this is the single-instance Redis lock, through the same code.
 ///
