@@ -116,6 +116,7 @@ impl Pipeline {
             batch: Batch::default(),
             grace: None,
             gathering: false,
+            flush_owed: false,
         });
         Self { shared }
     }
@@ -188,6 +189,8 @@ struct Driver<S> {
     grace: Option<Pin<Box<Sleep>>>,
     /// Whether the task has stepped back once to let more requests join the next write.
     gathering: bool,
+    /// Whether everything was written but not yet flushed.
+    flush_owed: bool,
 }
 
 /// What one step of the connection's task found.
@@ -204,6 +207,13 @@ enum Step {
 impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
     /// Writes queued requests; `Idle` when the socket is full or nothing is queued.
     fn poll_write_step(&mut self, cx: &mut Context<'_>) -> Result<Step, NodeErrorKind> {
+        if self.flush_owed {
+            match Pin::new(&mut self.stream).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.flush_owed = false,
+                Poll::Ready(Err(e)) => return Err(lost(format!("flush failed: {e}"))),
+                Poll::Pending => return Ok(Step::Idle),
+            }
+        }
         if self.written == self.write_buf.len() {
             self.write_buf.clear();
             self.written = 0;
@@ -237,12 +247,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
             Poll::Ready(Ok(0)) => Err(lost("the socket accepted no bytes".into())),
             Poll::Ready(Ok(n)) => {
                 self.written += n;
-                if self.written == self.write_buf.len() {
-                    // A plain socket has nothing to flush; a TLS stream may.
-                    if let Poll::Ready(Err(e)) = Pin::new(&mut self.stream).poll_flush(cx) {
-                        return Err(lost(format!("write failed: {e}")));
-                    }
-                }
+                // A plain socket has nothing to flush; a buffering stream may.
+                self.flush_owed = self.written == self.write_buf.len();
                 Ok(Step::Progress)
             }
             Poll::Ready(Err(e)) => Err(lost(format!("write failed: {e}"))),
@@ -336,8 +342,10 @@ fn deliver(shared: &Shared, bytes: &[u8], batch: &mut Batch) -> Result<usize, No
     }
     {
         let mut state = shared.state();
-        // Only requests already written can be answered: a reply ahead of them (say, an error
-        // the server sends on accepting the connection) must not be paired with a later one.
+        // Only requests already written can be answered: more replies than that (say, an error
+        // the server sent on accepting the connection) break the connection instead of being
+        // paired with a request not yet sent. (A reply that arrives ahead of a request already
+        // written cannot be told apart from that request's own.)
         let written = state.waiting.len().saturating_sub(state.queued);
         if written < batch.replies.len() {
             batch.replies.clear();

@@ -222,6 +222,22 @@ async fn closed_connection_fails_waiting_and_later_requests() {
     assert_eq!(later.err(), a.err());
 }
 
+/// A master that closes an idle connection makes the next request fail at once with
+/// `ConnectionLost`, rather than queue it on a connection that is gone.
+#[tokio::test(start_paused = true)]
+async fn closed_idle_connection_fails_the_next_request() {
+    let (pipeline, redis) = connect(ROOM);
+    drop(redis);
+    // On the paused clock, time only moves once every task is idle: the pipeline's task has
+    // seen the close by then.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let next = pipeline.send(Command(&[&[b"ECHO", b"a"]]));
+    assert!(
+        matches!(next, Err(NodeErrorKind::ConnectionLost(_))),
+        "{next:?}"
+    );
+}
+
 /// A peer that does not speak RESP fails every waiting request with `UnexpectedReply`, the
 /// pipeline closes the connection, and later requests fail at once.
 #[tokio::test]
@@ -303,7 +319,6 @@ async fn error_reply_is_delivered_and_the_connection_stays_usable() {
 /// On a stream that buffers writes until flushed (as a TLS stream does), every request still
 /// reaches the master.
 #[tokio::test(start_paused = true)]
-#[ignore = "bug in pipeline.rs: a flush that returns Pending is never polled again"]
 async fn buffered_stream_is_flushed_until_done() {
     // One byte of room: the buffering stream's flush can move one byte, then must wait.
     let (client, server) = tokio::io::duplex(1);
