@@ -118,6 +118,17 @@ struct Target {
     pass: Option<bool>,
 }
 
+impl Target {
+    /// A ratio target: met when `ok` holds for the measured ratio; only reported without `ok`.
+    fn ratio(name: &str, value: Option<f64>, ok: Option<&dyn Fn(f64) -> bool>) -> Self {
+        Self {
+            name: name.to_owned(),
+            measured: value.map_or("not measured".to_owned(), |v| format!("{v:.2}x")),
+            pass: value.and_then(|v| ok.map(|ok| ok(v))),
+        }
+    }
+}
+
 /// The targets section: ratios from this run against each target of the issue.
 pub(crate) fn targets(r: &Results) -> String {
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -125,35 +136,28 @@ pub(crate) fn targets(r: &Results) -> String {
         _ => None,
     };
     let mut t = Vec::new();
-    let mut ratio_target = |name: &str, value: Option<f64>, ok: &dyn Fn(f64) -> bool| {
-        t.push(Target {
-            name: name.to_owned(),
-            measured: value.map_or("not measured".to_owned(), |v| format!("{v:.2}x")),
-            pass: value.map(ok),
-        });
-    };
     let tput = |who: &str, n: usize| r.get("throughput", who, n, 64, "cycles_per_s");
-    ratio_target(
+    t.push(Target::ratio(
         "N=5, 64 tasks: cycles/s vs rslock >= 1.5x",
         ratio(tput("quorumlock", 5), tput("rslock", 5)),
-        &|v| v >= 1.5,
-    );
-    ratio_target(
+        Some(&|v| v >= 1.5),
+    ));
+    t.push(Target::ratio(
         "N=5, 64 tasks: cycles/s vs minimal >= 1.0x",
         ratio(tput("quorumlock", 5), tput("minimal", 5)),
-        &|v| v >= 1.0,
-    );
+        Some(&|v| v >= 1.0),
+    ));
     let p50 = |who: &str, n: usize| r.get("latency", who, n, 1, "cycle_p50_ms");
-    ratio_target(
+    t.push(Target::ratio(
         "N=5: lock+release p50 vs rslock <= 0.75x",
         ratio(p50("quorumlock", 5), p50("rslock", 5)),
-        &|v| v <= 0.75,
-    );
-    ratio_target(
+        Some(&|v| v <= 0.75),
+    ));
+    t.push(Target::ratio(
         "N=1, 64 tasks: cycles/s vs rslock >= 1.5x",
         ratio(tput("quorumlock", 1), tput("rslock", 1)),
-        &|v| v >= 1.5,
-    );
+        Some(&|v| v >= 1.5),
+    ));
     let paused = r.get("faults", "quorumlock", 5, 1, "paused_acquire_p99_ms");
     t.push(Target {
         name: "one of five paused: try_lock p99 < 5 ms".to_owned(),
@@ -164,41 +168,27 @@ pub(crate) fn targets(r: &Results) -> String {
         r.get("faults", "quorumlock", 5, 1, "slowed_acquire_p50_ms"),
         r.get("faults", "quorumlock", 5, 1, "healthy_proxy_acquire_p50_ms"),
     );
-    let mut ratio_target = |name: &str, value: Option<f64>, ok: &dyn Fn(f64) -> bool| {
-        t.push(Target {
-            name: name.to_owned(),
-            measured: value.map_or("not measured".to_owned(), |v| format!("{v:.2}x")),
-            pass: value.map(ok),
-        });
-    };
-    ratio_target(
+    t.push(Target::ratio(
         "two of five +20 ms: acquire p50 vs healthy (same proxy) <= 2x",
         slowed,
-        &|v| v <= 2.0,
-    );
+        Some(&|v| v <= 2.0),
+    ));
     let opt = |who: &str, metric: &str| r.get("options", who, 5, 1, metric);
     let fenced_cycle = ratio(opt("fencing", "cycle_p50_ms"), opt("plain", "cycle_p50_ms"));
-    t.push(Target {
-        name: "fencing: lock+release p50 vs plain (reported, no bar)".to_owned(),
-        measured: fenced_cycle.map_or("not measured".to_owned(), |v| format!("{v:.2}x")),
-        pass: None,
-    });
-    let mut ratio_target = |name: &str, value: Option<f64>, ok: &dyn Fn(f64) -> bool| {
-        t.push(Target {
-            name: name.to_owned(),
-            measured: value.map_or("not measured".to_owned(), |v| format!("{v:.2}x")),
-            pass: value.map(ok),
-        });
-    };
+    t.push(Target::ratio(
+        "fencing: lock+release p50 vs plain (reported, no bar)",
+        fenced_cycle,
+        None,
+    ));
     // One extra round trip at most: the fenced acquire costs at most one more plain acquire.
-    ratio_target(
+    t.push(Target::ratio(
         "fencing: acquire p50 vs plain <= 2x (at most one extra round trip)",
         ratio(
             opt("fencing", "acquire_p50_ms"),
             opt("plain", "acquire_p50_ms"),
         ),
-        &|v| v <= 2.0,
-    );
+        Some(&|v| v <= 2.0),
+    ));
     let growth = r.get("memory", "quorumlock", 5, 64, "rss_growth_kib");
     let cycles = r.get("memory", "quorumlock", 5, 64, "cycles");
     t.push(Target {

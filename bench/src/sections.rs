@@ -306,7 +306,13 @@ pub(crate) async fn throughput_run(
     out
 }
 
-/// Cycles per second with 1, 16, 64, 256 tasks, N = 1 and 5.
+/// Twenty lock cycles on `l` under keys starting with `prefix`, so that a measurement does not
+/// start with connecting.
+async fn warm_up(l: &Arc<Locker>, prefix: &str, plan: &Plan) {
+    let _ = interleaved_latency(std::slice::from_ref(l), 20, prefix, plan.op_timeout).await;
+}
+
+/// Cycles per second with 1, 16, 64, 256 tasks (or `--tasks`), N = 1 and 5 (or `--nodes`).
 pub(crate) async fn throughput(cluster: &RedisCluster, plan: &Plan, r: &mut Results) {
     println!(
         "\n== throughput: lock+release cycles/s, distinct keys (one per task), {:?} per implementation in four interleaved slices",
@@ -322,14 +328,7 @@ pub(crate) async fn throughput(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
             continue;
         };
         for l in &lockers {
-            // Warm up the connections.
-            let _ = interleaved_latency(
-                std::slice::from_ref(l),
-                20,
-                &format!("tpw:{n}"),
-                plan.op_timeout,
-            )
-            .await;
+            warm_up(l, &format!("tpw:{n}"), plan).await;
         }
         for &tasks in &plan.throughput_tasks {
             // The implementations take turns, four slices each, so that load from outside the
@@ -412,13 +411,7 @@ pub(crate) async fn contention(cluster: &RedisCluster, plan: &Plan, r: &mut Resu
             continue;
         };
         for l in &lockers {
-            let _ = interleaved_latency(
-                std::slice::from_ref(l),
-                20,
-                &format!("cw:{n}"),
-                plan.op_timeout,
-            )
-            .await;
+            warm_up(l, &format!("cw:{n}"), plan).await;
             let started = Instant::now();
             let deadline = started + plan.duration;
             let key = format!("cont:{n}:{}", l.name);

@@ -155,6 +155,15 @@ enum Rule {
 
 /// The share of packets a loss rule drops.
 const LOSS_PROBABILITY: &str = "0.2";
+/// The iptables match that picks a random `LOSS_PROBABILITY` share of packets.
+const RANDOM_SHARE: [&str; 6] = [
+    "-m",
+    "statistic",
+    "--mode",
+    "random",
+    "--probability",
+    LOSS_PROBABILITY,
+];
 
 impl Rule {
     fn args(self) -> Vec<String> {
@@ -169,18 +178,7 @@ impl Rule {
         };
         a.extend([dir.to_string(), port.to_string()]);
         if lossy {
-            a.extend(
-                [
-                    "-m",
-                    "statistic",
-                    "--mode",
-                    "random",
-                    "--probability",
-                    LOSS_PROBABILITY,
-                ]
-                .iter()
-                .map(ToString::to_string),
-            );
+            a.extend(RANDOM_SHARE.iter().map(ToString::to_string));
         }
         a.extend(["-j".to_string(), "DROP".to_string()]);
         a
@@ -209,14 +207,7 @@ fn iptables_statistic_available() -> bool {
     let probe = |op: &str| {
         std::process::Command::new("iptables")
             .args([op, "INPUT", "-i", "lo", "-p", "tcp", "--dport", "9"])
-            .args([
-                "-m",
-                "statistic",
-                "--mode",
-                "random",
-                "--probability",
-                LOSS_PROBABILITY,
-            ])
+            .args(RANDOM_SHARE)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
