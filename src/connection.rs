@@ -209,13 +209,13 @@ impl ConnectionSlot {
 /// A failure to set up a connection: refused credentials apart (they do not go away by retrying),
 /// everything else a connect error.
 fn connect_error(error: &redis::RedisError, context: &str) -> NodeErrorKind {
-    let refused = error.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"));
-    let text = format!("{context}{}", describe(error));
-    if refused {
-        NodeErrorKind::Auth(text)
-    } else {
-        NodeErrorKind::Connect(text)
+    if error.kind() == redis::ErrorKind::AuthenticationFailed {
+        return NodeErrorKind::Auth(format!("{context}{}", describe(error)));
+    }
+    // A server's error reply is judged the same way as on quorumlock's own connection.
+    match error.code() {
+        Some(_) => refused_or_connect(&server_error_text(error), context),
+        None => NodeErrorKind::Connect(format!("{context}{}", describe(error))),
     }
 }
 
