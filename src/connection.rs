@@ -6,10 +6,13 @@
 //! abandoned request keeps its place (its reply is read and discarded). So a cleanup sent
 //! after a timed-out `SET` on the same connection runs *after* that `SET` on the master. A
 //! fresh connection would lose that order (the old socket's `SET` could run after the new
-//! socket's delete and leave a key until its TTL).
+//! socket's delete and leave a key until its TTL). When a connection breaks anyway, its
+//! replacement closes it on the master before carrying any request ([`crate::orphan`]).
 //!
 //! Plain TCP and Unix-socket masters get quorumlock's own [`Pipeline`]; `rediss://` (TLS)
-//! masters the `redis` crate's multiplexed connection, which gives the same ordering.
+//! masters the `redis` crate's multiplexed connection, which gives the same ordering. It skips a
+//! request whose future was dropped before its connection task took it, so cleanups go through
+//! [`Connection::query_to_completion`].
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,6 +23,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
 
 use crate::error::NodeErrorKind;
+use crate::master_life::MasterLife;
+use crate::orphan::{self, MasterSide};
 use crate::pipeline::Pipeline;
 use crate::reply::{classify, describe};
 use crate::resp::{Command, Reply};
@@ -40,18 +45,52 @@ impl Connection {
     pub(crate) async fn query(&self, command: Command<'_>) -> Result<Reply, NodeErrorKind> {
         match self {
             Self::Pipelined(pipeline) => pipeline.query(command).await,
-            Self::Multiplexed(conn) => match command
-                .to_cmd()
-                .query_async::<Value>(&mut conn.clone())
-                .await
-            {
-                Ok(value) => Ok(reply_of(value)),
-                Err(error) => match classify(&error) {
-                    (_, false) => Ok(Reply::Error(server_error_text(&error))),
-                    (kind, true) => Err(kind),
-                },
-            },
+            Self::Multiplexed(conn) => {
+                answer_of(command.to_cmd().query_async(&mut conn.clone()).await)
+            }
         }
+    }
+
+    /// [`query`](Self::query) for a cleanup: the request is written even if this future is
+    /// dropped first (a node timeout), so that it still runs behind what it cleans up.
+    ///
+    /// quorumlock's pipeline queues a request when it is first polled; dropping the future only
+    /// abandons the reply. The `redis` crate's multiplexed connection drops a request whose
+    /// caller went away before its connection task took it (a master that stopped reading, a
+    /// busy runtime): there the request is sent from a task of its own.
+    pub(crate) async fn query_to_completion(
+        &self,
+        command: Command<'_>,
+    ) -> Result<Reply, NodeErrorKind> {
+        let conn = match self {
+            Self::Pipelined(pipeline) => return pipeline.query(command).await,
+            Self::Multiplexed(conn) => conn.clone(),
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(NodeErrorKind::NoRuntime);
+        };
+        let cmd = command.to_cmd();
+        let task = runtime.spawn(async move {
+            let mut conn = conn;
+            cmd.query_async(&mut conn).await
+        });
+        match task.await {
+            Ok(result) => answer_of(result),
+            Err(error) => Err(NodeErrorKind::ConnectionLost(format!(
+                "request task failed: {error}"
+            ))),
+        }
+    }
+}
+
+/// A `redis` crate answer as [`Connection::query`] returns it.
+fn answer_of(result: redis::RedisResult<Value>) -> Result<Reply, NodeErrorKind> {
+    match result {
+        Ok(value) => Ok(reply_of(value)),
+        Err(error) => match classify(&error) {
+            (_, false) => Ok(Reply::Error(server_error_text(&error))),
+            (kind, true) => Err(kind),
+        },
     }
 }
 
@@ -80,19 +119,40 @@ fn reply_of(value: Value) -> Reply {
     }
 }
 
-type ConnectFuture = Shared<BoxFuture<'static, Result<Connection, NodeErrorKind>>>;
+/// An open connection, with the master's life as it saw it when it opened (under restart
+/// protection only).
+#[derive(Clone)]
+pub(crate) struct Opened {
+    pub(crate) conn: Connection,
+    pub(crate) life: Option<Arc<MasterLife>>,
+    /// How the master knows this connection, to close its side there if it breaks.
+    master_side: Option<MasterSide>,
+}
+
+/// What a connection reads about its master when it opens, under restart protection: the
+/// provisioning record's key, and the master's name for traces.
+#[derive(Clone)]
+pub(crate) struct LifeCheck {
+    pub(crate) record_key: Arc<str>,
+    pub(crate) node: Arc<str>,
+}
+
+type ConnectFuture = Shared<BoxFuture<'static, Result<Opened, NodeErrorKind>>>;
 
 /// The connection state. Each connection gets a generation number so that a request that saw
 /// connection 3 break never throws away connection 4.
 enum Slot {
     Empty,
     Connecting(u64, ConnectFuture),
-    Ready(u64, Connection),
+    Ready(u64, Opened),
 }
 
 struct State {
     slot: Slot,
     next_generation: u64,
+    /// The last connection that broke, as the master knew it: the next connection closes it
+    /// there before carrying any request (see [`crate::orphan`]).
+    orphan: Option<MasterSide>,
 }
 
 /// What piles up behind one connection while its master does not answer on it (see the bound
@@ -110,19 +170,27 @@ pub(crate) struct Backlog {
 pub(crate) struct ConnectionSlot {
     client: redis::Client,
     connect_timeout: Duration,
+    /// Set under restart protection.
+    life_check: Option<LifeCheck>,
     state: Mutex<State>,
     /// What is unanswered on the current connection.
     pub(crate) backlog: Backlog,
 }
 
 impl ConnectionSlot {
-    pub(crate) fn new(client: redis::Client, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        client: redis::Client,
+        connect_timeout: Duration,
+        life_check: Option<LifeCheck>,
+    ) -> Self {
         Self {
             client,
             connect_timeout,
+            life_check,
             state: Mutex::new(State {
                 slot: Slot::Empty,
                 next_generation: 0,
+                orphan: None,
             }),
             backlog: Backlog::default(),
         }
@@ -136,16 +204,16 @@ impl ConnectionSlot {
 
     /// The current connection and its generation, opening one (in the background) if there is
     /// none. The caller bounds the wait.
-    pub(crate) async fn get(&self) -> Result<(u64, Connection), NodeErrorKind> {
+    pub(crate) async fn get(&self) -> Result<(u64, Opened), NodeErrorKind> {
         let (generation, future) = {
             let mut state = self.state();
             match &state.slot {
-                Slot::Ready(generation, conn) => return Ok((*generation, conn.clone())),
+                Slot::Ready(generation, opened) => return Ok((*generation, opened.clone())),
                 Slot::Connecting(generation, future) => (*generation, future.clone()),
                 Slot::Empty => {
                     let generation = state.next_generation;
                     state.next_generation += 1;
-                    let future = self.start_connecting()?;
+                    let future = self.start_connecting(state.orphan.clone())?;
                     state.slot = Slot::Connecting(generation, future.clone());
                     (generation, future)
                 }
@@ -157,6 +225,8 @@ impl ConnectionSlot {
         match result {
             Ok(conn) => {
                 if current {
+                    // Its set-up closed the orphan on the master.
+                    state.orphan = None;
                     state.slot = Slot::Ready(generation, conn.clone());
                 }
                 Ok((generation, conn))
@@ -173,8 +243,29 @@ impl ConnectionSlot {
     /// The open connection, if any, without opening one.
     pub(crate) fn current(&self) -> Option<Connection> {
         match &self.state().slot {
-            Slot::Ready(_, conn) => Some(conn.clone()),
+            Slot::Ready(_, opened) => Some(opened.conn.clone()),
             _ => None,
+        }
+    }
+
+    /// The master's life as the current connection read it when it opened (under restart
+    /// protection), or `None` when no connection is open.
+    pub(crate) fn life(&self) -> Option<Arc<MasterLife>> {
+        match &self.state().slot {
+            Slot::Ready(_, opened) => opened.life.clone(),
+            _ => None,
+        }
+    }
+
+    /// Marks the current connection's view of the master as vouched for, if it talks to the
+    /// life `run_id` (which [`Redlock::provision`](crate::Redlock::provision) just recorded).
+    pub(crate) fn vouch(&self, run_id: &str) {
+        if let Slot::Ready(_, opened) = &mut self.state().slot {
+            if let Some(life) = &opened.life {
+                if life.run_id.as_deref() == Some(run_id) {
+                    opened.life = Some(Arc::new(life.vouched()));
+                }
+            }
         }
     }
 
@@ -184,18 +275,25 @@ impl ConnectionSlot {
         let mut state = self.state();
         let current = matches!(&state.slot, Slot::Ready(g, _) if *g == generation);
         if current {
-            state.slot = Slot::Empty;
+            if let Slot::Ready(_, opened) = std::mem::replace(&mut state.slot, Slot::Empty) {
+                state.orphan = opened.master_side;
+            }
         }
         current
     }
 
     /// Starts opening a connection on a task of its own, so that it completes even if every
-    /// request waiting for it gives up.
-    fn start_connecting(&self) -> Result<ConnectFuture, NodeErrorKind> {
+    /// request waiting for it gives up. It replaces `orphan`, if any.
+    fn start_connecting(&self, orphan: Option<MasterSide>) -> Result<ConnectFuture, NodeErrorKind> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             NodeErrorKind::Connect("no tokio runtime: quorumlock must run inside one".into())
         })?;
-        let task = runtime.spawn(open(self.client.clone(), self.connect_timeout));
+        let task = runtime.spawn(open(
+            self.client.clone(),
+            self.connect_timeout,
+            self.life_check.clone(),
+            orphan,
+        ));
         Ok(async move {
             task.await.unwrap_or_else(|e| {
                 Err(NodeErrorKind::Connect(format!("connect task failed: {e}")))
@@ -246,14 +344,20 @@ fn during_setup(context: &str) -> impl Fn(NodeErrorKind) -> NodeErrorKind + '_ {
     }
 }
 
-/// Opens a connection and loads the lock scripts, so that `EVALSHA` finds them.
+/// Opens a connection and loads the lock scripts, so that `EVALSHA` finds them; under restart
+/// protection, reads which life of the master it talks to. A connection that replaces `orphan`
+/// (one that broke) first closes it on the master.
 /// A peer that does not speak Redis fails here, with a clear error.
 async fn open(
     client: redis::Client,
     connect_timeout: Duration,
-) -> Result<Connection, NodeErrorKind> {
+    life_check: Option<LifeCheck>,
+    orphan: Option<MasterSide>,
+) -> Result<Opened, NodeErrorKind> {
     let setup = async {
         let conn = connect(&client, connect_timeout).await?;
+        let node = client.get_connection_info().addr().to_string();
+        let master_side = orphan::replace(&conn, orphan.as_ref(), &node).await;
         for script in scripts::all() {
             let load: [&[u8]; 3] = [b"SCRIPT", b"LOAD", script.source.as_bytes()];
             let reply = conn
@@ -274,7 +378,19 @@ async fn open(
                 )));
             }
         }
-        Ok(conn)
+        let life = match life_check {
+            Some(check) => Some(
+                MasterLife::read(&conn, &check.record_key, &check.node)
+                    .await
+                    .map_err(during_setup("reading the master's run_id: "))?,
+            ),
+            None => None,
+        };
+        Ok(Opened {
+            conn,
+            life,
+            master_side,
+        })
     };
     tokio::time::timeout(connect_timeout, setup)
         .await

@@ -84,14 +84,16 @@ pub enum NodeErrorKind {
     /// connections and the timeouts need.
     #[error("no tokio runtime: quorumlock must be used inside one")]
     NoRuntime,
-    /// Restart protection: the master's epoch marker is younger than the maximum TTL, so it may
-    /// have lost locks it granted before a restart. Its vote does not count until the marker is
-    /// old enough (the key it set is still released).
+    /// Restart protection: the master restarted (a new process, whatever data it reloaded) or
+    /// lost its data (its epoch marker is young) less than the maximum TTL plus drift ago, so
+    /// it may have forgotten locks it granted before. Its vote does not count until then (the
+    /// key it set is still released).
     #[error(
-        "epoch marker only {age:?} old (restarted without its data, or never provisioned): not counted towards a quorum for another {remaining:?}"
+        "restarted or lost its data only {age:?} ago (or never provisioned): not counted towards a quorum for another {remaining:?}"
     )]
     Quarantined {
-        /// The age of the master's epoch marker.
+        /// How long ago the master restarted (its process's uptime) or lost its data (the age
+        /// of its epoch marker), whichever is less.
         age: Duration,
         /// How long until it counts again.
         remaining: Duration,
@@ -192,6 +194,18 @@ pub enum InvalidArgument {
     MaxHoldTooShort {
         /// The cap asked for.
         max_hold: Duration,
+        /// The TTL each renewal sets.
+        ttl: Duration,
+    },
+    /// A lease's [`safety_margin`](crate::LeaseOptions::safety_margin) leaves nothing of the
+    /// validity a renewal can give (the TTL minus its drift allowance): the lease would count
+    /// as lost at once.
+    #[error(
+        "lease safety margin {safety_margin:?} leaves no validity of the ttl {ttl:?}: expected less than the ttl minus its drift allowance (a twentieth of the ttl, at most 50ms, by default)"
+    )]
+    SafetyMarginTooLong {
+        /// The margin asked for.
+        safety_margin: Duration,
         /// The TTL each renewal sets.
         ttl: Duration,
     },
@@ -369,19 +383,29 @@ pub enum ConfigError {
         url: String,
     },
     /// The drift factor is outside `[0, 1)`.
-    #[error("drift factor {0} is outside [0, 1)")]
+    #[error("drift_factor must be in [0, 1), got {0}")]
     DriftFactor(f64),
     /// The node timeout is zero.
-    #[error("node timeout is zero: expected a positive duration, small against the TTL")]
+    #[error("node_timeout is zero: expected a positive duration, small against the ttl")]
     ZeroNodeTimeout,
     /// The connect timeout is zero.
-    #[error("connect timeout is zero: expected a positive duration")]
+    #[error("connect_timeout is zero: expected a positive duration")]
     ZeroConnectTimeout,
     /// The fence retention is zero.
-    #[error("fence retention is zero: expected a positive duration")]
+    #[error("fence_retention is zero: expected a positive duration")]
     ZeroFenceRetention,
+    /// The fence retention is longer than [`MAX_TTL`](crate::MAX_TTL): it is sent to the masters
+    /// as a TTL in milliseconds, which Redis refuses beyond its range.
+    #[error(
+        "fence_retention must be at most {max:?} (quorumlock::MAX_TTL, the longest ttl sent to redis), got {0:?}",
+        max = crate::config::MAX_TTL
+    )]
+    FenceRetentionTooLong(Duration),
     /// The maximum TTL is under 1 ms or beyond what Redis accepts.
-    #[error("max ttl {0:?} is out of range: expected 1 ms up to quorumlock::MAX_TTL")]
+    #[error(
+        "max_ttl must be from 1ms up to {max:?} (quorumlock::MAX_TTL, the longest ttl sent to redis), got {0:?}",
+        max = crate::config::MAX_TTL
+    )]
     MaxTtl(Duration),
     /// Restart protection needs a maximum TTL: a restarted master is kept out for that long.
     #[error(
@@ -389,10 +413,10 @@ pub enum ConfigError {
     )]
     RestartProtectionWithoutMaxTtl,
     /// The maximum number of unanswered requests per node is zero.
-    #[error("max unanswered requests per node is zero: expected at least 1")]
+    #[error("max_unanswered is zero: expected at least 1")]
     ZeroMaxUnanswered,
     /// The number of connections per master is outside 1 to 64.
-    #[error("{0} connections per node: expected 1 to 64")]
+    #[error("connections_per_node must be 1 to 64, got {0}")]
     ConnectionsPerNode(usize),
 }
 

@@ -100,7 +100,13 @@
 //!   availability: a master that restarts empty sits out one max TTL, and so does a brand-new
 //!   deployment until [`Redlock::provision`] marks its masters as fresh.
 //! * **Reentrancy** ([`Redlock::reentrant`] with an [`Owner`]): the same owner may acquire
-//!   again; only its last release frees the lock.
+//!   again; only its last release frees the lock. With fencing, a re-entry keeps the token of
+//!   the grant it re-enters: every acquisition of the owner while one of its guards of the
+//!   resource is still valid carries the token of the first, so a fenced resource never rejects
+//!   the outer guard's writes after an inner one's. The masters' counters cannot tell that token
+//!   apart from others, so the handles derived from one manager keep it in the process (an
+//!   [`Owner`] lives in one); the next hold, once every guard was released or ran out, gets a
+//!   higher token.
 //!
 //! ## Runtime
 //!
@@ -128,8 +134,10 @@
 //! and releases; [`LockGuard::keep_alive`] renews a guard you manage. The holder learns of a
 //! loss at once through [`Lease::lost`] (or polls [`Lease::is_held`]), and
 //! [`LeaseOptions::max_hold`] caps the total hold time so a stuck holder cannot keep a resource
-//! forever. A lease narrows the window in which a lost lock goes unnoticed; only fencing tokens
-//! close it.
+//! forever. A lease ends a [`LeaseOptions::safety_margin`] (a twentieth of the TTL, at most
+//! 50 ms, by default) before the lock's validity does, so that work cancelled on the loss stops
+//! while the lock is still valid, despite timer rounding and scheduling delays. A lease narrows
+//! the window in which a lost lock goes unnoticed; only fencing tokens close it.
 //!
 //! ## Observability
 //!
@@ -156,15 +164,19 @@
 #![forbid(unsafe_code)]
 
 mod address;
+mod clock;
 mod config;
 mod connection;
 mod error;
 mod guard;
+mod holds;
 mod lease;
 mod manager;
 mod master;
+mod master_life;
 mod mutation;
 mod node;
+mod orphan;
 mod owner;
 mod pipeline;
 mod reply;

@@ -9,12 +9,13 @@ use tokio::time::Instant;
 use crate::config::{Config, RedlockBuilder};
 use crate::error::{InvalidArgument, LockError, NodeError, NodeErrorKind};
 use crate::guard::LockGuard;
+use crate::holds::Holds;
 use crate::node::RedisNode;
 use crate::owner::Owner;
 use crate::round::{self, LockKeys, Nodes, RoundFailure};
 use crate::round_spec::RoundTiming;
 use crate::stats::{Counters, NodeStats, Stats};
-use crate::timing::{drift, quorum, validity};
+use crate::timing::{deadline_after, drift, quorum, validity, FAR_FUTURE};
 use crate::traced::{in_span, record_with};
 
 /// What every handle and guard of one manager shares.
@@ -23,6 +24,8 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     /// Shared by every handle on the same nodes ([`Redlock::fenced`], [`Redlock::reentrant`]).
     pub(crate) counters: Arc<Counters>,
+    /// The fencing tokens of reentrant owners' holds, shared like `counters`.
+    pub(crate) holds: Arc<Holds>,
 }
 
 /// A Redlock manager over N independent Redis masters.
@@ -76,8 +79,14 @@ impl Redlock {
                 nodes: nodes.into(),
                 config,
                 counters: Arc::default(),
+                holds: Arc::default(),
             }),
         }
+    }
+
+    /// The manager's settings (for the lease's checks).
+    pub(crate) fn config(&self) -> &Config {
+        &self.shared.config
     }
 
     /// The number of masters.
@@ -134,6 +143,13 @@ impl Redlock {
     /// TTL any of the owner's acquisitions asked for. Other owners, reentrant or not, are
     /// refused as usual.
     ///
+    /// With fencing ([`fenced`](Self::fenced) or [`RedlockBuilder::fencing`]), an acquisition
+    /// made while another guard of the owner on the resource is still valid carries that
+    /// guard's token ([`LockGuard::fence`]), so that the outer guard's writes are not rejected
+    /// after an inner one's. The token is kept in this process by the handles derived from this
+    /// manager; the next acquisition after every guard was released or ran out gets a higher
+    /// one.
+    ///
     /// ```no_run
     /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
     /// use std::time::Duration;
@@ -153,6 +169,7 @@ impl Redlock {
                 nodes: Arc::clone(&self.shared.nodes),
                 config,
                 counters: Arc::clone(&self.shared.counters),
+                holds: Arc::clone(&self.shared.holds),
             }),
         }
     }
@@ -167,6 +184,7 @@ impl Redlock {
                 nodes: Arc::clone(&self.shared.nodes),
                 config,
                 counters: Arc::clone(&self.shared.counters),
+                holds: Arc::clone(&self.shared.holds),
             }),
         }
     }
@@ -212,13 +230,17 @@ impl Redlock {
     }
 
     /// Marks every master as usable at once under restart protection, by writing an old epoch
-    /// marker: the provisioning step of a **brand-new** deployment, whose empty masters would
-    /// otherwise look like masters that restarted without their data and be kept out of quorums
-    /// for one max TTL.
+    /// marker and vouching for the master's current process (its `run_id`): the provisioning
+    /// step of a **brand-new** deployment, whose masters would otherwise look like masters that
+    /// just restarted and be kept out of quorums for one max TTL. A master provisioned this way
+    /// counts until it restarts; after a restart (whatever data it reloads, the record names the
+    /// old process) it is quarantined again.
     ///
     /// Only call this on masters known not to have granted any lock that may still be valid
     /// (new, or idle for longer than the max TTL): provisioning a master that lost live locks
-    /// gives up the protection for it.
+    /// gives up the protection for it. [`master_uptimes`](Self::master_uptimes) tells which
+    /// masters started less than one max TTL ago (the `quorumlock provision` command refuses
+    /// those unless given `--force`).
     ///
     /// # Errors
     ///
@@ -231,14 +253,15 @@ impl Redlock {
     pub async fn provision(&self) -> Result<(), LockError> {
         let config = &self.shared.config;
         let key = epoch_key(config);
+        let record = crate::master_life::record_key(&config.key_prefix);
         let nodes = &self.shared.nodes;
         // An administrative call, not a hot path: each master gets several attempts within
         // the connect timeout, so a cold or busy connection does not fail it.
         let patience = config.connect_timeout.max(config.node_timeout);
         let results = futures::future::join_all(nodes.iter().map(|node| async {
-            let deadline = Instant::now() + patience;
+            let deadline = deadline_after(Instant::now(), patience);
             loop {
-                match node.provision(&key).await {
+                match node.provision(&key, &record).await.map(drop) {
                     Err(kind) if kind.may_retry() && Instant::now() < deadline => {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
@@ -248,6 +271,40 @@ impl Redlock {
         }))
         .await;
         self.every_node("<provision>", results)
+    }
+
+    /// How long each master's current process has been running (`INFO server`'s
+    /// `uptime_in_seconds`, whole seconds), in the order of the nodes, each with the master's
+    /// name (password redacted). A master that started less than
+    /// [`max_ttl`](RedlockBuilder::max_ttl) plus drift ago may have restarted and forgotten
+    /// locks that are still valid: do not [`provision`](Self::provision) it.
+    ///
+    /// # Errors
+    ///
+    /// Each master's own: per master, so that the reachable ones are still reported.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: cancelling it leaves nothing behind.
+    pub async fn master_uptimes(&self) -> Vec<(String, Result<Duration, NodeError>)> {
+        use crate::master::Master;
+        let nodes = &self.shared.nodes;
+        let results = futures::future::join_all(nodes.iter().map(|node| node.uptime())).await;
+        nodes
+            .iter()
+            .zip(results)
+            .map(|(node, result)| {
+                let name = node.name().to_string();
+                let result = result.map_err(|kind| NodeError::new(&name, kind));
+                (name, result)
+            })
+            .collect()
+    }
+
+    /// The quarantine of restart protection: how long after a restart a master's votes do not
+    /// count (the maximum TTL plus its drift allowance); `None` when the protection is off.
+    pub fn restart_quarantine(&self) -> Option<Duration> {
+        self.shared.config.quarantine()
     }
 
     /// One acquisition round, no retry: the lock if a quorum granted it in time.
@@ -315,7 +372,8 @@ impl Redlock {
     }
 
     /// Acquires, retrying after random delays until `deadline` (a rounds in flight at the
-    /// deadline is allowed to finish: rounds take at most the node timeout).
+    /// deadline is allowed to finish: rounds take at most the node timeout). A deadline more
+    /// than about 30 years away is as good as none: it waits until the lock is granted.
     ///
     /// # Errors
     ///
@@ -333,8 +391,9 @@ impl Redlock {
         deadline: std::time::Instant,
     ) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
-        let deadline = Instant::from_std(deadline);
         let started = Instant::now();
+        // Tokio's timers panic on an instant near the end of the clock: cap the wait.
+        let deadline = Instant::from_std(deadline).min(deadline_after(started, FAR_FUTURE));
         let mut attempts = 0u32;
         let mut last = None;
         loop {
@@ -351,9 +410,7 @@ impl Redlock {
                 Err(failure) => return Err(failure.error),
             };
             attempts = attempts.saturating_add(1);
-            let wake = Instant::now()
-                .checked_add(self.jitter())
-                .map_or(deadline, |t| t.min(deadline));
+            let wake = deadline_after(Instant::now(), self.jitter()).min(deadline);
             tokio::time::sleep_until(wake).await;
             self.settle(failure.cleanup).await;
             last = Some(failure.error);
@@ -403,9 +460,20 @@ impl Redlock {
         keys: &LockKeys,
         timing: RoundTiming,
     ) -> Result<LockGuard, RoundFailure> {
-        let grant = round::acquire(&self.shared.nodes, resource, keys, timing).await?;
+        let mut grant = round::acquire(&self.shared.nodes, resource, keys, timing).await?;
+        // A reentrant owner's acquisition while another of its guards is valid keeps that
+        // hold's token, stored on a quorum already (see `holds`): no write-back.
+        let rejoined = match grant.token {
+            Some(_) => (self.shared.holds).rejoin(&keys.lock, &grant.claim, grant.valid_until),
+            None => None,
+        };
+        if rejoined.is_some() {
+            grant.token = rejoined;
+        }
         // A token a quorum of masters issued is already stored on a quorum: no write-back.
-        let token = grant.token.filter(|_| !grant.token_on_quorum);
+        let token = grant
+            .token
+            .filter(|_| !grant.token_on_quorum && rejoined.is_none());
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
         let guard = LockGuard::new(
@@ -416,7 +484,7 @@ impl Redlock {
             grant,
         );
         let (Some(fence_key), Some(token)) = (&keys.fence, token) else {
-            return Ok(guard);
+            return Ok(guard.into_hold());
         };
         // Keep the raised counters at least as long as the lock itself: a counter that expired
         // while the lock is held would let the next grant fall back to clock floors.
@@ -424,7 +492,7 @@ impl Redlock {
         let raised =
             round::raise_fence(&self.shared.nodes, resource, fence_key, token, retention).await;
         let error = match raised {
-            Ok(()) if guard.is_valid() => return Ok(guard),
+            Ok(()) if guard.is_valid() => return Ok(guard.into_hold()),
             Ok(()) => LockError::ValidityExhausted {
                 resource: resource.to_string(),
                 elapsed: timing.ttl.saturating_sub(timing.drift()),

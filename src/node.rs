@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use crate::address::NodeAddress;
 use crate::config::Config;
-use crate::connection::ConnectionSlot;
+use crate::connection::{Connection, ConnectionSlot, LifeCheck};
 use crate::error::NodeErrorKind;
 use crate::master::{AcquireReply, AcquireRequest, Master};
+use crate::master_life::{self, provision_reply};
 use crate::mutation::Mutation;
 use crate::reply::{acquire_reply, flag_reply, set_reply};
 use crate::resp::{Command, Decimal, Reply};
@@ -67,8 +68,19 @@ pub(crate) struct RedisNode {
 
 impl RedisNode {
     pub(crate) fn new(address: NodeAddress, config: &Config) -> Self {
+        // Under restart protection every connection reads which life of the master it talks to.
+        let life_check = config.restart_protection.then(|| LifeCheck {
+            record_key: master_life::record_key(&config.key_prefix),
+            node: Arc::from(address.display.as_str()),
+        });
         let connections = (0..config.connections_per_node)
-            .map(|_| ConnectionSlot::new(address.client.clone(), config.connect_timeout))
+            .map(|_| {
+                ConnectionSlot::new(
+                    address.client.clone(),
+                    config.connect_timeout,
+                    life_check.clone(),
+                )
+            })
             .collect();
         Self {
             address,
@@ -132,7 +144,8 @@ impl RedisNode {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeErrorKind::NoRuntime);
         }
-        let deadline = tokio::time::Instant::now() + self.node_timeout;
+        let deadline =
+            crate::timing::deadline_after(tokio::time::Instant::now(), self.node_timeout);
         let slot = self.connection_for(request.key());
         if !cleanup {
             let unanswered = slot.backlog.unanswered.load(Ordering::Relaxed);
@@ -152,7 +165,7 @@ impl RedisNode {
                     )))
                 });
             let (generation, conn) = match connected {
-                Ok(connection) => connection,
+                Ok((generation, opened)) => (generation, opened.conn),
                 // The first attempt was written before its connection broke, so it may have
                 // taken effect: reconnecting failing does not make it "never sent".
                 Err(NodeErrorKind::Connect(text)) if retried => {
@@ -166,18 +179,18 @@ impl RedisNode {
             let pending = Unanswered::new(&slot.backlog.unanswered);
             let reply = tokio::time::timeout_at(deadline, async {
                 match request {
-                    Request::Command(args) => conn.query(Command(&[args])).await,
+                    Request::Command(args) => query(&conn, Command(&[args]), cleanup).await,
                     Request::Script { script, keys, args } => {
                         let count = Decimal::new(keys.len() as u64);
                         let head: [&[u8]; 3] =
                             [b"EVALSHA", script.sha().as_bytes(), count.as_bytes()];
-                        match conn.query(Command(&[&head, keys, args])).await {
+                        match query(&conn, Command(&[&head, keys, args]), cleanup).await {
                             // The script cache was flushed (or the master restarted under this
                             // connection): run the source, in the same place in the order.
                             Ok(Reply::Error(error)) if error.starts_with("NOSCRIPT") => {
                                 let head: [&[u8]; 3] =
                                     [b"EVAL", script.source.as_bytes(), count.as_bytes()];
-                                conn.query(Command(&[&head, keys, args])).await
+                                query(&conn, Command(&[&head, keys, args]), cleanup).await
                             }
                             other => other,
                         }
@@ -234,12 +247,36 @@ impl RedisNode {
         opened.into_iter().try_for_each(|result| result.map(|_| ()))
     }
 
-    /// Writes an epoch marker of age "forever" (`0`, the epoch of the node's clock), so that
-    /// restart protection counts this master at once.
-    pub(crate) async fn provision(&self, epoch_key: &str) -> Result<(), NodeErrorKind> {
-        let set: [&[u8]; 3] = [b"SET", epoch_key.as_bytes(), b"0"];
-        let (reply, _) = self.request(Request::Command(&set), false).await?;
-        set_reply(reply).map(|_| ())
+    /// Writes an epoch marker of age "forever" (`0`, the epoch of the node's clock) and vouches
+    /// for the master's current life (its `run_id`), so that restart protection counts it at
+    /// once until it restarts. Returns the `run_id` and the uptime it vouched for.
+    pub(crate) async fn provision(
+        &self,
+        epoch_key: &str,
+        record_key: &str,
+    ) -> Result<(String, Duration), NodeErrorKind> {
+        // Every connection open first: each read the master's life, and is told below that
+        // this life is now vouched for (instead of waiting for a reconnect).
+        self.connect().await?;
+        let keys = [epoch_key.as_bytes(), record_key.as_bytes()];
+        let script = Request::Script {
+            script: &scripts::PROVISION,
+            keys: &keys,
+            args: &[],
+        };
+        let (reply, _) = self.request(script, false).await?;
+        let (run_id, uptime) = provision_reply(reply)?;
+        for slot in self.connections.iter() {
+            slot.vouch(&run_id);
+        }
+        Ok((run_id, uptime))
+    }
+
+    /// How long the master's current process has been running (`INFO server`).
+    pub(crate) async fn uptime(&self) -> Result<Duration, NodeErrorKind> {
+        let info: [&[u8]; 2] = [b"INFO", b"server"];
+        let (reply, _) = self.request(Request::Command(&info), false).await?;
+        master_life::uptime_of_info(&reply)
     }
 
     /// Starts one background `PING` on `slot`'s connection that waits, without a timeout, for
@@ -309,6 +346,20 @@ impl Drop for Unanswered<'_> {
     }
 }
 
+/// Sends `command` on `conn`. A cleanup is written even if this future is dropped first (the
+/// node timeout), so that it still runs behind whatever it cleans up.
+async fn query(
+    conn: &Connection,
+    command: Command<'_>,
+    cleanup: bool,
+) -> Result<Reply, NodeErrorKind> {
+    if cleanup {
+        conn.query_to_completion(command).await
+    } else {
+        conn.query(command).await
+    }
+}
+
 /// Milliseconds for `PX`/`PEXPIRE`; TTLs are validated to fit long before this.
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
@@ -320,7 +371,7 @@ impl Master for RedisNode {
     }
 
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply, NodeErrorKind> {
-        let (value, retried) = if request.is_plain() {
+        let (mut value, retried) = if request.is_plain() {
             // The hot path: a plain `SET`, with the TTL written straight into the command.
             let ttl = Decimal::new(millis(request.ttl));
             let set: [&[u8]; 6] = [
@@ -391,6 +442,17 @@ impl Master for RedisNode {
                 retried,
             )
         };
+        if request.epoch_key.is_some() {
+            // Restart protection: the master's age is the younger of its epoch marker (data
+            // lost) and its current life (restarted, whatever it reloaded). With no connection
+            // open any more, the life is unknown: counted as just restarted.
+            let life = self.connection_for(request.key.as_bytes()).life();
+            let since_restart = life.map_or(Some(Duration::ZERO), |life| life.age());
+            value.epoch_age = match (value.epoch_age, since_restart) {
+                (Some(marker), Some(restart)) => Some(marker.min(restart)),
+                (marker, restart) => marker.or(restart),
+            };
+        }
         if retried && !value.granted {
             // The first attempt may have set the key before the connection broke: this "no"
             // may be our own key. Report a failure, which the round cleans up.
@@ -422,7 +484,7 @@ impl Master for RedisNode {
 
     async fn compare_and_delete(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
         let value = claim.value.as_str().as_bytes();
-        let (reply, _) = if let Some(reentry) = &claim.reentry {
+        let (reply, retried) = if let Some(reentry) = &claim.reentry {
             let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
             let args: [&[u8]; 2] = [value, reentry.acquisition.as_str().as_bytes()];
             let request = Request::Script {
@@ -445,7 +507,16 @@ impl Master for RedisNode {
             };
             self.request(request, true).await?
         };
-        flag_reply(reply)
+        let deleted = flag_reply(reply)?;
+        if retried && !deleted {
+            // The first attempt may have deleted the key before the connection broke: this
+            // "not ours" may be our own release. Uncertain, so a failure rather than a refusal
+            // (which would count towards "lost").
+            return Err(NodeErrorKind::ConnectionLost(
+                "connection broke; the retry found nothing to delete".into(),
+            ));
+        }
+        Ok(deleted)
     }
 
     async fn compare_and_pexpire(

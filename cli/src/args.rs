@@ -55,7 +55,8 @@ pub(crate) struct Connection {
     #[arg(long, global = true, default_value = quorumlock::DEFAULT_KEY_PREFIX)]
     pub(crate) key_prefix: String,
 
-    /// How long one request to one master may take before it counts as failed.
+    /// How long one request to one master may take before it counts as failed; beyond about
+    /// 30 years, none.
     #[arg(long, global = true, default_value = "50ms", value_parser = duration::positive)]
     pub(crate) node_timeout: Duration,
 
@@ -88,12 +89,26 @@ pub(crate) enum Command {
     #[command(after_help = exit::exit_codes_help!())]
     Status(StatusArgs),
 
-    /// Mark every node as usable under --restart-protection (writes an old epoch marker).
+    /// Mark every node as usable under --restart-protection (writes an old epoch marker and
+    /// vouches for the node's current redis-server process).
     ///
     /// Only for brand-new masters, or masters idle for longer than the maximum TTL: provisioning
-    /// a master that lost live locks gives up the protection for it.
+    /// a master that lost live locks gives up the protection for it. Needs --restart-protection
+    /// MAX_TTL: a node whose process started less than MAX_TTL (plus drift) ago may have
+    /// restarted and forgotten live locks, so it is refused, by name, unless --force is given
+    /// (for a brand-new deployment, whose nodes all started recently). Nothing is written
+    /// when a node is refused.
     #[command(after_help = exit::exit_codes_help!())]
-    Provision,
+    Provision(ProvisionArgs),
+}
+
+/// `quorumlock provision`.
+#[derive(Debug, Args)]
+pub(crate) struct ProvisionArgs {
+    /// Provision nodes that started less than one max TTL ago too: only when you know they are
+    /// brand new, or granted no lock in the last max TTL.
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// `quorumlock exec`.
@@ -108,8 +123,8 @@ pub(crate) struct ExecArgs {
     #[arg(long, default_value = "30s", value_parser = duration::positive)]
     pub(crate) ttl: Duration,
 
-    /// Wait at most this long for the lock. Without --wait or --no-wait, wait as long as it
-    /// takes (like flock).
+    /// Wait at most this long for the lock (beyond about 30 years, as long as it takes).
+    /// Without --wait or --no-wait, wait as long as it takes (like flock).
     #[arg(long, value_parser = duration::positive, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
 
@@ -123,7 +138,8 @@ pub(crate) struct ExecArgs {
     #[arg(long, value_parser = duration::positive)]
     pub(crate) max_hold: Option<Duration>,
 
-    /// After SIGTERM on a lost lock, wait this long before SIGKILL.
+    /// After SIGTERM on a lost lock, wait this long before SIGKILL (beyond about 30 years,
+    /// never).
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     pub(crate) kill_after: Duration,
 

@@ -7,6 +7,9 @@ use std::process::ExitCode;
 pub(crate) const USAGE: u8 = 64;
 /// `status` or `provision`: too few nodes answered (`EX_UNAVAILABLE`).
 pub(crate) const UNAVAILABLE: u8 = 69;
+/// `provision`: a node started less than one max TTL ago and `--force` was not given; nothing
+/// was written (`EX_TEMPFAIL`: try again later). The same code as [`NOT_ACQUIRED`].
+pub(crate) const REFUSED: u8 = 75;
 /// `exec`: the lock was not acquired (held elsewhere, or no quorum reachable) and the command
 /// did not run (`EX_TEMPFAIL`: try again later).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
@@ -29,6 +32,7 @@ Exit codes:
   64       usage or configuration error (bad flag, duration, node URL)
   69       status/provision: too few nodes answered
   75       exec: lock not acquired; the command did not run
+           provision: a node started less than one max TTL ago (see --force); nothing written
   76       exec: lock lost (or --max-hold reached) while the command ran; it was terminated
   126/127  exec: the command could not be started / was not found
   128+N    exec: the command was killed by signal N (or the wait was interrupted by it)"

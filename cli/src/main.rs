@@ -11,16 +11,21 @@ mod args;
 mod duration;
 mod exec;
 mod exit;
+mod provision;
 mod signals;
 mod status;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::Parser;
 use quorumlock::Redlock;
 
 use args::{Cli, Command, Connection};
+
+/// The longest the process waits on its way out for deletes still travelling to slow nodes.
+const MAX_STRAGGLER_TIME: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -53,12 +58,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // At most a few seconds, whatever the node timeout (`--node-timeout 100y` means none): a
+    // delete that has not arrived by then leaves the lock to expire after its TTL.
     let straggler_time = cli.conn.node_timeout;
     let code = runtime.block_on(async move {
         let code = match cli.command {
             Command::Exec(args) => exec::run(&locks, args).await,
             Command::Status(args) => status::run(&locks, &cli.conn, args).await,
-            Command::Provision => provision(&locks).await,
+            Command::Provision(args) => provision::run(&locks, args).await,
         };
         // A release returns once a quorum confirmed it; the deletes still on their way to
         // slower nodes run as background tasks, which die with the runtime. They take at most
@@ -88,18 +95,4 @@ fn manager(conn: &Connection) -> Result<Redlock, String> {
         builder = builder.max_ttl(max_ttl).restart_protection(true);
     }
     builder.build().map_err(|e| e.to_string())
-}
-
-/// `quorumlock provision`.
-async fn provision(locks: &Redlock) -> u8 {
-    match locks.provision().await {
-        Ok(()) => {
-            println!("provisioned {} node(s)", locks.node_count());
-            0
-        }
-        Err(error) => {
-            eprintln!("quorumlock: provision incomplete: {error}");
-            exit::UNAVAILABLE
-        }
-    }
 }

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{cluster, quorumlock, UNAVAILABLE};
+use support::{cluster, quorumlock, REFUSED, UNAVAILABLE, USAGE};
 
 fn status_json(cluster: &quorumlock::testing::RedisCluster, resource: &str) -> serde_json::Value {
     let out = quorumlock(cluster)
@@ -57,8 +57,9 @@ async fn status_shows_held_and_free() {
     );
 }
 
-/// `provision` marks every node; status then shows the marker, and a dead majority makes both
-/// report "unavailable" (69) with the node named.
+/// `provision` refuses nodes started less than one max TTL ago, naming each and writing
+/// nothing, unless forced; it then marks every node, status shows the marker, and a dead
+/// majority makes both report "unavailable" (69) with the node named.
 #[test]
 fn provision_and_epoch_markers() {
     let mut cluster = cluster(3);
@@ -69,8 +70,34 @@ fn provision_and_epoch_markers() {
         .iter()
         .all(|n| n["epoch"] == "missing"));
 
-    let status = quorumlock(&cluster).arg("provision").status().expect("run");
-    assert_eq!(status.code(), Some(0));
+    let provision = |cluster: &quorumlock::testing::RedisCluster, extra: &[&str]| {
+        quorumlock(cluster)
+            .args(["--restart-protection", "1h", "provision"])
+            .args(extra)
+            .output()
+            .expect("run")
+    };
+    let without_max_ttl = quorumlock(&cluster).arg("provision").output().expect("run");
+    assert_eq!(without_max_ttl.status.code(), Some(USAGE));
+    // The masters just started: each may have restarted and forgotten live locks.
+    let refused = provision(&cluster, &[]);
+    assert_eq!(refused.status.code(), Some(REFUSED));
+    let text = String::from_utf8_lossy(&refused.stderr);
+    for master in &cluster {
+        assert!(text.contains(&master.port().to_string()), "{text}");
+    }
+    assert!(text.contains("--force"), "{text}");
+    assert!(
+        status_json(&cluster, "x")["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .all(|n| n["epoch"] == "missing"),
+        "a refused provision writes nothing"
+    );
+
+    let forced = provision(&cluster, &["--force"]);
+    assert_eq!(forced.status.code(), Some(0), "{forced:?}");
     let after = status_json(&cluster, "x");
     assert!(
         after["nodes"]
@@ -90,8 +117,11 @@ fn provision_and_epoch_markers() {
     assert_eq!(out.status.code(), Some(UNAVAILABLE));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("unreachable"), "{text}");
-    let out = quorumlock(&cluster).arg("provision").output().expect("run");
-    assert_eq!(out.status.code(), Some(UNAVAILABLE));
+    assert_eq!(provision(&cluster, &[]).status.code(), Some(UNAVAILABLE));
+    assert_eq!(
+        provision(&cluster, &["--force"]).status.code(),
+        Some(UNAVAILABLE)
+    );
 }
 
 /// A stamped epoch marker (restart protection, first acquisition) shows its age on the node's

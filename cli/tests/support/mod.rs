@@ -15,6 +15,7 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 pub const USAGE: i32 = 64;
 pub const UNAVAILABLE: i32 = 69;
 pub const NOT_ACQUIRED: i32 = 75;
+pub const REFUSED: i32 = 75;
 pub const LOCK_LOST: i32 = 76;
 pub const NOT_FOUND: i32 = 127;
 

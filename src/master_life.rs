@@ -1,0 +1,233 @@
+//! Restart protection's view of one master process: which life of the master a connection
+//! talks to, and how long ago that life began.
+//!
+//! # Why the epoch marker alone is not enough
+//!
+//! The acquire script's epoch marker sees a master that came back **empty**. A master that
+//! crashes and reloads **older** data (an RDB snapshot, Redis's default persistence; an AOF
+//! whose unsynced tail was lost; a restored backup) keeps an old marker while it has forgotten
+//! the locks granted since. Every start of `redis-server` gets a new `run_id` and its uptime
+//! starts again, whatever it reloaded, so each connection reads both when it opens (a restart
+//! always breaks every connection: no round trip per lock) and the master's votes count only
+//! once the quarantine has passed **since the restart**.
+//!
+//! Two exceptions count at once:
+//! * a master whose persistence cannot lose an acknowledged write (`appendonly yes` and
+//!   `appendfsync always`, read with `CONFIG GET`; where `CONFIG` is unavailable, as on managed
+//!   services, the master is treated as able to lose writes);
+//! * the very life that [`Redlock::provision`](crate::Redlock::provision) vouched for (its
+//!   `run_id` is recorded on the master; a snapshot reloaded by a later life carries the old
+//!   `run_id`, which no longer matches).
+//!
+//! Uptime is what the master reports: the difference of two whole-second wall-clock readings,
+//! so up to a second more than the truth. The restart is taken to be as late as that allows,
+//! which only lengthens the quarantine. A master whose `INFO`
+//! cannot be read is treated as restarted when the connection opened.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::connection::Connection;
+use crate::error::NodeErrorKind;
+use crate::reply::{shown, unexpected};
+use crate::resp::{Command, Reply};
+use crate::scripts::{LuaScript, MASTER_LIFE};
+
+/// The key of the provisioning record under `key_prefix`: the `run_id` of the master's life
+/// that [`Redlock::provision`](crate::Redlock::provision) vouched for.
+pub(crate) fn record_key(key_prefix: &str) -> Arc<str> {
+    Arc::from(format!(
+        "{key_prefix}{}provisioned",
+        crate::manager::RESERVED
+    ))
+}
+
+/// One life of a master (one `redis-server` process), as a connection saw it when it opened.
+#[derive(Debug, Clone)]
+pub(crate) struct MasterLife {
+    /// The process's `run_id` (`None` if it could not be read).
+    pub(crate) run_id: Option<String>,
+    /// The master's uptime when the connection opened (zero if it could not be read).
+    uptime: Duration,
+    /// When the connection read it.
+    read_at: Instant,
+    /// Whether this life counts at once: durable persistence, or provisioned in this life.
+    trusted: bool,
+}
+
+impl MasterLife {
+    /// How long ago this life began, or `None` if its votes count whatever its age (see the
+    /// module docs).
+    pub(crate) fn age(&self) -> Option<Duration> {
+        (!self.trusted).then(|| self.uptime())
+    }
+
+    /// The same life, now vouched for by provisioning.
+    pub(crate) fn vouched(&self) -> Self {
+        Self {
+            trusted: true,
+            ..self.clone()
+        }
+    }
+
+    /// The master's uptime now, as seen from this connection.
+    pub(crate) fn uptime(&self) -> Duration {
+        self.uptime.saturating_add(self.read_at.elapsed())
+    }
+
+    /// Reads the life of the master behind `conn` (set-up of a connection under restart
+    /// protection). `record_key` is the provisioning record.
+    ///
+    /// # Errors
+    ///
+    /// Only when the connection breaks; a master that does not answer as expected is treated
+    /// as just restarted (and the reason traced), never as trusted.
+    pub(crate) async fn read(
+        conn: &Connection,
+        record_key: &str,
+        node: &str,
+    ) -> Result<Arc<Self>, NodeErrorKind> {
+        let life = match script(conn, &MASTER_LIFE, &[record_key.as_bytes()]).await? {
+            Reply::Array(items) => match items.as_slice() {
+                [run_id, Reply::Int(uptime), Reply::Int(vouched)] => Some((
+                    text(run_id),
+                    least_uptime(u64::try_from(*uptime).unwrap_or(0)),
+                    *vouched == 1,
+                )),
+                _ => None,
+            },
+            other => {
+                tracing::warn!(%node, reply = %shown(&other), "cannot read the master's run_id and uptime; treating it as just restarted");
+                None
+            }
+        };
+        let read_at = Instant::now();
+        let Some((run_id, uptime, vouched)) = life else {
+            return Ok(Arc::new(Self {
+                run_id: None,
+                uptime: Duration::ZERO,
+                read_at,
+                trusted: false,
+            }));
+        };
+        let durable = durable(conn).await?;
+        tracing::debug!(%node, ?run_id, ?uptime, vouched, durable, "master life");
+        Ok(Arc::new(Self {
+            run_id,
+            uptime,
+            read_at,
+            trusted: vouched || durable,
+        }))
+    }
+}
+
+/// The least time a master reporting `uptime_in_seconds: seconds` can have been up: Redis
+/// subtracts two whole-second wall-clock readings (its start and now), which can exceed the
+/// true uptime by up to one second.
+fn least_uptime(seconds: u64) -> Duration {
+    Duration::from_secs(seconds.saturating_sub(1))
+}
+
+/// Whether the master cannot lose an acknowledged write: `appendonly yes` and
+/// `appendfsync always`. `false` when `CONFIG` is refused or renamed away.
+async fn durable(conn: &Connection) -> Result<bool, NodeErrorKind> {
+    for (name, wanted) in [("appendonly", "yes"), ("appendfsync", "always")] {
+        let get: [&[u8]; 3] = [b"CONFIG", b"GET", name.as_bytes()];
+        let reply = conn.query(Command(&[&get])).await?;
+        let value = match &reply {
+            Reply::Array(items) => items.get(1).and_then(text),
+            _ => None,
+        };
+        if value.as_deref() != Some(wanted) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A bulk or status reply as text.
+fn text(reply: &Reply) -> Option<String> {
+    match reply {
+        Reply::Bulk(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Reply::Status(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// Runs `script` (loaded at set-up) with `keys` and no arguments.
+async fn script(
+    conn: &Connection,
+    script: &LuaScript,
+    keys: &[&[u8]],
+) -> Result<Reply, NodeErrorKind> {
+    let count = keys.len().to_string();
+    let head: [&[u8]; 3] = [b"EVALSHA", script.sha().as_bytes(), count.as_bytes()];
+    conn.query(Command(&[&head, keys])).await
+}
+
+/// Reads the `{run_id, uptime_s}` reply of the provisioning script.
+pub(crate) fn provision_reply(reply: Reply) -> Result<(String, Duration), NodeErrorKind> {
+    const EXPECTED: &str = "an array {run_id, uptime_s}";
+    if let Reply::Error(error) = &reply {
+        return Err(NodeErrorKind::Server(error.clone()));
+    }
+    match &reply {
+        Reply::Array(items) => match items.as_slice() {
+            [run_id, Reply::Int(uptime)] => match (text(run_id), u64::try_from(*uptime)) {
+                (Some(run_id), Ok(uptime)) => Ok((run_id, Duration::from_secs(uptime))),
+                _ => Err(unexpected(EXPECTED, &reply)),
+            },
+            _ => Err(unexpected(EXPECTED, &reply)),
+        },
+        _ => Err(unexpected(EXPECTED, &reply)),
+    }
+}
+
+/// Reads `uptime_in_seconds` from an `INFO server` reply.
+pub(crate) fn uptime_of_info(reply: &Reply) -> Result<Duration, NodeErrorKind> {
+    let seconds = text(reply).and_then(|info| {
+        info.lines()
+            .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+    });
+    seconds
+        .map(Duration::from_secs)
+        .ok_or_else(|| unexpected("INFO server text with uptime_in_seconds", reply))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provision_reply_is_read_strictly() {
+        let ok = Reply::Array(vec![Reply::Bulk(b"abc".to_vec()), Reply::Int(7)]);
+        assert_eq!(
+            provision_reply(ok).expect("valid"),
+            ("abc".to_string(), Duration::from_secs(7))
+        );
+        for bad in [
+            Reply::Nil,
+            Reply::Int(1),
+            Reply::Array(vec![Reply::Bulk(b"abc".to_vec()), Reply::Int(-1)]),
+            Reply::Array(vec![Reply::Int(1), Reply::Int(1)]),
+            Reply::Error("ERR nope".into()),
+        ] {
+            assert!(provision_reply(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn trusted_lives_have_no_age_and_others_age() {
+        let life = |trusted| MasterLife {
+            run_id: Some("r".into()),
+            uptime: Duration::from_secs(5),
+            read_at: Instant::now(),
+            trusted,
+        };
+        assert_eq!(life(true).age(), None);
+        assert!(life(false).age().expect("an age") >= Duration::from_secs(5));
+    }
+}
