@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock;
 use crate::error::LockError;
 use crate::manager::{round_timing, Shared};
 use crate::round::{self, Grant};
@@ -14,8 +15,10 @@ use crate::value::Claim;
 
 /// A lock held on a quorum of masters, valid until [`valid_until`](Self::valid_until).
 ///
-/// Validity is a promise about the *masters*, measured on this process's monotonic clock: until
-/// then no other client can obtain a quorum (under Redlock's assumptions, see the crate docs).
+/// Validity is a promise about the *masters*, measured on this process's monotonic clock plus
+/// any time the machine spent suspended (on Linux; `Instant` alone stops during a suspend, the
+/// keys' TTLs do not): until then no other client can obtain a quorum (under Redlock's
+/// assumptions, see the crate docs).
 /// It says nothing about pauses of this process after it checked: to make stale holders
 /// harmless, the protected resource must check fencing tokens.
 ///
@@ -32,6 +35,7 @@ pub struct LockGuard {
     claim: Claim,
     holders: Arc<[bool]>,
     ttl: Duration,
+    /// On the lock clock ([`crate::clock`]).
     valid_until: Instant,
     fence: Option<u64>,
     /// Set once the guard's keys were handed to a release, so `Drop` does nothing.
@@ -85,6 +89,13 @@ impl LockGuard {
     /// than the highest it has seen (and remember that highest token durably). That, and not the
     /// lock alone, is what makes a holder that paused past its lease harmless.
     ///
+    /// A reentrant owner's ([`Redlock::reentrant`]) acquisition made while another of its
+    /// guards of the resource is still valid re-enters that hold and carries **its** token, not
+    /// a new one, so the outer guard's writes are never rejected after an inner guard's. This
+    /// holds for the handles derived from one manager (clones, `reentrant`, `fenced`), which
+    /// keep the hold's token in the process; once every guard of the hold was released,
+    /// dropped or ran out of validity, the next acquisition gets a higher token.
+    ///
     /// ```
     /// /// A store that accepts a write only with the newest token it has seen.
     /// struct FencedStore { highest: u64, value: String }
@@ -106,6 +117,7 @@ impl LockGuard {
     ///
     /// [`RedlockBuilder::fencing`]: crate::RedlockBuilder::fencing
     /// [`Redlock::fenced`]: crate::Redlock::fenced
+    /// [`Redlock::reentrant`]: crate::Redlock::reentrant
     pub fn fence(&self) -> Option<u64> {
         self.fence
     }
@@ -117,18 +129,28 @@ impl LockGuard {
 
     /// The instant the lock's validity ends: the start of the last successful acquire or
     /// extend round plus its TTL minus drift.
+    ///
+    /// On Linux, a suspend of the machine (which `Instant` does not count, while the keys keep
+    /// expiring) moves it earlier by as long as the suspend lasted: read it again rather than
+    /// keeping it. [`remaining`](Self::remaining) and [`is_valid`](Self::is_valid) count the
+    /// suspend.
     pub fn valid_until(&self) -> std::time::Instant {
-        self.valid_until.into_std()
+        clock::timer(self.valid_until).into_std()
     }
 
     /// The validity left now (zero once it ran out).
     pub fn remaining(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
+        self.valid_until.saturating_duration_since(clock::now())
     }
 
     /// Whether the validity has not run out yet.
     pub fn is_valid(&self) -> bool {
-        Instant::now() < self.valid_until
+        clock::now() < self.valid_until
+    }
+
+    /// The end of the validity on the lock clock, for the lease.
+    pub(crate) fn valid_until_on_lock_clock(&self) -> Instant {
+        self.valid_until
     }
 
     /// Sets the lock's TTL to `ttl` from now, on a quorum of the masters that hold it.
@@ -165,6 +187,7 @@ impl LockGuard {
             validity_left = tracing::field::Empty,
         );
         let outcome = in_span(&span, self.extend_once(ttl)).await;
+        self.hold_changed();
         self.shared.counters.extended(outcome.as_ref().copied());
         self.count_loss(&outcome);
         match &outcome {
@@ -180,7 +203,7 @@ impl LockGuard {
         let timing = round_timing(config, ttl)?;
         let before = self.valid_until;
         // A shorter TTL shortens the keys as soon as the first master applies it.
-        let pessimistic = Instant::now()
+        let pessimistic = clock::now()
             .checked_add(
                 timing
                     .ttl
@@ -188,6 +211,7 @@ impl LockGuard {
             )
             .map_or(before, |t| t.min(before));
         self.valid_until = pessimistic;
+        self.hold_changed();
         let outcome = round::extend(
             &self.shared.nodes,
             &self.resource,
@@ -206,7 +230,7 @@ impl LockGuard {
             }
             Err(error) => {
                 if matches!(error, LockError::NotHeld { .. }) {
-                    self.valid_until = self.valid_until.min(Instant::now());
+                    self.valid_until = self.valid_until.min(clock::now());
                 }
                 Err(error)
             }
@@ -231,6 +255,7 @@ impl LockGuard {
     /// `Drop` sends the deletes again in the background (a second compare-and-delete is
     /// harmless), so nothing is left behind.
     pub async fn release(mut self) -> Result<(), LockError> {
+        self.shared.holds.leave(&self.key, &self.claim);
         let still_valid = self.is_valid();
         let span = tracing::debug_span!(
             "release",
@@ -268,6 +293,7 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
+        self.shared.holds.leave(&self.key, &self.claim);
         tracing::debug!(resource = %self.resource, "lock guard dropped without release; releasing in the background");
         round::release_in_background(
             Arc::clone(&self.shared.nodes),
@@ -293,5 +319,23 @@ impl LockGuard {
     /// The settings of the manager that granted this lock (drift factor, node timeout).
     pub(crate) fn config(&self) -> &crate::config::Config {
         &self.shared.config
+    }
+
+    /// Enters a fenced, reentrant guard, whose token is stored on a quorum, in its owner's
+    /// hold: it takes the token of a hold that is still on (see [`crate::holds`]).
+    pub(crate) fn into_hold(mut self) -> Self {
+        if let Some(token) = self.fence {
+            let holds = &self.shared.holds;
+            self.fence = Some(holds.begin(&self.key, &self.claim, token, self.valid_until));
+        }
+        self
+    }
+
+    /// Tells the owner's hold (if any) of this guard's new validity.
+    fn hold_changed(&self) {
+        if self.fence.is_some() {
+            let holds = &self.shared.holds;
+            holds.update(&self.key, &self.claim, self.valid_until);
+        }
     }
 }

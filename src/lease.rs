@@ -11,8 +11,14 @@
 //! is released or dropped, when an extension shows the lock lost on a majority, when validity
 //! runs out before a renewal succeeded, or at [`max_hold`](LeaseOptions::max_hold). Its holder
 //! watches [`Lease::lost`] (a future to `select!` on) or polls [`Lease::is_held`] and
-//! [`Lease::remaining`], which read the clock themselves and so turn false at the end of the
-//! validity even if the task is stalled.
+//! [`Lease::remaining`], which read the clock themselves and so turn false even if the task is
+//! stalled.
+//!
+//! A lease ends a [`safety_margin`](LeaseOptions::safety_margin) (a twentieth of the TTL, at
+//! most 50 ms, by default) **before** the lock's validity does: `is_held` turns false and `lost`
+//! resolves then, so that the timer that wakes the holder, the scheduler that polls it and the
+//! work that must stop at its next `.await` all have that long to act while the lock is still
+//! valid. Renewals are planned to finish before that earlier end.
 //!
 //! A lease narrows the window in which the lock can be lost unnoticed; it does not close it.
 //! A holder that pauses after checking can still act after the lock moved on: protect the
@@ -34,12 +40,14 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::clock;
 use crate::error::{InvalidArgument, LockError};
 use crate::guard::LockGuard;
 use crate::manager::round_timing;
 use crate::timing::drift;
 
 pub use handle::{LeaseHandle, LeaseStats};
+use options::Resolved;
 pub use options::{LeaseOptions, DEFAULT_LEASE_TTL};
 use task::{Counters, Plan, Publisher, ReleaseReply, Renew};
 
@@ -169,7 +177,9 @@ impl LockGuard {
     /// ([`InvalidArgument::ZeroTtl`], [`InvalidArgument::TtlTooShort`],
     /// [`InvalidArgument::TtlTooLong`]), the renewal interval is zero or not shorter than the
     /// TTL ([`InvalidArgument::ZeroRenewInterval`], [`InvalidArgument::RenewIntervalTooLong`]),
-    /// or `max_hold` is shorter than the TTL ([`InvalidArgument::MaxHoldTooShort`]); or when
+    /// `max_hold` is shorter than the TTL ([`InvalidArgument::MaxHoldTooShort`]), or the safety
+    /// margin is not shorter than the TTL minus its drift
+    /// ([`InvalidArgument::SafetyMarginTooLong`]); or when
     /// called outside a tokio runtime ([`InvalidArgument::NoRuntime`]).
     ///
     /// A guard whose validity already ran out is not an error: its lease is lost at once.
@@ -193,7 +203,7 @@ impl LockGuard {
         let (drift_factor, round_time) = (config.drift_factor, config.node_timeout);
         let checked = opts
             .resolve(self.ttl())
-            .and_then(|resolved| check_ttl(config, resolved.ttl).map(|()| resolved));
+            .and_then(|resolved| check_against(config, resolved).map(|()| resolved));
         let resolved = match checked {
             Ok(resolved) => resolved,
             Err(error) => {
@@ -209,8 +219,9 @@ impl LockGuard {
                 guard: Box::new(self),
             });
         };
-        let now = Instant::now();
-        let valid_until = Instant::from_std(self.valid_until());
+        // The whole schedule is on the lock clock, like the validity (see `crate::clock`).
+        let now = clock::now();
+        let valid_until = self.valid_until_on_lock_clock();
         // The round that gave this validity started `ttl − drift` before its end.
         let span = self.ttl().saturating_sub(drift(self.ttl(), drift_factor));
         let started = valid_until.checked_sub(span).unwrap_or(now).min(now);
@@ -221,6 +232,7 @@ impl LockGuard {
                 .saturating_sub(drift(resolved.ttl, drift_factor)),
             renew_every: resolved.renew_every,
             round_time,
+            margin: resolved.safety_margin,
             first_renewal: now,
             hold_deadline: resolved.max_hold.and_then(|cap| started.checked_add(cap)),
         };
@@ -230,14 +242,26 @@ impl LockGuard {
     }
 }
 
-/// Checks a renewal TTL against the manager's settings (drift, `max_ttl`), as `extend` will.
-fn check_ttl(config: &crate::config::Config, ttl: Duration) -> Result<(), InvalidArgument> {
-    round_timing(config, ttl).map(|_| ())
+/// Checks resolved options against the manager's settings: the renewal TTL as `extend` will
+/// (drift, `max_ttl`), and the safety margin against the validity a renewal can give.
+pub(crate) fn check_against(
+    config: &crate::config::Config,
+    resolved: Resolved,
+) -> Result<(), InvalidArgument> {
+    let timing = round_timing(config, resolved.ttl)?;
+    let validity = timing.ttl.saturating_sub(timing.drift());
+    if resolved.safety_margin >= validity {
+        return Err(InvalidArgument::SafetyMarginTooLong {
+            safety_margin: resolved.safety_margin,
+            ttl: resolved.ttl,
+        });
+    }
+    Ok(())
 }
 
 impl Renew for LockGuard {
     fn valid_until(&self) -> Instant {
-        Instant::from_std(LockGuard::valid_until(self))
+        self.valid_until_on_lock_clock()
     }
 
     fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<(), LockError>> + Send {
@@ -258,7 +282,7 @@ impl Lease {
         plan: Plan,
         runtime: &Handle,
     ) -> Self {
-        let (publisher, state) = Publisher::new(guard.valid_until());
+        let (publisher, state) = Publisher::new(guard.valid_until(), plan.margin);
         let (commands, receiver) = oneshot::channel();
         let resource: Arc<str> = Arc::from(resource);
         let counters = Arc::new(Counters::default());
@@ -286,17 +310,20 @@ impl Lease {
         self.handle.fence()
     }
 
-    /// Whether the lock is still valid now; see [`LeaseHandle::is_held`].
+    /// Whether the lock is still held now (its validity ends more than the safety margin from
+    /// now); see [`LeaseHandle::is_held`].
     pub fn is_held(&self) -> bool {
         self.handle.is_held()
     }
 
-    /// The validity left now; see [`LeaseHandle::remaining`].
+    /// The time left before the lease ends (the validity left minus the safety margin); see
+    /// [`LeaseHandle::remaining`].
     pub fn remaining(&self) -> Duration {
         self.handle.remaining()
     }
 
-    /// The instant the current validity ends; see [`LeaseHandle::valid_until`].
+    /// The instant the lock's current validity ends (the lease ends the safety margin before
+    /// it); see [`LeaseHandle::valid_until`].
     pub fn valid_until(&self) -> std::time::Instant {
         self.handle.valid_until()
     }

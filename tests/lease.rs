@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use quorumlock::{InvalidArgument, LeaseOptions, LockError, NotHeldReason, MAX_TTL};
 use support::{calls, cluster, get, key, manager, total_keys, wait_until, warm_up, PATIENCE};
 
@@ -16,6 +17,9 @@ const TTL: Duration = Duration::from_millis(600);
 
 /// How late a signal may come on a loaded 2-core CI box.
 const SLACK: Duration = Duration::from_millis(300);
+
+/// The default safety margin of a lease on `TTL`: a twentieth of it.
+const MARGIN: Duration = Duration::from_millis(30);
 
 /// The number of tasks alive on the current runtime (`num_alive_tasks` is stable tokio API).
 fn alive_tasks() -> usize {
@@ -74,9 +78,12 @@ async fn lease_keeps_the_lock_well_past_its_ttl() {
         .expect("release");
 }
 
-/// Pausing 2 of 3 masters makes `lost()` resolve by the end of validity, and `is_held()` flip.
+/// Regression (issue 10, part 4): with 2 of 3 masters paused, `is_held()` stayed true and
+/// `lost()` pending until the end of validity itself (and the timer fired then or later), so
+/// work cancelled on the loss stopped when the lock may already have been someone else's. Both
+/// now switch the lease's safety margin before `valid_until`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_majority_makes_lost_resolve_by_validity_end() {
+async fn paused_majority_ends_the_lease_a_safety_margin_before_its_validity() {
     let mut cluster = cluster(3);
     let locks = manager(&cluster);
     warm_up(&locks, &cluster).await;
@@ -87,6 +94,25 @@ async fn paused_majority_makes_lost_resolve_by_validity_end() {
     cluster[1].pause().expect("pause");
     cluster[2].pause().expect("pause");
     let paused = Instant::now();
+    // Samples the lease every millisecond: the last instants (read before each check) at which
+    // it still looked held, and at which `lost()` was still pending.
+    let sampler = {
+        let handle = lease.handle();
+        tokio::spawn(async move {
+            let (mut last_held, mut last_pending) = (None, None);
+            loop {
+                let now = Instant::now();
+                let held = handle.is_held();
+                let pending = handle.lost().now_or_never().is_none();
+                last_held = if held { Some(now) } else { last_held };
+                last_pending = if pending { Some(now) } else { last_pending };
+                if !held && !pending {
+                    return (last_held, last_pending);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
     let error = tokio::time::timeout(TTL + SLACK, lease.lost())
         .await
         .expect("lost() resolves within one TTL of the pause");
@@ -104,8 +130,27 @@ async fn paused_majority_makes_lost_resolve_by_validity_end() {
     assert!(!lease.is_held());
     assert_eq!(lease.remaining(), Duration::ZERO);
     let end = lease.valid_until();
-    assert!(end <= noticed, "lost before the end of validity: {end:?}");
-    assert!(noticed - end < SLACK, "signalled {:?} late", noticed - end);
+    let (last_held, last_pending) = tokio::time::timeout(PATIENCE, sampler)
+        .await
+        .expect("the sampler sees the end")
+        .expect("no panic");
+    for (what, last) in [("held", last_held), ("pending", last_pending)] {
+        let last = last.expect("held at first");
+        assert!(
+            last < end - MARGIN,
+            "{what} {:?} before the end of validity, within the safety margin",
+            end.saturating_duration_since(last)
+        );
+    }
+    assert!(
+        end - MARGIN <= noticed,
+        "signalled before the safety margin"
+    );
+    assert!(
+        noticed.saturating_duration_since(end - MARGIN) < SLACK,
+        "signalled {:?} late",
+        noticed.saturating_duration_since(end - MARGIN)
+    );
     assert!(noticed - paused <= TTL + SLACK);
     assert!(lease.stats().failed_renewals >= 1, "{:?}", lease.stats());
 
@@ -329,6 +374,15 @@ async fn invalid_options_are_rejected() {
         (LeaseOptions::new().ttl(TTL).max_hold(Duration::ZERO), |a| {
             matches!(a, InvalidArgument::MaxHoldTooShort { .. })
         }),
+        (LeaseOptions::new().ttl(TTL).safety_margin(TTL), |a| {
+            matches!(a, InvalidArgument::SafetyMarginTooLong { safety_margin, ttl }
+                if *safety_margin == TTL && *ttl == TTL)
+        }),
+        // Shorter than the TTL, but not than what is left of it after drift (8 ms).
+        (
+            LeaseOptions::new().ttl(TTL).safety_margin(TTL - 5 * MS),
+            |a| matches!(a, InvalidArgument::SafetyMarginTooLong { .. }),
+        ),
         (LeaseOptions::new().ttl(Duration::ZERO), |a| {
             matches!(a, InvalidArgument::ZeroTtl(_))
         }),

@@ -123,3 +123,92 @@ async fn reentry_never_shortens_the_lock() {
     inner.release().await.expect("inner");
     outer.release().await.expect("outer");
 }
+
+/// The token of a fenced grant, which must have one.
+fn token(guard: &quorumlock::LockGuard) -> u64 {
+    guard
+        .fence()
+        .expect("fencing is on: the guard carries a token")
+}
+
+/// Regression (issue 10, part 4): a re-entry took a fresh fencing token, so a fenced resource
+/// rejected the outer guard's writes once an inner one had written. Every acquisition of the
+/// owner while one of its guards is valid carries the token of the hold's first grant; the
+/// next hold, and every other owner after it, get higher ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_entry_keeps_the_token_of_the_grant_it_re_enters() {
+    let cluster = support::cluster(3);
+    let locks = support::manager(&cluster).fenced();
+    let mine = locks.reentrant(Owner::new());
+    let outer = mine.try_lock("job", TTL).await.expect("outer");
+    let held = token(&outer);
+    let inner = mine.try_lock("job", TTL).await.expect("inner");
+    assert_eq!(token(&inner), held, "the re-entry took another token");
+
+    // The outer guard leaves first; the inner one still holds, so a third acquisition
+    // re-enters the same hold.
+    outer.release().await.expect("outer release");
+    let third = mine.try_lock("job", TTL).await.expect("third");
+    assert_eq!(token(&third), held);
+    third.release().await.expect("third release");
+    inner.release().await.expect("inner release");
+
+    // The hold is over: a new one gets a higher token, and so does another owner after it.
+    let next = mine.try_lock("job", TTL).await.expect("a new hold");
+    assert!(token(&next) > held, "{} after {held}", token(&next));
+    let after = token(&next);
+    next.release().await.expect("release");
+    let other = locks.try_lock("job", TTL).await.expect("another owner");
+    assert!(token(&other) > after, "{} after {after}", token(&other));
+    other.release().await.expect("release");
+}
+
+/// The masters' counters need not equal the hold's token (a master that answered after the
+/// round was decided holds the key with the token it issued, possibly higher): a re-entry
+/// still gets the hold's token, and later grants still get higher ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_entry_keeps_the_token_when_the_counters_disagree() {
+    /// Far above any master's clock in microseconds, still exact as a Lua double.
+    const AHEAD_OF_CLOCKS: u64 = 4_000_000_000_000_000;
+    let cluster = support::cluster(3);
+    let locks = support::manager(&cluster).fenced();
+    let mine = locks.reentrant(Owner::new());
+    let outer = mine.try_lock("job", TTL).await.expect("outer");
+    let held = token(&outer);
+    cluster[0]
+        .command(&[
+            "SET",
+            &support::fence_key("job"),
+            &AHEAD_OF_CLOCKS.to_string(),
+        ])
+        .expect("SET the counter");
+    let inner = mine.try_lock("job", TTL).await.expect("inner");
+    assert_eq!(token(&inner), held, "the re-entry took another token");
+    inner.release().await.expect("inner release");
+    outer.release().await.expect("outer release");
+    let other = locks.try_lock("job", TTL).await.expect("another owner");
+    assert!(token(&other) > held, "{} after {held}", token(&other));
+    other.release().await.expect("release");
+}
+
+/// Work run under a lease re-enters its own lock with the lease's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_under_a_lease_re_enters_with_the_lease_token() {
+    let cluster = support::cluster(3);
+    let mine = support::manager(&cluster).fenced().reentrant(Owner::new());
+    let opts = quorumlock::LeaseOptions::new().ttl(TTL);
+    let (lease_token, inner_token) = mine
+        .run_exclusive("job", opts, |lease| {
+            let mine = mine.clone();
+            async move {
+                let inner = mine.try_lock("job", TTL).await.expect("re-entry");
+                let inner_token = inner.fence();
+                inner.release().await.expect("inner release");
+                (lease.fence(), inner_token)
+            }
+        })
+        .await
+        .expect("the work ran");
+    assert!(lease_token.is_some());
+    assert_eq!(inner_token, lease_token);
+}

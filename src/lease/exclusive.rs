@@ -28,7 +28,9 @@ impl Redlock {
     ///
     /// * **Lost while working**: [`LockError::NotHeld`] with reason [`NotHeldReason::Lost`]
     ///   (a renewal found the lock taken or expired on a majority, see [`LeaseHandle::lost`]),
-    ///   [`NotHeldReason::Expired`] (no renewal succeeded before the validity ran out),
+    ///   [`NotHeldReason::Expired`] (no renewal succeeded before the validity came within the
+    ///   [`safety_margin`](LeaseOptions::safety_margin) of its end: the work is cancelled that
+    ///   long before the lock may be someone else's),
     ///   [`NotHeldReason::MaxHoldReached`] (the work ran into
     ///   [`max_hold`](LeaseOptions::max_hold)), or [`NotHeldReason::RenewalStopped`] (the
     ///   runtime is shutting down). `run_exclusive` returns `NotHeld` for nothing else, so
@@ -75,10 +77,10 @@ impl Redlock {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        // Everything but the TTL's drift and maximum is checked before any master is asked;
-        // `lock` checks those.
-        let ttl = opts.resolve(DEFAULT_LEASE_TTL)?.ttl;
-        let guard = self.lock(resource, ttl).await?;
+        // Every option is checked before any master is asked.
+        let resolved = opts.resolve(DEFAULT_LEASE_TTL)?;
+        super::check_against(self.config(), resolved)?;
+        let guard = self.lock(resource, resolved.ttl).await?;
         let lease = guard.keep_alive(opts)?;
         let work = work(lease.handle());
         let outcome = if opts.cancels_on_loss() {

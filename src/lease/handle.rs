@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
 use super::task::{Counters, State};
+use crate::clock;
 use crate::error::{LockError, NotHeldReason};
 #[cfg(doc)]
 use crate::{Lease, LeaseOptions, LockGuard, Redlock};
@@ -64,28 +65,32 @@ impl LeaseHandle {
         self.fence
     }
 
-    /// Whether the lock is still valid now: the last confirmed validity has not run out, and the
-    /// lease was not lost or released. After [`max_hold`](LeaseOptions::max_hold) it stays true
-    /// until the validity left then runs out.
+    /// Whether the lock is still held now: the last confirmed validity ends more than the
+    /// [`safety_margin`](LeaseOptions::safety_margin) from now, and the lease was not lost or
+    /// released. After [`max_hold`](LeaseOptions::max_hold) it stays true until then.
     ///
-    /// Computed from the last published validity and the clock, so it turns false exactly at
-    /// the end of the validity even if the renewal task is stalled. As with
-    /// [`LockGuard::is_valid`], it says nothing about pauses of this process after the check.
+    /// Computed from the last published validity and the clock, so it turns false at
+    /// [`valid_until`](Self::valid_until) minus the safety margin even if the renewal task is
+    /// stalled. As with [`LockGuard::is_valid`], it says nothing about pauses of this process
+    /// after the check.
     pub fn is_held(&self) -> bool {
         let state = self.state.borrow();
-        Instant::now() < state.valid_until
+        !state.ended(tokio::time::Instant::now())
     }
 
-    /// The validity left now: zero once it ran out, or once the lease was lost or released.
+    /// The time left before the lease ends: the validity left minus the
+    /// [`safety_margin`](LeaseOptions::safety_margin); zero once that ran out, or once the lease
+    /// was lost or released.
     pub fn remaining(&self) -> Duration {
         let state = self.state.borrow();
-        state.valid_until.saturating_duration_since(Instant::now())
+        state.remaining(tokio::time::Instant::now())
     }
 
-    /// The instant the current validity ends (moved later by each renewal, earlier when the
-    /// lease is lost or released).
+    /// The instant the lock's current validity ends (moved later by each renewal, earlier when
+    /// the lease is lost or released). The lease itself ends the
+    /// [`safety_margin`](LeaseOptions::safety_margin) before it.
     pub fn valid_until(&self) -> std::time::Instant {
-        self.state.borrow().valid_until.into_std()
+        clock::timer(self.state.borrow().valid_until).into_std()
     }
 
     /// Resolves once the lease can no longer keep its lock, with a [`LockError::NotHeld`] whose
@@ -94,9 +99,11 @@ impl LeaseHandle {
     /// * [`NotHeldReason::Lost`]: a renewal found too few masters holding the lock (its keys
     ///   expired or were taken), or a quorum of masters failed with errors that retrying cannot
     ///   fix (a key of another type in place of the lock); resolves when that renewal is decided;
-    /// * [`NotHeldReason::Expired`]: the validity ran out before a renewal succeeded (for
-    ///   example a majority of masters was unreachable); resolves exactly at the end of the
-    ///   validity;
+    /// * [`NotHeldReason::Expired`]: the validity came within the
+    ///   [`safety_margin`](LeaseOptions::safety_margin) of its end before a renewal succeeded
+    ///   (for example a majority of masters was unreachable); resolves then, the margin before
+    ///   [`valid_until`](Self::valid_until), so that work it cancels stops while the lock is
+    ///   still valid;
     /// * [`NotHeldReason::MaxHoldReached`]: the lease reached its
     ///   [`max_hold`](LeaseOptions::max_hold); renewal stopped, and the lock stays valid for
     ///   [`remaining`](Self::remaining) (at most one TTL) to let the holder wrap up;
@@ -125,12 +132,13 @@ impl LeaseHandle {
     pub async fn lost(&self) -> LockError {
         let mut state = self.state.clone();
         loop {
-            let valid_until = {
+            let ends = {
                 // The clock is read under the channel's read lock: see `task` on why.
                 let current = state.borrow_and_update();
-                match current.loss(Instant::now()) {
+                let now = tokio::time::Instant::now();
+                match current.loss(now) {
                     Some(reason) => return self.not_held(reason),
-                    None => current.valid_until,
+                    None => current.ends(now),
                 }
             };
             tokio::select! {
@@ -140,7 +148,7 @@ impl LeaseHandle {
                         return self.ended();
                     }
                 }
-                () = sleep_until(valid_until) => {}
+                () = sleep_until(ends) => {}
             }
         }
     }
@@ -158,7 +166,7 @@ impl LeaseHandle {
         let reason = self
             .state
             .borrow()
-            .loss(Instant::now())
+            .loss(tokio::time::Instant::now())
             .unwrap_or(NotHeldReason::RenewalStopped);
         self.not_held(reason)
     }
@@ -177,10 +185,7 @@ impl fmt::Debug for LeaseHandle {
         f.debug_struct("Lease")
             .field("resource", &self.resource)
             .field("fence", &self.fence)
-            .field(
-                "remaining",
-                &state.valid_until.saturating_duration_since(Instant::now()),
-            )
+            .field("remaining", &state.remaining(tokio::time::Instant::now()))
             .field("stopped", &state.stopped)
             .field("stats", &self.stats())
             .finish()

@@ -35,6 +35,7 @@ pub struct LeaseOptions {
     ttl: Option<Duration>,
     renew_every: Option<Duration>,
     max_hold: Option<Duration>,
+    safety_margin: Option<Duration>,
     cancel_on_loss: bool,
 }
 
@@ -44,6 +45,7 @@ impl Default for LeaseOptions {
             ttl: None,
             renew_every: None,
             max_hold: None,
+            safety_margin: None,
             cancel_on_loss: true,
         }
     }
@@ -56,6 +58,7 @@ pub(crate) struct Resolved {
     pub(crate) ttl: Duration,
     pub(crate) renew_every: Duration,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) safety_margin: Duration,
 }
 
 impl LeaseOptions {
@@ -65,7 +68,9 @@ impl LeaseOptions {
     }
 
     /// The TTL each renewal sets on the masters (truncated to whole milliseconds). The lock
-    /// outlives a crashed holder by at most this much. Defaults to the guard's current
+    /// outlives a crashed holder by at most this much. At least 1 ms, longer than its drift
+    /// allowance, and at most the manager's [`max_ttl`](crate::RedlockBuilder::max_ttl)
+    /// ([`MAX_TTL`](crate::MAX_TTL) by default), as for any lock. Defaults to the guard's current
     /// [`ttl`](crate::LockGuard::ttl) for [`keep_alive`](crate::LockGuard::keep_alive), and to
     /// [`DEFAULT_LEASE_TTL`] (30 s) for [`run_exclusive`](crate::Redlock::run_exclusive).
     #[must_use]
@@ -91,10 +96,35 @@ impl LeaseOptions {
     /// ([`lost`](crate::Lease::lost) resolves with
     /// [`NotHeldReason::MaxHoldReached`](crate::NotHeldReason::MaxHoldReached)); the lock then
     /// stays valid, unrenewed, until its current validity ends, which gives the holder at most
-    /// one TTL to wrap up. Must be at least the TTL. Defaults to no cap.
+    /// one TTL to wrap up. Must be at least the TTL; a cap too far away for the clock
+    /// (`Duration::MAX`, say) is no cap. Defaults to no cap.
     #[must_use]
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
+        self
+    }
+
+    /// How long before the end of the lock's validity the lease stops counting as held:
+    /// [`is_held`](crate::LeaseHandle::is_held) turns false, [`lost`](crate::LeaseHandle::lost)
+    /// resolves (with [`NotHeldReason::Expired`](crate::NotHeldReason::Expired) when no renewal
+    /// succeeded in time), and [`run_exclusive`](crate::Redlock::run_exclusive) starts
+    /// cancelling the work `safety_margin` before
+    /// [`valid_until`](crate::LeaseHandle::valid_until), not at it. Renewals are scheduled to
+    /// finish before that earlier end.
+    ///
+    /// Timers fire at their deadline or later (tokio rounds up to the millisecond, and a busy
+    /// runtime polls the woken task later still), and cancelled work stops only at its next
+    /// `.await`: without a margin, the holder learns of the end of validity when the lock may
+    /// already be someone else's. The margin absorbs those delays; it does not make pauses of
+    /// the process harmless (only fencing tokens do). Must be shorter than the TTL minus its
+    /// drift allowance.
+    ///
+    /// Defaults to a twentieth of the TTL, at most 50 ms: tens of milliseconds cover timer
+    /// rounding and the scheduling delays of a loaded runtime, a long TTL gives up no more than
+    /// that, and a short one keeps 95 % of its validity (600 ms → 30 ms, 30 s → 50 ms).
+    #[must_use]
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
         self
     }
 
@@ -118,8 +148,9 @@ impl LeaseOptions {
     }
 
     /// Fills in the defaults and checks what can be checked without a manager: the TTL is at
-    /// least 1 ms, renewals come more often than the TTL, and the cap is at least one TTL.
-    /// (The TTL's drift and maximum are checked against the manager by the caller.)
+    /// least 1 ms, renewals come more often than the TTL, the cap is at least one TTL, and the
+    /// safety margin is shorter than the TTL. (The TTL's drift and maximum, and the margin
+    /// against the TTL minus drift, are checked against the manager by the caller.)
     pub(crate) fn resolve(&self, default_ttl: Duration) -> Result<Resolved, InvalidArgument> {
         let asked = self.ttl_or(default_ttl);
         let ttl = Duration::from_millis(u64::try_from(asked.as_millis()).unwrap_or(u64::MAX));
@@ -138,12 +169,22 @@ impl LeaseOptions {
                 return Err(InvalidArgument::MaxHoldTooShort { max_hold, ttl });
             }
         }
+        let safety_margin = self.safety_margin.unwrap_or_else(|| default_margin(ttl));
+        if safety_margin >= ttl {
+            return Err(InvalidArgument::SafetyMarginTooLong { safety_margin, ttl });
+        }
         Ok(Resolved {
             ttl,
             renew_every,
             max_hold: self.max_hold,
+            safety_margin,
         })
     }
+}
+
+/// The default [`LeaseOptions::safety_margin`] for `ttl`: a twentieth of it, at most 50 ms.
+fn default_margin(ttl: Duration) -> Duration {
+    (ttl / 20).min(Duration::from_millis(50))
 }
 
 #[cfg(test)]
@@ -160,7 +201,8 @@ mod tests {
             Resolved {
                 ttl: 600 * MS,
                 renew_every: 200 * MS,
-                max_hold: None
+                max_hold: None,
+                safety_margin: 30 * MS,
             }
         );
         assert!(LeaseOptions::default().cancels_on_loss());
@@ -213,6 +255,38 @@ mod tests {
             opts.renew_every(MS).resolve(Duration::ZERO),
             Err(InvalidArgument::ZeroTtl(_))
         ));
+    }
+
+    #[test]
+    fn safety_margin_defaults_to_a_twentieth_of_the_ttl_at_most_50_ms() {
+        let margin = |ttl| {
+            LeaseOptions::new()
+                .resolve(ttl)
+                .expect("valid")
+                .safety_margin
+        };
+        assert_eq!(margin(600 * MS), 30 * MS);
+        assert_eq!(margin(Duration::from_secs(30)), 50 * MS);
+        assert_eq!(margin(Duration::from_secs(3600)), 50 * MS);
+        // Never zero, never the whole TTL, however short.
+        assert_eq!(margin(MS), Duration::from_micros(50));
+        let explicit = LeaseOptions::new().safety_margin(5 * MS).resolve(600 * MS);
+        assert_eq!(explicit.expect("valid").safety_margin, 5 * MS);
+    }
+
+    #[test]
+    fn rejects_a_safety_margin_not_shorter_than_the_ttl() {
+        let opts = LeaseOptions::new().safety_margin(600 * MS);
+        let error = opts.resolve(600 * MS).expect_err("margin = ttl");
+        assert_eq!(
+            error,
+            InvalidArgument::SafetyMarginTooLong {
+                safety_margin: 600 * MS,
+                ttl: 600 * MS
+            }
+        );
+        assert!(error.to_string().contains("safety margin"), "{error}");
+        assert!(opts.resolve(601 * MS).is_ok());
     }
 
     #[test]

@@ -6,13 +6,25 @@
 //!
 //! # What is published, and why it can only get worse
 //!
-//! The task publishes a [`State`] (the end of validity and, once renewal has stopped for good,
-//! why) on a `watch` channel. Readers compute "held" from it and **their own** reading of the
-//! clock, so a stalled task can never make a lease look held past its validity. A renewal is
-//! published only if, under the channel's write lock, the published validity has not run out:
-//! a reader that saw the lease expire (it reads the clock under the read lock) is never
+//! The task publishes a [`State`] (the end of validity, the safety margin and, once renewal has
+//! stopped for good, why) on a `watch` channel. Readers compute "held" from it and **their own**
+//! reading of the clock, so a stalled task can never make a lease look held past its end. A
+//! renewal is published only if, under the channel's write lock, the published lease has not
+//! ended: a reader that saw the lease expire (it reads the clock under the read lock) is never
 //! contradicted by a renewal that finished a moment too late. Such a lease ends as expired, and
 //! its keys are released.
+//!
+//! Every instant here (validity, schedule, `max_hold`) is on the lock clock, which counts a
+//! suspend of the machine ([`crate::clock`]): read with `tokio::time::Instant::now()`, slept until through
+//! `clock::timer`.
+//!
+//! # The safety margin
+//!
+//! A lease ends [`margin`](State::margin) before the lock's validity does (see
+//! [`LeaseOptions::safety_margin`](crate::LeaseOptions::safety_margin)): its holder is woken by
+//! a timer, which fires at its deadline or later, and must still stop its work while the lock
+//! is valid. Everything here that waits for, or compares with, the end of the lease uses
+//! [`State::ends`], never the validity itself; renewals are planned to finish before it.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +34,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::time::{sleep_until, Instant};
 
+use crate::clock;
 use crate::error::{LockError, NotHeldReason};
 
 /// What the renewal task needs from a held lock: [`LockGuard`](crate::LockGuard) in the
@@ -43,15 +56,36 @@ pub(crate) trait Renew: Send + 'static {
 pub(crate) struct State {
     /// The end of the validity; lowered to the present when the lock is lost or released.
     pub(crate) valid_until: Instant,
+    /// How long before `valid_until` the lease ends.
+    pub(crate) margin: Duration,
     /// Why renewal stopped for good, once it has.
     pub(crate) stopped: Option<NotHeldReason>,
 }
 
 impl State {
+    /// Whether the lease has ended by `now`: `margin` before the validity ends, or earlier.
+    pub(crate) fn ended(&self, now: Instant) -> bool {
+        // `now + margin` rather than `valid_until − margin`: no underflow, and an overflow
+        // counts as ended.
+        now.checked_add(self.margin)
+            .is_none_or(|later| later >= self.valid_until)
+    }
+
+    /// The instant the lease ends (`valid_until − margin`), for timers; `now` if that cannot be
+    /// represented (it is then already past, see [`ended`](Self::ended)).
+    pub(crate) fn ends(&self, now: Instant) -> Instant {
+        self.valid_until.checked_sub(self.margin).unwrap_or(now)
+    }
+
+    /// The time left before the lease ends, as seen at `now`.
+    pub(crate) fn remaining(&self, now: Instant) -> Duration {
+        self.ends(now).saturating_duration_since(now)
+    }
+
     /// Why the lease cannot keep its lock any more, as seen at `now`; `None` while it can.
     pub(crate) fn loss(&self, now: Instant) -> Option<NotHeldReason> {
         self.stopped
-            .or((now >= self.valid_until).then_some(NotHeldReason::Expired))
+            .or(self.ended(now).then_some(NotHeldReason::Expired))
     }
 }
 
@@ -76,6 +110,8 @@ pub(crate) struct Plan {
     /// How long one round may take (the node timeout): scheduled renewals start at least this
     /// long before validity ends, and failed ones are retried this often.
     pub(crate) round_time: Duration,
+    /// How long before the end of validity the lease ends (and renewals must be done).
+    pub(crate) margin: Duration,
     /// When the first renewal is due.
     pub(crate) first_renewal: Instant,
     /// When renewal stops for good (`max_hold`), if ever.
@@ -84,24 +120,26 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// When to renew after a round that started at `started` gave validity until
-    /// `valid_until`: `renew_every` later, but early enough that a round fits before validity
-    /// ends (never sooner than half the validity, so a validity shorter than a round cannot make
-    /// renewals spin).
+    /// `valid_until`: `renew_every` later, but early enough that a round fits before the lease
+    /// ends (`margin` before validity does; never sooner than half the time left, so a validity
+    /// shorter than a round cannot make renewals spin).
     pub(crate) fn next_renewal(&self, started: Instant, valid_until: Instant) -> Instant {
-        let validity = valid_until.saturating_duration_since(started);
-        let lead = self.round_time.min(validity / 2);
-        // `lead` is at most half of `valid_until − started`, so this stays after `started`.
-        let latest = valid_until.checked_sub(lead).unwrap_or(started);
+        let ends = valid_until.checked_sub(self.margin).unwrap_or(started);
+        let left = ends.saturating_duration_since(started);
+        let lead = self.round_time.min(left / 2);
+        // `lead` is at most half of `ends − started`, so this stays after `started`.
+        let latest = ends.checked_sub(lead).unwrap_or(started).max(started);
         started
             .checked_add(self.renew_every)
             .map_or(latest, |due| due.min(latest))
     }
 
     /// When to retry after a round that started at `started` failed, with validity until
-    /// `valid_until`: one round time later, or sooner when less than two are left, so a late
-    /// recovery of the masters is still caught.
+    /// `valid_until`: one round time later, or sooner when less than two are left before the
+    /// lease ends, so a late recovery of the masters is still caught.
     fn retry(&self, started: Instant, valid_until: Instant) -> Instant {
-        let left = valid_until.saturating_duration_since(Instant::now());
+        let ends = valid_until.checked_sub(self.margin).unwrap_or(started);
+        let left = ends.saturating_duration_since(tokio::time::Instant::now());
         let spacing = self.round_time.min(left / 2).max(Duration::from_millis(1));
         started + spacing
     }
@@ -112,9 +150,10 @@ impl Plan {
 pub(crate) struct Publisher(watch::Sender<State>);
 
 impl Publisher {
-    pub(crate) fn new(valid_until: Instant) -> (Self, watch::Receiver<State>) {
+    pub(crate) fn new(valid_until: Instant, margin: Duration) -> (Self, watch::Receiver<State>) {
         let (tx, rx) = watch::channel(State {
             valid_until,
+            margin,
             stopped: None,
         });
         (Self(tx), rx)
@@ -124,11 +163,11 @@ impl Publisher {
         *self.0.borrow()
     }
 
-    /// Publishes a renewal's validity, unless the published one already ran out (see the
+    /// Publishes a renewal's validity, unless the published lease already ended (see the
     /// module docs). Returns whether it was published.
     pub(super) fn renewed(&self, valid_until: Instant) -> bool {
         self.0.send_if_modified(|state| {
-            let live = state.stopped.is_none() && Instant::now() < state.valid_until;
+            let live = state.stopped.is_none() && !state.ended(tokio::time::Instant::now());
             if live {
                 state.valid_until = valid_until;
             }
@@ -161,7 +200,7 @@ impl Publisher {
 
 impl Drop for Publisher {
     fn drop(&mut self) {
-        self.stop(NotHeldReason::RenewalStopped, Some(Instant::now()));
+        self.stop(NotHeldReason::RenewalStopped, Some(tokio::time::Instant::now()));
     }
 }
 
@@ -197,25 +236,26 @@ pub(crate) async fn run<G: Renew>(
     let mut next = plan.first_renewal;
     let mut renewing = true;
     let end = loop {
-        let valid_until = publisher.state().valid_until;
-        let now = Instant::now();
-        if now >= valid_until {
+        let now = tokio::time::Instant::now();
+        let state = publisher.state();
+        if state.ended(now) {
             break End::Expired;
         }
+        let ends = state.ends(now);
         if renewing && plan.hold_deadline.is_some_and(|cap| now >= cap) {
             renewing = false;
             publisher.stop(NotHeldReason::MaxHoldReached, None);
             tracing::info!(
                 %resource,
-                remaining = ?(valid_until - now),
+                remaining = ?state.remaining(now),
                 "lease reached its max hold time; renewal stopped"
             );
         }
         if !renewing || now < next {
             let wake = match (renewing, plan.hold_deadline) {
-                (false, _) => valid_until,
-                (true, Some(cap)) => next.min(cap).min(valid_until),
-                (true, None) => next.min(valid_until),
+                (false, _) => ends,
+                (true, Some(cap)) => next.min(cap).min(ends),
+                (true, None) => next.min(ends),
             };
             tokio::select! {
                 biased;
@@ -224,20 +264,20 @@ pub(crate) async fn run<G: Renew>(
             }
         }
 
-        let started = Instant::now();
+        let started = tokio::time::Instant::now();
         // A renewal TTL shorter than the validity left shortens the keys as soon as one master
         // applies it: from now on only `ttl − drift` is certain (as `extend` assumes too).
         if let Some(pessimistic) = started.checked_add(plan.validity) {
             publisher.lower(pessimistic);
         }
-        let valid_until = publisher.state().valid_until;
-        // A renewal in flight is abandoned at the end of validity: the holder must learn of the
+        let ends = publisher.state().ends(started);
+        // A renewal in flight is abandoned when the lease ends: the holder must learn of the
         // loss then, not a node timeout later. `extend` is cancel safe (it lowers the guard's
         // validity before sending), and the release below runs behind it on each connection.
         let round = tokio::select! {
             biased;
             command = &mut commands => Round::Command(command.ok()),
-            () = sleep_until(valid_until) => Round::Expired,
+            () = sleep_until(ends) => Round::Expired,
             result = guard.extend(plan.ttl) => Round::Done(result),
         };
         match round {
@@ -249,7 +289,7 @@ pub(crate) async fn run<G: Renew>(
                 if !publisher.renewed(valid_until) {
                     break End::Expired;
                 }
-                tracing::trace!(%resource, elapsed = ?started.elapsed(), "lease renewed");
+                tracing::trace!(%resource, elapsed = ?clock::elapsed(started), "lease renewed");
                 next = plan.next_renewal(started, valid_until);
             }
             Round::Done(Err(LockError::NotHeld { reason, .. })) => {
@@ -274,7 +314,7 @@ pub(crate) async fn run<G: Renew>(
                 tracing::warn!(
                     %resource,
                     %error,
-                    remaining = ?valid_until.saturating_duration_since(Instant::now()),
+                    remaining = ?publisher.state().remaining(tokio::time::Instant::now()),
                     "lease renewal failed; retrying while validity remains"
                 );
                 next = plan.retry(started, valid_until);
@@ -303,7 +343,7 @@ fn hopeless(error: &LockError) -> Option<NotHeldReason> {
 async fn finish<G: Renew>(guard: G, resource: &str, end: End, publisher: &Publisher) {
     match end {
         End::Release(reply) => {
-            publisher.stop(NotHeldReason::Released, Some(Instant::now()));
+            publisher.stop(NotHeldReason::Released, Some(tokio::time::Instant::now()));
             let outcome = guard.release().await;
             match reply {
                 Some(reply) => {
@@ -335,7 +375,7 @@ async fn finish<G: Renew>(guard: G, resource: &str, end: End, publisher: &Publis
             let _ = guard.release().await;
         }
         End::Lost(reason) => {
-            publisher.stop(reason, Some(Instant::now()));
+            publisher.stop(reason, Some(tokio::time::Instant::now()));
             tracing::warn!(resource, %reason, "lease lost");
             let _ = guard.release().await;
         }

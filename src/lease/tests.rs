@@ -17,6 +17,8 @@ const MS: Duration = Duration::from_millis(1);
 const TTL: Duration = Duration::from_millis(600);
 const DRIFT: Duration = Duration::from_millis(8);
 const ROUND: Duration = Duration::from_millis(50);
+/// The default safety margin of a 600 ms TTL (a twentieth).
+const MARGIN: Duration = Duration::from_millis(30);
 
 /// What a scripted extension does: take `after`, then succeed or fail.
 #[derive(Debug, Clone)]
@@ -135,6 +137,7 @@ fn plan(lock: &FakeLock, max_hold: Option<Duration>) -> Plan {
         validity: TTL - DRIFT,
         renew_every: TTL / 3,
         round_time: ROUND,
+        margin: MARGIN,
         first_renewal: start,
         hold_deadline: max_hold.map(|m| start + m),
     };
@@ -172,10 +175,13 @@ async fn renewals_leave_room_for_a_round_and_never_spin() {
     let t0 = Instant::now();
     // Plenty of validity: renew_every after the round.
     assert_eq!(plan.next_renewal(t0, t0 + TTL - DRIFT), t0 + 200 * MS);
-    // A guard acquired with a 240 ms TTL: renew a round time before its validity ends.
-    assert_eq!(plan.next_renewal(t0, t0 + 232 * MS), t0 + 182 * MS);
-    // A validity shorter than a round: renew half-way, never at once in a loop.
-    assert_eq!(plan.next_renewal(t0, t0 + 60 * MS), t0 + 30 * MS);
+    // A guard acquired with a 240 ms TTL: renew a round time before the lease ends (the
+    // safety margin before its validity does).
+    assert_eq!(plan.next_renewal(t0, t0 + 232 * MS), t0 + 152 * MS);
+    // Less than a round left before the lease ends: renew half-way, never at once in a loop.
+    assert_eq!(plan.next_renewal(t0, t0 + 90 * MS), t0 + 30 * MS);
+    // A validity within the margin: at once (the lease has ended; the task sees it).
+    assert_eq!(plan.next_renewal(t0, t0 + 20 * MS), t0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -279,22 +285,52 @@ async fn a_renewal_ttl_shorter_than_the_validity_left_lowers_it_first() {
     assert!(lease.remaining() > Duration::from_secs(9));
     tokio::time::sleep(Duration::from_secs(1) + MS).await;
     // The keys may already carry the 600 ms TTL: only that much is promised.
-    assert_eq!(lease.remaining(), TTL - DRIFT - MS);
+    assert_eq!(lease.remaining(), TTL - DRIFT - MARGIN - MS);
     let error = lease.lost().await;
-    assert_eq!(Instant::now() - t0, Duration::from_secs(1) + TTL - DRIFT);
+    assert_eq!(
+        Instant::now() - t0,
+        Duration::from_secs(1) + TTL - DRIFT - MARGIN
+    );
     assert!(error.is_not_held());
 }
 
+/// Regression: `lost()` resolved, and `is_held()` turned false, only at the end of the
+/// validity (a timer fires then or later), so work cancelled on a loss stopped after the lock
+/// may already have been someone else's. Both now happen the safety margin before it.
 #[tokio::test(start_paused = true)]
-async fn validity_running_out_is_signalled_exactly_at_its_end() {
+async fn validity_running_out_is_signalled_a_safety_margin_before_its_end() {
     // Every renewal hangs for 10 s (a paused majority with a huge node timeout).
     let (lease, _log) = start(
         std::iter::repeat_n(Step::Unreachable(Duration::from_secs(10)), 10),
         None,
     );
     let end = lease.valid_until();
+    let handle = lease.handle();
+    let watcher = tokio::spawn(async move {
+        let mut last_held = None;
+        loop {
+            let now = Instant::now();
+            if !handle.is_held() {
+                return (last_held, now);
+            }
+            last_held = Some(now);
+            tokio::time::sleep(MS).await;
+        }
+    });
     let error = lease.lost().await;
-    assert_eq!(tokio::time::Instant::now().into_std(), end);
+    assert_eq!(tokio::time::Instant::now().into_std(), end - MARGIN);
+    assert!(!lease.is_held());
+    assert_eq!(lease.remaining(), Duration::ZERO);
+    // The lock's validity itself is still reported as it is.
+    assert_eq!(lease.valid_until(), end);
+    let (last_held, first_not_held) = watcher.await.expect("watcher");
+    let last_held = last_held.expect("held at first").into_std();
+    assert!(
+        last_held < end - MARGIN,
+        "held {:?} before the end",
+        end - last_held
+    );
+    assert_eq!(first_not_held.into_std(), end - MARGIN);
     assert!(matches!(
         error,
         LockError::NotHeld {
@@ -306,18 +342,25 @@ async fn validity_running_out_is_signalled_exactly_at_its_end() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn remaining_reaches_zero_at_validity_end_even_if_the_task_is_stalled() {
+async fn remaining_reaches_zero_at_the_lease_end_even_if_the_task_is_stalled() {
     let (lock, _log) = FakeLock::new([]);
     let valid_until = lock.valid_until;
-    let (publisher, rx) = Publisher::new(valid_until);
+    let (publisher, rx) = Publisher::new(valid_until, MARGIN);
     let handle = LeaseHandle::new("job".into(), None, rx, Arc::default());
     // No task runs: the publisher is never updated.
-    tokio::time::sleep_until(valid_until - MS).await;
+    tokio::time::sleep_until(valid_until - MARGIN - MS).await;
     assert!(handle.is_held());
     assert_eq!(handle.remaining(), MS);
     tokio::time::sleep(MS).await;
     assert!(!handle.is_held());
     assert_eq!(handle.remaining(), Duration::ZERO);
+    assert!(matches!(
+        handle.lost().now_or_never(),
+        Some(LockError::NotHeld {
+            reason: NotHeldReason::Expired,
+            ..
+        })
+    ));
     // A renewal that finishes after a reader saw the end is not published.
     assert!(!publisher.renewed(valid_until + TTL));
     assert!(!handle.is_held());
