@@ -652,6 +652,11 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                     std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0),
                 )
             });
+            if restart == Restart::Snapshot {
+                // What node 2 will come back with: everything before A's lock.
+                tokio::task::block_in_place(|| env.cluster[2].command(&["SAVE"]))?;
+                env.nem("save-snapshot", json!({"node": 2}));
+            }
             env.phase("A acquires {0,1,2}");
             env.cycle(
                 0,
@@ -676,7 +681,9 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                 sleep(ttl + Duration::from_millis(ttl_ms / 100 + 2 + 500)).await;
             }
             match restart {
-                Restart::Immediate => tokio::task::block_in_place(|| env.cluster[2].restart())?,
+                Restart::Immediate | Restart::Snapshot => {
+                    tokio::task::block_in_place(|| env.cluster[2].restart())?
+                }
                 Restart::PowerLoss => {
                     // The writes since the sample were never fsynced: they are gone.
                     let (path, len) = aof_before.ok_or("node 2 has no AOF to truncate")?;

@@ -66,6 +66,9 @@ pub enum Restart {
     /// At once, after truncating the AOF to its size before the lock was taken: a power loss
     /// that took the last, not yet fsynced, second of writes.
     PowerLoss,
+    /// At once, reloading an RDB snapshot taken (`SAVE`) before the lock was granted: Redis's
+    /// default persistence after a crash. The epoch marker is in the snapshot.
+    Snapshot,
 }
 
 /// The script of a scenario.
@@ -251,6 +254,16 @@ pub fn catalog() -> Vec<Scenario> {
             )
         },
         Scenario {
+            about: "as crash-restart-empty, but node 2 reloads an RDB snapshot older than the lock",
+            ttl_ms: 4000,
+            ..base(
+                "crash-restart-snapshot",
+                "crash",
+                Break,
+                Script::Crash(Restart::Snapshot),
+            )
+        },
+        Scenario {
             about:
                 "as crash-power-loss-everysec, but a plain SIGKILL: the page cache keeps the key",
             ttl_ms: 4000,
@@ -361,6 +374,30 @@ pub fn catalog() -> Vec<Scenario> {
                 "crash",
                 Hold,
                 Script::Crash(Restart::ImmediateEmpty),
+            )
+        },
+        Scenario {
+            about: "as crash-restart-snapshot, with restart protection: node 2 sits out one max TTL",
+            ttl_ms: 4000,
+            protection: true,
+            ..base(
+                "crash-restart-snapshot-protected",
+                "crash",
+                Hold,
+                Script::Crash(Restart::Snapshot),
+            )
+        },
+        Scenario {
+            about:
+                "as crash-power-loss-everysec, with restart protection: node 2 sits out one max TTL",
+            ttl_ms: 4000,
+            persistence: Persistence::AofEverySec,
+            protection: true,
+            ..base(
+                "crash-power-loss-protected",
+                "crash",
+                Hold,
+                Script::Crash(Restart::PowerLoss),
             )
         },
         Scenario {
