@@ -9,10 +9,20 @@
 //!   quorum-th grant, or as soon as a quorum has become impossible. A slow, paused or dead
 //!   minority costs nothing.
 //! * Validity is `ttl − elapsed − (ttl × drift_factor + 2 ms)`, on a monotonic clock started
-//!   before the first request. A lock is granted only with a quorum **and** validity left.
+//!   before the first request. A lock is granted only with a quorum **and** validity left. On
+//!   Linux the clock also counts time the machine spent suspended (`CLOCK_BOOTTIME`), which
+//!   `Instant` does not, while the keys keep expiring: a round or a hold that spans a suspend
+//!   loses that much validity.
 //! * On failure, and when a `lock()` future is dropped mid-flight, every key the round may have
 //!   set is released with a compare-and-delete — **including** on masters that timed out: the
 //!   release travels on the same connection behind the late `SET`, so the master runs it after.
+//!   Cleanups are always sent, even when their caller stopped waiting. A connection that broke
+//!   is closed on the master (`CLIENT KILL`) before its replacement carries anything, so a late
+//!   `SET` still in the old connection's path cannot run after the release sent on the new one.
+//!   Where the master refuses `CLIENT INFO`/`CLIENT KILL` (an ACL, a renamed command, Redis
+//!   before 6.2, a proxy in between), such a `SET` can outlive its release, and the key then
+//!   lives **at most one TTL**. So does a key whose release could not be delivered at all (its
+//!   master unreachable until then).
 //! * Lock values are a v4 UUID (122 random bits from the OS CSPRNG), fresh for every attempt.
 //! * Release and extend are atomic Lua scripts (compare-and-delete, compare-and-`PEXPIRE`);
 //!   an extension counts only if a quorum confirms it within the current validity.
@@ -66,11 +76,14 @@
 //! * **Wall-clock jumps on a master.** Redis expires keys by the wall clock. A clock that jumps
 //!   forward on a master frees the lock there early, and two clients can then both gather a
 //!   quorum. Run masters with slewing time synchronisation, never stepping.
-//! * **Masters that restart without their data.** A master that crashes and comes back empty
-//!   can grant the lock again while the old holder still counts on it. Either persist with
-//!   `appendfsync always`, or keep a restarted master out of service for longer than the
-//!   maximum TTL in use ("delayed restarts"). `SIGKILL` with `appendfsync everysec` usually
-//!   keeps the data (it is in the page cache); a power loss does not.
+//! * **Masters that restart and forget locks.** A master that crashes and comes back empty, or
+//!   with data older than its last grants (an RDB snapshot, Redis's default persistence; an
+//!   AOF whose unsynced tail a power loss took; a restored backup), can grant the lock again
+//!   while the old holder still counts on it. Either persist with `appendfsync always`, or keep
+//!   a restarted master out of service for longer than the maximum TTL in use ("delayed
+//!   restarts", which restart protection below enforces from the client). `SIGKILL` with
+//!   `appendfsync everysec` usually keeps the data (it is in the page cache); a power loss
+//!   does not.
 //!
 //! When correctness depends on the lock (not just efficiency), use fencing tokens, or a
 //! consensus system (etcd, ZooKeeper) whose leases carry them. When the lock only avoids
@@ -93,12 +106,19 @@
 //!   masters' clock disagreement plus one second (a token may lead its master's clock by up to
 //!   the proposal cap). The protected resource must reject any token lower than the highest it has seen.
 //! * **Restart protection** ([`RedlockBuilder::restart_protection`] with
-//!   [`RedlockBuilder::max_ttl`]): client-enforced *delayed restarts*. Each master carries an
-//!   epoch marker, created by the acquire script (stamped with the master's clock) when it is
-//!   missing; a master whose marker is younger than the maximum TTL (plus drift) may have
-//!   forgotten locks it granted, so its vote does not count. No extra round trip. The cost is
-//!   availability: a master that restarts empty sits out one max TTL, and so does a brand-new
-//!   deployment until [`Redlock::provision`] marks its masters as fresh.
+//!   [`RedlockBuilder::max_ttl`]): client-enforced *delayed restarts*. A master's vote does not
+//!   count until the maximum TTL (plus drift) has passed since it last **restarted**, whatever
+//!   data it reloaded: every connection reads the master's `run_id` and uptime when it opens (a
+//!   restart breaks every connection), so there is no extra round trip per lock. Each master
+//!   also carries an epoch marker, created by the acquire script (stamped with the master's
+//!   clock) when it is missing, which catches data lost without a restart (`FLUSHALL`,
+//!   eviction). Masters with `appendonly yes` and `appendfsync always` (read with `CONFIG GET`;
+//!   if `CONFIG` is unavailable, they are not trusted) count at once after a restart. The cost
+//!   is availability: a restarted master sits out one max TTL, and so does a brand-new
+//!   deployment until [`Redlock::provision`] vouches for its masters' current processes
+//!   ([`Redlock::master_uptimes`] tells which masters started recently). A master's uptime is
+//!   read from its wall clock: a clock stepped forward on a master shortens its quarantine, as
+//!   it shortens its keys' TTLs.
 //! * **Reentrancy** ([`Redlock::reentrant`] with an [`Owner`]): the same owner may acquire
 //!   again; only its last release frees the lock. With fencing, a re-entry keeps the token of
 //!   the grant it re-enters: every acquisition of the owner while one of its guards of the
