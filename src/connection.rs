@@ -356,8 +356,6 @@ async fn open(
 ) -> Result<Opened, NodeErrorKind> {
     let setup = async {
         let conn = connect(&client, connect_timeout).await?;
-        let node = client.get_connection_info().addr().to_string();
-        let master_side = orphan::replace(&conn, orphan.as_ref(), &node).await;
         for script in scripts::all() {
             let load: [&[u8]; 3] = [b"SCRIPT", b"LOAD", script.source.as_bytes()];
             let reply = conn
@@ -386,6 +384,12 @@ async fn open(
             ),
             None => None,
         };
+        // Last, once the peer is known to speak Redis: before this connection carries any
+        // request, the one it replaces is closed on the master.
+        let node = client.get_connection_info().addr().to_string();
+        let master_side = orphan::replace(&conn, orphan.as_ref(), &node)
+            .await
+            .map_err(during_setup("closing the broken connection: "))?;
         Ok(Opened {
             conn,
             life,

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use tokio::task::JoinHandle;
 
+use crate::clock;
 use crate::error::{LockError, NodeErrorKind, NotHeldReason};
 use crate::master::{AcquireRequest, Master};
 use crate::round_spec::RoundTiming;
@@ -39,7 +40,8 @@ pub(crate) struct LockKeys {
 #[derive(Debug)]
 pub(crate) struct Grant {
     pub(crate) claim: Claim,
-    /// The end of the validity: `t0 + ttl − drift`, with `t0` taken before the first request.
+    /// The end of the validity: `t0 + ttl − drift`, with `t0` taken before the first request,
+    /// on the lock clock (it counts a suspended machine: see [`crate::clock`]).
     pub(crate) valid_until: Instant,
     /// Which masters may hold the key (granted, or still unanswered): the ones to release.
     pub(crate) holders: Arc<[bool]>,
@@ -134,7 +136,9 @@ pub(crate) async fn acquire<M: Master>(
         epoch_key: keys.epoch.as_deref(),
     };
     let mut tally = Tally::new(nodes.iter().map(|_| true), timing.quorum(nodes.len()));
-    let t0 = Instant::now();
+    // Elapsed time is measured on the lock clock, which counts a suspend of the machine: the
+    // keys expire on the masters while this client is suspended.
+    let t0 = clock::now();
     let mut requests: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
@@ -162,7 +166,7 @@ pub(crate) async fn acquire<M: Master>(
         }
     }
     drop(requests);
-    let elapsed = t0.elapsed();
+    let elapsed = clock::elapsed(t0);
     let n = tally.n();
     tracing::debug!(
         resource,
@@ -249,6 +253,7 @@ pub(crate) async fn raise_fence<M: Master>(
 /// One extend round: compare-and-`PEXPIRE` on the masters that may hold the key.
 ///
 /// Counts only if a quorum confirms before `valid_until`; returns the new end of validity.
+/// Both are on the lock clock ([`crate::clock`]).
 pub(crate) async fn extend<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
@@ -259,7 +264,7 @@ pub(crate) async fn extend<M: Master>(
     valid_until: Instant,
 ) -> Result<Instant, LockError> {
     let drift = timing.drift();
-    let t0 = Instant::now();
+    let t0 = clock::now();
     if t0 >= valid_until {
         return Err(not_held(resource, NotHeldReason::Expired));
     }
@@ -281,8 +286,8 @@ pub(crate) async fn extend<M: Master>(
         }
     }
     drop(requests);
-    let now = Instant::now();
-    let elapsed = now - t0;
+    let now = clock::now();
+    let elapsed = now.saturating_duration_since(t0);
     tracing::debug!(
         resource,
         confirmed = tally.yes,
@@ -372,6 +377,13 @@ fn delete_requests<M: Master>(
 
 /// Releases `key` on `holders` in a background task (best effort: without a tokio runtime
 /// nothing can be sent, and the keys expire after their TTL).
+///
+/// Why this cleans up even a `SET` that lands after the round: each delete goes on the
+/// connection its `SET` went on, behind it, and is written even if its node timeout fires
+/// first (`Connection::query_to_completion`). If that connection broke meanwhile, the delete
+/// goes on a new one, which first closes the old one on the master ([`crate::orphan`]), so the
+/// `SET` either ran before the delete or never runs. Where the master refuses that, or a delete
+/// cannot be delivered at all, the key lives at most one TTL (every `SET` carries `PX ttl`).
 pub(crate) fn release_in_background<M: Master>(
     nodes: Nodes<M>,
     key: Arc<str>,

@@ -1,16 +1,18 @@
 //! Feature `tls`: `rediss://` masters with a certificate the test generates (openssl). A trusted
-//! certificate gets the lock; an untrusted one gives a connect error naming the node.
+//! certificate gets the lock; an untrusted one gives a connect error naming the node. Cleanups
+//! queued behind a TLS connection that cannot write are still sent.
 #![cfg(feature = "tls")]
 
 mod support;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use quorumlock::testing::{MasterOptions, RedisMaster};
-use quorumlock::{LockError, NodeErrorKind};
-use support::patient_builder;
+use quorumlock::{LockError, NodeErrorKind, Redlock};
+use support::{patient_builder, wait_until, wait_until_async, PATIENCE};
 
 /// Runs openssl with `args` in `dir`.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -94,11 +96,27 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Three masters with a TLS port each, serving the certificate `name`; their `rediss://` URLs.
-fn tls_masters(dir: &Path, name: &str) -> (Vec<RedisMaster>, Vec<String>) {
+/// The certificates of this test binary: `trusted` (its CA in `SSL_CERT_FILE`) and `untrusted`,
+/// made once, before any test connects.
+fn certificate_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        certificates(dir.path(), "trusted");
+        certificates(dir.path(), "untrusted");
+        // Set once, while every other test of this binary waits for this initialisation: no
+        // other thread reads the environment meanwhile.
+        std::env::set_var("SSL_CERT_FILE", dir.path().join("trusted-ca.crt"));
+        dir
+    })
+    .path()
+}
+
+/// `n` masters with a TLS port each, serving the certificate `name`; their `rediss://` URLs.
+fn tls_masters(dir: &Path, name: &str, n: usize) -> (Vec<RedisMaster>, Vec<String>) {
     let mut masters = Vec::new();
     let mut urls = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..n {
         let port = free_port();
         let opts = MasterOptions::new().args([
             "--tls-port".to_string(),
@@ -122,13 +140,8 @@ fn tls_masters(dir: &Path, name: &str) -> (Vec<RedisMaster>, Vec<String>) {
 /// `QuorumUnreachable` with connect errors naming each `rediss://` node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trusted_certificates_work_and_untrusted_ones_are_named() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    certificates(dir.path(), "trusted");
-    certificates(dir.path(), "untrusted");
-    // The only test in this binary: no other thread reads the environment meanwhile.
-    std::env::set_var("SSL_CERT_FILE", dir.path().join("trusted-ca.crt"));
-
-    let (_trusted, urls) = tls_masters(dir.path(), "trusted");
+    let dir = certificate_dir();
+    let (_trusted, urls) = tls_masters(dir, "trusted", 3);
     let locks = patient_builder(&urls).build().expect("manager");
     let guard = locks
         .lock_until(
@@ -140,7 +153,7 @@ async fn trusted_certificates_work_and_untrusted_ones_are_named() {
         .expect("granted over TLS");
     guard.release().await.expect("release");
 
-    let (_untrusted, urls) = tls_masters(dir.path(), "untrusted");
+    let (_untrusted, urls) = tls_masters(dir, "untrusted", 3);
     let locks = patient_builder(&urls).build().expect("manager");
     let error = locks
         .try_lock("tls", Duration::from_secs(10))
@@ -157,4 +170,48 @@ async fn trusted_certificates_work_and_untrusted_ones_are_named() {
             "{failure}"
         );
     }
+}
+
+/// Regression: the `redis` crate's TLS connection drops a request whose future was dropped
+/// before its connection task took it. A cleanup queued behind a connection that could not
+/// write (its master paused, the socket full) timed out, was never sent, and the `SET` it
+/// cleaned up ran when the master resumed: the key stayed until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanups_queued_behind_a_stalled_tls_connection_are_still_sent() {
+    let (mut masters, urls) = tls_masters(certificate_dir(), "trusted", 1);
+    let locks = Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(Duration::from_millis(200))
+        .connections_per_node(1)
+        .retry_count(0)
+        .build()
+        .expect("manager");
+    locks.connect().await.expect("connect");
+
+    // Requests of 4 MiB each fill the socket buffers of the paused master within a few rounds;
+    // the rest waits in the connection's queue, and each round's cleanup behind it.
+    masters[0].pause().expect("pause");
+    let filler = "x".repeat(4 << 20);
+    for i in 0..8 {
+        let resource = format!("{i}:{filler}");
+        let error = locks
+            .try_lock(&resource, Duration::from_secs(60))
+            .await
+            .expect_err("the only master is paused");
+        assert!(!error.is_contended(), "{error}");
+    }
+    masters[0].resume().expect("resume");
+
+    // A lock on the same connection is answered once everything queued before it ran.
+    let probe = || async {
+        match locks.try_lock("probe", Duration::from_secs(60)).await {
+            Ok(guard) => guard.release().await.is_ok(),
+            Err(_) => false,
+        }
+    };
+    wait_until_async("the master caught up", Duration::from_secs(30), probe).await;
+    wait_until("every SET that ran was cleaned up", PATIENCE, || {
+        masters[0].command(&["DBSIZE"]).expect("DBSIZE") == "0"
+    })
+    .await;
 }

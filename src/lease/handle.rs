@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::{sleep_until, Instant};
+use tokio::time::sleep_until;
 
 use super::task::{Counters, State};
 use crate::clock;
@@ -75,7 +75,7 @@ impl LeaseHandle {
     /// after the check.
     pub fn is_held(&self) -> bool {
         let state = self.state.borrow();
-        !state.ended(tokio::time::Instant::now())
+        !state.ended(clock::now())
     }
 
     /// The time left before the lease ends: the validity left minus the
@@ -83,12 +83,13 @@ impl LeaseHandle {
     /// was lost or released.
     pub fn remaining(&self) -> Duration {
         let state = self.state.borrow();
-        state.remaining(tokio::time::Instant::now())
+        state.remaining(clock::now())
     }
 
     /// The instant the lock's current validity ends (moved later by each renewal, earlier when
     /// the lease is lost or released). The lease itself ends the
-    /// [`safety_margin`](LeaseOptions::safety_margin) before it.
+    /// [`safety_margin`](LeaseOptions::safety_margin) before it. Like
+    /// [`LockGuard::valid_until`], a suspend of the machine moves it earlier.
     pub fn valid_until(&self) -> std::time::Instant {
         clock::timer(self.state.borrow().valid_until).into_std()
     }
@@ -135,7 +136,7 @@ impl LeaseHandle {
             let ends = {
                 // The clock is read under the channel's read lock: see `task` on why.
                 let current = state.borrow_and_update();
-                let now = tokio::time::Instant::now();
+                let now = clock::now();
                 match current.loss(now) {
                     Some(reason) => return self.not_held(reason),
                     None => current.ends(now),
@@ -148,7 +149,7 @@ impl LeaseHandle {
                         return self.ended();
                     }
                 }
-                () = sleep_until(ends) => {}
+                () = sleep_until(clock::timer(ends)) => {}
             }
         }
     }
@@ -166,7 +167,7 @@ impl LeaseHandle {
         let reason = self
             .state
             .borrow()
-            .loss(tokio::time::Instant::now())
+            .loss(clock::now())
             .unwrap_or(NotHeldReason::RenewalStopped);
         self.not_held(reason)
     }
@@ -185,7 +186,7 @@ impl fmt::Debug for LeaseHandle {
         f.debug_struct("Lease")
             .field("resource", &self.resource)
             .field("fence", &self.fence)
-            .field("remaining", &state.remaining(tokio::time::Instant::now()))
+            .field("remaining", &state.remaining(clock::now()))
             .field("stopped", &state.stopped)
             .field("stats", &self.stats())
             .finish()

@@ -15,7 +15,7 @@
 //! its keys are released.
 //!
 //! Every instant here (validity, schedule, `max_hold`) is on the lock clock, which counts a
-//! suspend of the machine ([`crate::clock`]): read with `tokio::time::Instant::now()`, slept until through
+//! suspend of the machine ([`crate::clock`]): read with `clock::now()`, slept until through
 //! `clock::timer`.
 //!
 //! # The safety margin
@@ -139,7 +139,7 @@ impl Plan {
     /// lease ends, so a late recovery of the masters is still caught.
     fn retry(&self, started: Instant, valid_until: Instant) -> Instant {
         let ends = valid_until.checked_sub(self.margin).unwrap_or(started);
-        let left = ends.saturating_duration_since(tokio::time::Instant::now());
+        let left = ends.saturating_duration_since(clock::now());
         let spacing = self.round_time.min(left / 2).max(Duration::from_millis(1));
         started + spacing
     }
@@ -167,7 +167,7 @@ impl Publisher {
     /// module docs). Returns whether it was published.
     pub(super) fn renewed(&self, valid_until: Instant) -> bool {
         self.0.send_if_modified(|state| {
-            let live = state.stopped.is_none() && !state.ended(tokio::time::Instant::now());
+            let live = state.stopped.is_none() && !state.ended(clock::now());
             if live {
                 state.valid_until = valid_until;
             }
@@ -200,7 +200,7 @@ impl Publisher {
 
 impl Drop for Publisher {
     fn drop(&mut self) {
-        self.stop(NotHeldReason::RenewalStopped, Some(tokio::time::Instant::now()));
+        self.stop(NotHeldReason::RenewalStopped, Some(clock::now()));
     }
 }
 
@@ -236,7 +236,7 @@ pub(crate) async fn run<G: Renew>(
     let mut next = plan.first_renewal;
     let mut renewing = true;
     let end = loop {
-        let now = tokio::time::Instant::now();
+        let now = clock::now();
         let state = publisher.state();
         if state.ended(now) {
             break End::Expired;
@@ -260,11 +260,11 @@ pub(crate) async fn run<G: Renew>(
             tokio::select! {
                 biased;
                 command = &mut commands => break End::Release(command.ok()),
-                () = sleep_until(wake) => continue,
+                () = sleep_until(clock::timer(wake)) => continue,
             }
         }
 
-        let started = tokio::time::Instant::now();
+        let started = clock::now();
         // A renewal TTL shorter than the validity left shortens the keys as soon as one master
         // applies it: from now on only `ttl − drift` is certain (as `extend` assumes too).
         if let Some(pessimistic) = started.checked_add(plan.validity) {
@@ -277,7 +277,7 @@ pub(crate) async fn run<G: Renew>(
         let round = tokio::select! {
             biased;
             command = &mut commands => Round::Command(command.ok()),
-            () = sleep_until(ends) => Round::Expired,
+            () = sleep_until(clock::timer(ends)) => Round::Expired,
             result = guard.extend(plan.ttl) => Round::Done(result),
         };
         match round {
@@ -314,7 +314,7 @@ pub(crate) async fn run<G: Renew>(
                 tracing::warn!(
                     %resource,
                     %error,
-                    remaining = ?publisher.state().remaining(tokio::time::Instant::now()),
+                    remaining = ?publisher.state().remaining(clock::now()),
                     "lease renewal failed; retrying while validity remains"
                 );
                 next = plan.retry(started, valid_until);
@@ -343,7 +343,7 @@ fn hopeless(error: &LockError) -> Option<NotHeldReason> {
 async fn finish<G: Renew>(guard: G, resource: &str, end: End, publisher: &Publisher) {
     match end {
         End::Release(reply) => {
-            publisher.stop(NotHeldReason::Released, Some(tokio::time::Instant::now()));
+            publisher.stop(NotHeldReason::Released, Some(clock::now()));
             let outcome = guard.release().await;
             match reply {
                 Some(reply) => {
@@ -375,7 +375,7 @@ async fn finish<G: Renew>(guard: G, resource: &str, end: End, publisher: &Publis
             let _ = guard.release().await;
         }
         End::Lost(reason) => {
-            publisher.stop(reason, Some(tokio::time::Instant::now()));
+            publisher.stop(reason, Some(clock::now()));
             tracing::warn!(resource, %reason, "lease lost");
             let _ = guard.release().await;
         }
