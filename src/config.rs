@@ -144,7 +144,8 @@ impl RedlockBuilder {
 
     /// How long one request to one master may take before that master's vote counts as a
     /// failure. Keep it small against the TTL: a slow or paused master then costs at most this
-    /// much, and only when it is needed for the quorum. Defaults to 50 ms.
+    /// much, and only when it is needed for the quorum. Must not be zero; anything beyond about
+    /// 30 years (`Duration::MAX`, say) means no timeout. Defaults to 50 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
@@ -152,7 +153,8 @@ impl RedlockBuilder {
 
     /// How long opening a connection to a master may take. Connections are opened lazily, in the
     /// background, and kept; a request waits for a connection at most its node timeout.
-    /// Defaults to 1 s.
+    /// Must not be zero; anything beyond about 30 years (`Duration::MAX`, say) means no
+    /// timeout. Defaults to 1 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -173,7 +175,8 @@ impl RedlockBuilder {
     }
 
     /// The upper bound of the random delay before each retry (uniform in `[0, delay)`), which
-    /// keeps competing clients from retrying in lockstep. Defaults to 200 ms.
+    /// keeps competing clients from retrying in lockstep. Zero retries at once; a delay is
+    /// never longer than about 30 years, whatever the bound. Defaults to 200 ms.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
@@ -225,7 +228,8 @@ impl RedlockBuilder {
     /// not make tokens go backwards: tokens are also floored by the master's clock in
     /// microseconds, so they stay monotonic as long as master clocks never step backwards and
     /// agree to within the retention. Keep it well above the longest time a lock is held,
-    /// extensions included. Defaults to 24 hours.
+    /// extensions included. It is sent to the masters as a TTL: at most [`MAX_TTL`], and not
+    /// zero. Defaults to 24 hours.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
         self
@@ -233,8 +237,8 @@ impl RedlockBuilder {
 
     /// The longest TTL this manager accepts (for acquire and extend); longer ones are rejected
     /// with [`InvalidArgument::TtlTooLong`](crate::InvalidArgument::TtlTooLong). Restart
-    /// protection keeps a restarted master out of quorums for this long. Defaults to
-    /// [`MAX_TTL`] (no limit below what Redis accepts).
+    /// protection keeps a restarted master out of quorums for this long. From 1 ms up to
+    /// [`MAX_TTL`]. Defaults to [`MAX_TTL`] (no limit below what Redis accepts).
     pub fn max_ttl(mut self, max: Duration) -> Self {
         self.max_ttl = Some(max);
         self
@@ -267,10 +271,12 @@ impl RedlockBuilder {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] when no node is given, a URL does not parse (the message shows the
-    /// URL with its password redacted), a master is listed twice, the drift factor is outside
-    /// `[0, 1)`, a timeout or `max_unanswered` is zero, or `connections_per_node` is outside
-    /// 1 to 64.
+    /// A [`ConfigError`] naming the setting and what it expected when no node is given, a URL
+    /// does not parse (the message shows the URL with its password redacted), a master is
+    /// listed twice, the drift factor is outside `[0, 1)`, a timeout or `max_unanswered` is
+    /// zero, `connections_per_node` is outside 1 to 64, or `fence_retention` or `max_ttl` is
+    /// zero or beyond [`MAX_TTL`]. Timeouts and delays too long for the clock are not errors:
+    /// they saturate (about 30 years, as good as none).
     pub fn build(self) -> Result<Redlock, ConfigError> {
         if self.nodes.is_empty() {
             return Err(ConfigError::NoNodes);
@@ -292,6 +298,9 @@ impl RedlockBuilder {
         }
         if self.fence_retention.is_zero() {
             return Err(ConfigError::ZeroFenceRetention);
+        }
+        if self.fence_retention > MAX_TTL {
+            return Err(ConfigError::FenceRetentionTooLong(self.fence_retention));
         }
         let max_ttl = match self.max_ttl {
             Some(max) if max.as_millis() == 0 || max > MAX_TTL => {
@@ -402,5 +411,77 @@ mod tests {
             three().node("localhost").build().err(),
             Some(ConfigError::InvalidUrl { .. })
         ));
+    }
+
+    #[test]
+    fn durations_beyond_what_redis_accepts_are_refused_naming_the_setting_and_its_bound() {
+        let too_long = MAX_TTL + Duration::from_millis(1);
+        let error = three().fence_retention(too_long).build().err();
+        assert_eq!(error, Some(ConfigError::FenceRetentionTooLong(too_long)));
+        let text = error.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            text.starts_with("fence_retention must be at most "),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{MAX_TTL:?}")), "{text}");
+        assert!(text.ends_with(&format!("got {too_long:?}")), "{text}");
+        assert!(three().fence_retention(MAX_TTL).build().is_ok());
+        for bad in [
+            Duration::ZERO,
+            Duration::from_nanos(999_999),
+            too_long,
+            Duration::MAX,
+        ] {
+            let error = three().max_ttl(bad).build().err();
+            assert_eq!(error, Some(ConfigError::MaxTtl(bad)));
+            let text = error.map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                text.starts_with("max_ttl must be from 1ms up to "),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn timeouts_and_delays_too_long_for_the_clock_saturate() {
+        for huge in [Duration::from_millis(u64::MAX), Duration::MAX] {
+            assert!(three().node_timeout(huge).build().is_ok());
+            assert!(three().connect_timeout(huge).build().is_ok());
+            assert!(three().retry_delay(huge).build().is_ok());
+        }
+        assert!(three().retry_delay(Duration::ZERO).build().is_ok());
+    }
+
+    #[test]
+    fn messages_name_the_setter_and_say_what_was_expected() {
+        let errors = [
+            ConfigError::DriftFactor(1.5),
+            ConfigError::ZeroNodeTimeout,
+            ConfigError::ZeroConnectTimeout,
+            ConfigError::ZeroFenceRetention,
+            ConfigError::FenceRetentionTooLong(Duration::MAX),
+            ConfigError::MaxTtl(Duration::ZERO),
+            ConfigError::ZeroMaxUnanswered,
+            ConfigError::ConnectionsPerNode(0),
+        ];
+        let setters = [
+            "drift_factor",
+            "node_timeout",
+            "connect_timeout",
+            "fence_retention",
+            "fence_retention",
+            "max_ttl",
+            "max_unanswered",
+            "connections_per_node",
+        ];
+        for (error, setter) in errors.iter().zip(setters) {
+            let text = error.to_string();
+            assert!(text.starts_with(setter), "{text}");
+            assert!(
+                text.contains("expected") || text.contains("must be"),
+                "{text}"
+            );
+            assert!(!text.ends_with('.'), "{text}");
+        }
     }
 }

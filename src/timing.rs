@@ -5,9 +5,28 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 /// The fixed part of the drift allowance: Redis expires keys with 1 ms precision, plus 1 ms of
 /// minimum drift for short TTLs (the reference implementation's constant).
 pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// The farthest ahead quorumlock arms a timer: about 30 years, tokio's own cap for `sleep`
+/// (an `Instant` 100 years ahead overflows on some platforms). A timeout or deadline beyond it
+/// is as good as none.
+pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+
+/// `now + after`, saturating at [`FAR_FUTURE`] from `now`.
+///
+/// `Instant + Duration` panics when the sum does not fit the platform's clock, which
+/// `Duration::MAX` (a natural way to say "no timeout") always does, and tokio's timers panic on
+/// an instant within a millisecond of the clock's end: every deadline computed from a setting
+/// goes through here.
+pub(crate) fn deadline_after(now: Instant, after: Duration) -> Instant {
+    // 30 years past any instant a running process reads fits every platform tokio supports;
+    // should it not, `now` (an immediate timeout) fails the call rather than the process.
+    now.checked_add(after.min(FAR_FUTURE)).unwrap_or(now)
+}
 
 /// The number of votes that make a strict majority of `n` masters: `n / 2 + 1`.
 ///
@@ -79,7 +98,35 @@ mod tests {
         assert_eq!(validity(ttl, Duration::from_secs(5), DRIFT_FLOOR), None);
     }
 
+    #[test]
+    fn deadlines_saturate_instead_of_overflowing() {
+        let now = Instant::now();
+        let ms = Duration::from_millis(1);
+        assert_eq!(deadline_after(now, Duration::ZERO), now);
+        assert_eq!(deadline_after(now, ms), now + ms);
+        assert_eq!(deadline_after(now, FAR_FUTURE), now + FAR_FUTURE);
+        for huge in [
+            FAR_FUTURE + ms,
+            Duration::from_millis(u64::MAX),
+            Duration::from_secs(u64::MAX),
+            Duration::MAX,
+        ] {
+            assert_eq!(deadline_after(now, huge), now + FAR_FUTURE, "{huge:?}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn deadline_is_now_plus_the_wait_capped_at_far_future(
+            secs in any::<u64>(),
+            nanos in 0u32..1_000_000_000,
+        ) {
+            let now = Instant::now();
+            let after = Duration::new(secs, nanos);
+            let deadline = deadline_after(now, after);
+            prop_assert_eq!(deadline - now, after.min(FAR_FUTURE));
+        }
+
         #[test]
         fn quorum_is_a_strict_majority(n in 1usize..1000) {
             let q = quorum(n);

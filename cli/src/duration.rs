@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 /// Parses a duration such as `30s`, `250ms`, `2h` or `1h30m`; a bare number is rejected so that
 /// `--ttl 30` cannot silently mean 30 ms or 30 s.
 pub(crate) fn parse(text: &str) -> Result<Duration, String> {
@@ -28,6 +30,18 @@ pub(crate) fn positive(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// The farthest ahead a flag sets a deadline: about 30 years, as the library and tokio do (an
+/// instant a few hundred years ahead overflows the clock on some platforms).
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+
+/// `now + after`, saturating about 30 years ahead: `--kill-after 1000000y` means "never", where
+/// `Instant + Duration` would panic.
+pub(crate) fn deadline_after(now: Instant, after: Duration) -> Instant {
+    // 30 years past any instant a running process reads fits every platform; should it not,
+    // `now` fails the wait at once rather than the process.
+    now.checked_add(after.min(FAR_FUTURE)).unwrap_or(now)
+}
+
 /// A duration for messages: `1.5s`, `2h 3m`.
 pub(crate) fn show(duration: Duration) -> String {
     // Millisecond precision is what Redis keeps anyway.
@@ -50,6 +64,20 @@ mod tests {
         let junk = parse("soon").expect_err("junk");
         assert!(junk.contains("expected"), "{junk}");
         assert!(positive("0s").is_err());
+    }
+
+    #[test]
+    fn deadlines_saturate_about_30_years_ahead() {
+        let now = Instant::now();
+        assert_eq!(deadline_after(now, Duration::ZERO), now);
+        assert_eq!(
+            deadline_after(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
+        let huge = parse("500000000000y").expect("humantime accepts it");
+        for far in [huge, Duration::MAX] {
+            assert_eq!(deadline_after(now, far), now + FAR_FUTURE, "{far:?}");
+        }
     }
 
     #[test]

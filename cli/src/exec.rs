@@ -12,7 +12,7 @@ use quorumlock::{LeaseOptions, LockError, LockGuard, Redlock};
 use tokio::process::Command;
 
 use crate::args::ExecArgs;
-use crate::duration::show;
+use crate::duration::{deadline_after, show};
 use crate::exit;
 use crate::signals::{self, Forwarded};
 
@@ -106,7 +106,7 @@ pub(crate) async fn run(locks: &Redlock, args: ExecArgs) -> u8 {
                 );
                 send(group, Signal::SIGTERM);
                 lost = Some(error);
-                kill_at = Some(tokio::time::Instant::now() + args.kill_after);
+                kill_at = Some(deadline_after(tokio::time::Instant::now(), args.kill_after));
             }
             () = sleep_until(kill_at), if kill_at.is_some() => {
                 eprintln!("quorumlock: the command outlived --kill-after; sending SIGKILL");
@@ -149,7 +149,8 @@ async fn acquire(locks: &Redlock, args: &ExecArgs) -> Result<LockGuard, LockErro
         return locks.lock(resource, ttl).await;
     }
     if let Some(wait) = args.wait {
-        return locks.lock_until(resource, ttl, Instant::now() + wait).await;
+        let deadline = deadline_after(tokio::time::Instant::now(), wait);
+        return locks.lock_until(resource, ttl, deadline.into_std()).await;
     }
     loop {
         match locks

@@ -60,7 +60,7 @@ fn main() -> ExitCode {
     };
     // At most a few seconds, whatever the node timeout (`--node-timeout 100y` means none): a
     // delete that has not arrived by then leaves the lock to expire after its TTL.
-    let straggler_time = cli.conn.node_timeout;
+    let straggler_time = cli.conn.node_timeout.min(MAX_STRAGGLER_TIME);
     let code = runtime.block_on(async move {
         let code = match cli.command {
             Command::Exec(args) => exec::run(&locks, args).await,
