@@ -31,9 +31,11 @@ pub const DEFAULT_CONNECTIONS_PER_NODE: usize = 2;
 pub const MAX_CONNECTIONS_PER_NODE: usize = 64;
 /// Default [`RedlockBuilder::fence_retention`]: an idle fence counter is kept for 24 hours.
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-/// The longest TTL accepted. Redis rejects a `PX` whose absolute expiry overflows a signed 64-bit
-/// millisecond count; half of that range keeps every node clock far from the edge.
-pub const MAX_TTL: Duration = Duration::from_millis(i64::MAX as u64 / 2);
+/// The longest TTL accepted: 2^53 − 1 ms, about 285,000 years. The scripts carry TTLs as Lua
+/// numbers (doubles), exact up to 2^53, and Redis hands larger ones to `PEXPIRE` in exponent
+/// notation from 10^17 on, which it refuses; Redis itself accepts a `PX` up to a signed 64-bit
+/// millisecond count, far above.
+pub const MAX_TTL: Duration = Duration::from_millis((1 << 53) - 1);
 
 /// The validated settings a [`Redlock`] runs with.
 #[derive(Debug, Clone)]

@@ -443,6 +443,25 @@ async fn the_longest_ttl_works_end_to_end_and_one_more_millisecond_is_refused() 
     );
 }
 
+/// Regression: a reentrant re-entry or extension with a TTL near `MAX_TTL` failed on the
+/// master ("value is not an integer or out of range"): the scripts carry TTLs as Lua numbers
+/// (doubles), which Redis formats in exponent notation from 10^17 on. `MAX_TTL` is now 2^53 − 1
+/// ms, exact as a double.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrant_locks_take_the_longest_ttl() {
+    let cluster = support::cluster(1);
+    let locks = Redlock::builder()
+        .nodes(cluster.urls())
+        .build()
+        .expect("valid");
+    let mine = locks.reentrant(quorumlock::Owner::new());
+    let mut outer = mine.try_lock("r", TTL).await.expect("granted");
+    let inner = mine.try_lock("r", MAX_TTL).await.expect("re-entered");
+    outer.extend(MAX_TTL).await.expect("extended");
+    inner.release().await.expect("released");
+    outer.release().await.expect("released");
+}
+
 /// Random settings with random durations (nanoseconds to `Duration::MAX`): never a panic.
 #[test]
 fn no_duration_makes_quorumlock_panic() {
