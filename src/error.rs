@@ -223,7 +223,11 @@ pub enum LockError {
     #[error("invalid argument: {0}")]
     InvalidArgument(#[from] InvalidArgument),
 
-    /// Another owner holds the resource on enough masters that no quorum is possible.
+    /// Another owner holds the resource: at least one master answered that the key is already
+    /// set, and the masters that failed, if any (listed in `failures`), would not have made a
+    /// quorum impossible on their own. So a dead master whose failure came first does not turn
+    /// a taken resource into an outage; when the failures alone decide the round, the error is
+    /// [`QuorumUnreachable`](Self::QuorumUnreachable) instead.
     #[error(
         "{resource:?} is held by another owner on {held_elsewhere} of {nodes} nodes (quorum {quorum}){}",
         list_suffix(.failures)
@@ -242,7 +246,8 @@ pub enum LockError {
     },
 
     /// Too many masters failed (unreachable, timed out, backlogged, answered an error) for a
-    /// quorum to be possible.
+    /// quorum to be possible. When acquiring, the failures alone made it impossible (with even
+    /// one refusal beside fewer failures, the error is [`Contended`](Self::Contended)).
     #[error(
         "quorum unreachable for {resource:?}: {granted} of {nodes} nodes granted, quorum {quorum}{}",
         list_suffix(.failures)
@@ -335,7 +340,8 @@ impl LockError {
     }
 
     /// Whether the resource is held by someone else (directly, or as the last attempt's error
-    /// of a passed deadline).
+    /// of a passed deadline). True also when some masters failed beside the refusals, unless
+    /// those failures alone made a quorum impossible: see [`Contended`](Self::Contended).
     pub fn is_contended(&self) -> bool {
         match self {
             Self::Contended { .. } => true,

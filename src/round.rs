@@ -167,7 +167,6 @@ pub(crate) async fn acquire<M: Master>(
     }
     drop(requests);
     let elapsed = clock::elapsed(t0);
-    let n = tally.n();
     tracing::debug!(
         resource,
         granted = tally.yes,
@@ -200,16 +199,8 @@ pub(crate) async fn acquire<M: Master>(
                 drift,
             },
         }
-    } else if tally.refused_by_majority() {
-        LockError::Contended {
-            resource: resource.to_string(),
-            held_elsewhere: tally.no,
-            nodes: n,
-            quorum: tally.quorum,
-            failures: tally.failures(nodes),
-        }
     } else {
-        tally.unreachable(nodes, resource)
+        tally.acquire_error(nodes, resource)
     };
     Err(RoundFailure {
         error,

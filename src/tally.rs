@@ -122,8 +122,23 @@ impl Tally {
     }
 
     /// Whether the refusals alone make a quorum impossible (as opposed to failures).
-    pub(crate) fn refused_by_majority(&self) -> bool {
+    fn refused_by_majority(&self) -> bool {
         !quorum_still_possible(self.n(), self.no, self.quorum)
+    }
+
+    /// Whether a lost acquire round is owed to contention rather than to failures: at least one
+    /// master refused (the key is held), and the failures alone would have left a quorum
+    /// possible; or the refusals alone made it impossible.
+    ///
+    /// A round is decided by the first reply that makes a quorum impossible, so which replies
+    /// it saw depends on their order: a dead master refuses connections in microseconds and
+    /// comes first. This rule makes the outcome independent of that order whenever it can be:
+    /// if all the failures together leave a quorum possible, any lost round saw at least one
+    /// refusal, and is contended. Only failures that decide the round on their own make it an
+    /// unreachable quorum.
+    pub(crate) fn contended(&self) -> bool {
+        self.refused_by_majority()
+            || (self.no > 0 && quorum_still_possible(self.n(), self.failed, self.quorum))
     }
 
     /// Each failed master with its error.
@@ -136,6 +151,22 @@ impl Tally {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The error of a lost acquire round: contended (with the failures, if any) or unreachable,
+    /// as [`contended`](Self::contended) says.
+    pub(crate) fn acquire_error<M: Master>(&self, nodes: &[Arc<M>], resource: &str) -> LockError {
+        if self.contended() {
+            LockError::Contended {
+                resource: resource.to_string(),
+                held_elsewhere: self.no,
+                nodes: self.n(),
+                quorum: self.quorum,
+                failures: self.failures(nodes),
+            }
+        } else {
+            self.unreachable(nodes, resource)
+        }
     }
 
     /// The error of a round that failed on failures rather than refusals.
@@ -151,6 +182,14 @@ impl Tally {
 
     /// The error of a lost extend or release round on a lock we held: not held if the
     /// refusals alone decided it (the masters no longer hold our value), unreachable otherwise.
+    ///
+    /// Unlike [`contended`](Self::contended), one refusal beside failures is not enough: the
+    /// holders are the masters that *may* hold the key, including those whose `SET` was still
+    /// unanswered when the grant was decided, and such a `SET` may never have been sent. Its
+    /// master rightly answers "not ours" without anything being lost. Since a quorum granted,
+    /// at most `holders − quorum` holders are such masters, so more refusals than that (the
+    /// refusals alone deciding the round) is the first count that proves a loss. Telling them
+    /// apart would take the grant's yes votes, which the guard does not keep.
     pub(crate) fn holder_error<M: Master>(&self, nodes: &[Arc<M>], resource: &str) -> LockError {
         if self.refused_by_majority() {
             LockError::NotHeld {
@@ -168,5 +207,198 @@ impl Tally {
     /// Per master, whether it may hold a key this round set.
     pub(crate) fn may_hold(&self) -> Arc<[bool]> {
         self.votes.iter().map(Vote::may_hold_key).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fake_master::{Behaviour, FakeMaster, Fault};
+    use crate::timing::quorum;
+
+    /// One master's reply in a round.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Reply {
+        Yes,
+        Refused,
+        Failed,
+    }
+    use Reply::{Failed, Refused, Yes};
+
+    fn nodes(n: usize) -> Vec<Arc<FakeMaster>> {
+        let behaviour = Behaviour {
+            apply_after: Duration::ZERO,
+            reply_after: Duration::ZERO,
+            jitter: Duration::ZERO,
+            fault: Fault::None,
+        };
+        (0..n)
+            .map(|i| FakeMaster::new(i, Duration::from_secs(1), behaviour.clone()))
+            .collect()
+    }
+
+    /// Records `replies` in order until the round is decided, as the rounds do: the masters
+    /// that take part (`eligible`) answer in turn, by index.
+    fn run(eligible: &[bool], replies: &[Reply]) -> Tally {
+        let n = eligible.len();
+        let mut tally = Tally::new(eligible.iter().copied(), quorum(n));
+        let mut next = (0..n).filter(|&i| eligible[i]).zip(replies);
+        while !tally.decided() {
+            let Some((i, reply)) = next.next() else { break };
+            let result = match reply {
+                Yes => Ok(true),
+                Refused => Ok(false),
+                Failed => Err(NodeErrorKind::Connect("connection refused".into())),
+            };
+            tally.record(i, result);
+        }
+        tally
+    }
+
+    /// Every sequence of `n` replies, in every order.
+    fn sequences(n: usize) -> impl Iterator<Item = Vec<Reply>> {
+        (0..3usize.pow(n as u32)).map(move |mut code| {
+            (0..n)
+                .map(|_| {
+                    let reply = [Yes, Refused, Failed][code % 3];
+                    code /= 3;
+                    reply
+                })
+                .collect()
+        })
+    }
+
+    /// The issue's round: one master dead (refused in microseconds, so its failure comes
+    /// first), the lock held elsewhere on the others.
+    #[test]
+    fn failed_then_refused_is_contended_not_unreachable() {
+        let masters = nodes(5);
+        let tally = run(&[true; 5], &[Failed, Refused, Refused, Refused, Refused]);
+        assert!(tally.decided() && !tally.won());
+        match tally.acquire_error(&masters, "r") {
+            LockError::Contended {
+                held_elsewhere,
+                nodes,
+                quorum,
+                failures,
+                ..
+            } => {
+                assert_eq!((held_elsewhere, nodes, quorum), (2, 5, 3));
+                assert_eq!(failures.len(), 1, "{failures:?}");
+                assert_eq!(failures[0].node(), "fake-0");
+            }
+            other => panic!("expected contended, got {other:?}"),
+        }
+    }
+
+    /// Failures that make a quorum impossible on their own are an unreachable quorum, even
+    /// with refusals beside them; refusals that do so on their own are contention.
+    #[test]
+    fn failures_alone_deciding_is_unreachable() {
+        let masters = nodes(5);
+        let failed = || Err(NodeErrorKind::Connect("connection refused".into()));
+        let mut tally = Tally::new([true; 5].into_iter(), 3);
+        for i in 0..3 {
+            tally.record(i, failed());
+        }
+        assert!(!tally.contended());
+        assert!(matches!(
+            tally.acquire_error(&masters, "r"),
+            LockError::QuorumUnreachable { granted: 0, .. }
+        ));
+        // Replies recorded past the decision do not change that.
+        tally.record(3, Ok(false));
+        tally.record(4, Ok(false));
+        assert!(!tally.contended());
+
+        // N = 5, quorum 3: 1 failed + 2 refused decides the round; the failure alone does not.
+        assert!(run(&[true; 5], &[Refused, Failed, Refused]).contended());
+        // The refusals alone: contended, whatever failed beside them.
+        let mut tally = Tally::new([true; 5].into_iter(), 3);
+        for i in 0..3 {
+            tally.record(i, Ok(false));
+        }
+        tally.record(3, failed());
+        tally.record(4, failed());
+        assert!(tally.contended());
+    }
+
+    /// For every cluster size up to 7 and every sequence of replies: when all the failures
+    /// together leave a quorum possible, a lost round is contended whatever order the replies
+    /// came in; a round that failures decided before any refusal came is unreachable. Every
+    /// failure is listed either way.
+    #[test]
+    fn a_lost_round_is_contended_whatever_the_order_unless_failures_decide_it() {
+        for n in 1..=7 {
+            let q = quorum(n);
+            let masters = nodes(n);
+            for replies in sequences(n) {
+                let tally = run(&vec![true; n], &replies);
+                assert!(tally.decided(), "{replies:?}");
+                if tally.won() {
+                    continue;
+                }
+                let failures = replies.iter().filter(|r| **r == Failed).count();
+                let contended = tally.contended();
+                if failures <= n - q {
+                    assert!(contended, "n {n}: {replies:?}");
+                }
+                if tally.no == 0 {
+                    assert!(!contended, "n {n}: {replies:?}");
+                }
+                let error = tally.acquire_error(&masters, "r");
+                assert_eq!(error.is_contended(), contended, "n {n}: {replies:?}");
+                assert_eq!(
+                    error.node_errors().len(),
+                    tally.failed,
+                    "n {n}: {replies:?}: every failure listed: {error}"
+                );
+            }
+        }
+    }
+
+    /// Extend and release: a holder may be a master whose `SET` was still unanswered when the
+    /// grant was decided and was never sent, so one "not ours" beside a failure is no proof of
+    /// a loss (as it is of contention when acquiring); refusals that decide the round alone are.
+    #[test]
+    fn holder_refusals_prove_a_loss_only_when_they_decide_alone() {
+        let lost = |e: &LockError| {
+            matches!(
+                e,
+                LockError::NotHeld {
+                    reason: NotHeldReason::Lost { .. },
+                    ..
+                }
+            )
+        };
+        let masters = nodes(3);
+        // Granted by masters 1 and 2; master 0's SET never left the client. Master 1 fails.
+        let error = run(&[true; 3], &[Refused, Failed]).holder_error(&masters, "r");
+        assert!(
+            matches!(error, LockError::QuorumUnreachable { .. }),
+            "{error}"
+        );
+        let error = run(&[true; 3], &[Refused, Refused]).holder_error(&masters, "r");
+        assert!(lost(&error), "{error}");
+
+        let masters = nodes(5);
+        let error = run(&[true; 5], &[Failed, Refused, Refused]).holder_error(&masters, "r");
+        assert!(
+            matches!(error, LockError::QuorumUnreachable { .. }),
+            "{error}"
+        );
+        let error = run(&[true; 5], &[Refused, Refused, Refused]).holder_error(&masters, "r");
+        assert!(lost(&error), "{error}");
+        // Masters that are not holders count as refusals from the start.
+        let holders = [true, true, true, false, false];
+        let error = run(&holders, &[Refused]).holder_error(&masters, "r");
+        assert!(lost(&error), "{error}");
+        let error = run(&holders, &[Failed]).holder_error(&masters, "r");
+        assert!(
+            matches!(error, LockError::QuorumUnreachable { .. }),
+            "{error}"
+        );
     }
 }
