@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::error::LockError;
 use crate::manager::{round_timing, Shared};
-use crate::round::{self, Grant};
+use crate::round::{self, Grant, Holders};
 use crate::timing::drift;
 use crate::traced::{in_span, record_with};
 use crate::value::Claim;
@@ -33,7 +33,7 @@ pub struct LockGuard {
     resource: String,
     key: Arc<str>,
     claim: Claim,
-    holders: Arc<[bool]>,
+    holders: Holders,
     ttl: Duration,
     /// On the lock clock ([`crate::clock`]).
     valid_until: Instant,
@@ -299,7 +299,7 @@ impl Drop for LockGuard {
             Arc::clone(&self.shared.nodes),
             Arc::clone(&self.key),
             self.claim.clone(),
-            &self.holders,
+            &self.holders.may_hold,
         );
     }
 }

@@ -36,6 +36,29 @@ pub(crate) struct LockKeys {
     pub(crate) reentrant: Option<(LockValue, Arc<str>)>,
 }
 
+/// Which masters hold a granted key, as far as the grant knows.
+#[derive(Debug, Clone)]
+pub(crate) struct Holders {
+    /// Which masters may hold the key (granted, or still unanswered): the ones to extend and
+    /// release.
+    pub(crate) may_hold: Arc<[bool]>,
+    /// Which masters confirmed the grant (voted yes): a refusal from one of them later proves
+    /// the key gone there, where an unanswered master's may only mean its `SET` never ran.
+    pub(crate) confirmed: Arc<[bool]>,
+}
+
+impl Holders {
+    /// Every one of `n` masters confirmed (tests).
+    #[cfg(test)]
+    pub(crate) fn all(n: usize) -> Self {
+        let all: Arc<[bool]> = (0..n).map(|_| true).collect();
+        Self {
+            may_hold: Arc::clone(&all),
+            confirmed: all,
+        }
+    }
+}
+
 /// A granted lock, as the round hands it to the guard.
 #[derive(Debug)]
 pub(crate) struct Grant {
@@ -43,8 +66,8 @@ pub(crate) struct Grant {
     /// The end of the validity: `t0 + ttl − drift`, with `t0` taken before the first request,
     /// on the lock clock (it counts a suspended machine: see [`crate::clock`]).
     pub(crate) valid_until: Instant,
-    /// Which masters may hold the key (granted, or still unanswered): the ones to release.
-    pub(crate) holders: Arc<[bool]>,
+    /// Which masters may hold the key, and which confirmed it.
+    pub(crate) holders: Holders,
     /// The highest fencing token of the granting quorum.
     pub(crate) token: Option<u64>,
     /// Whether a quorum of masters issued exactly that token (so it is stored on a quorum, as
@@ -187,7 +210,10 @@ pub(crate) async fn acquire<M: Master>(
                 return Ok(Grant {
                     claim: claim.clone(),
                     valid_until,
-                    holders,
+                    holders: Holders {
+                        may_hold: holders,
+                        confirmed: tally.yes_votes(),
+                    },
                     token: tally.max_token,
                     token_on_quorum: tally.at_max_token >= tally.quorum,
                 });
@@ -250,7 +276,7 @@ pub(crate) async fn extend<M: Master>(
     resource: &str,
     key: &str,
     claim: &Claim,
-    holders: &[bool],
+    holders: &Holders,
     timing: RoundTiming,
     valid_until: Instant,
 ) -> Result<Instant, LockError> {
@@ -259,11 +285,12 @@ pub(crate) async fn extend<M: Master>(
     if t0 >= valid_until {
         return Err(not_held(resource, NotHeldReason::Expired));
     }
-    let mut tally = Tally::new(holders.iter().copied(), timing.quorum(nodes.len()));
+    let mut tally = Tally::new(holders.may_hold.iter().copied(), timing.quorum(nodes.len()))
+        .with_confirmed(&holders.confirmed);
     let mut requests: FuturesUnordered<_> =
         nodes
             .iter()
-            .zip(holders)
+            .zip(holders.may_hold.iter())
             .enumerate()
             .filter(|(_, (_, holds))| **holds)
             .map(|(i, (node, _))| async move {
@@ -313,11 +340,12 @@ pub(crate) async fn release<M: Master>(
     resource: &str,
     key: &Arc<str>,
     claim: &Claim,
-    holders: &[bool],
+    holders: &Holders,
     still_valid: bool,
 ) -> Result<(), LockError> {
-    let mut tally = Tally::new(holders.iter().copied(), quorum(nodes.len()));
-    let mut requests = delete_requests(nodes, key, claim, holders);
+    let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
+        .with_confirmed(&holders.confirmed);
+    let mut requests = delete_requests(nodes, key, claim, &holders.may_hold);
     while !tally.decided() {
         match requests.next().await {
             Some((i, result)) => tally.record(i, result),

@@ -42,6 +42,11 @@ pub(crate) struct Tally {
     pub(crate) max_token: Option<u64>,
     /// How many yes votes came with exactly that token (it is stored on that many masters).
     pub(crate) at_max_token: usize,
+    /// For extend and release: which masters confirmed the grant (voted yes), so that a
+    /// refusal from one of them proves a loss; see [`holder_error`](Self::holder_error).
+    confirmed: Option<Arc<[bool]>>,
+    /// Refusals from confirmed holders.
+    confirmed_no: usize,
 }
 
 impl Tally {
@@ -60,7 +65,15 @@ impl Tally {
             failed: 0,
             max_token: None,
             at_max_token: 0,
+            confirmed: None,
+            confirmed_no: 0,
         }
+    }
+
+    /// The masters that confirmed the grant of the lock this extend or release round is about.
+    pub(crate) fn with_confirmed(mut self, confirmed: &Arc<[bool]>) -> Self {
+        self.confirmed = Some(Arc::clone(confirmed));
+        self
     }
 
     /// Records master `index`'s answer: took effect, refused, or failed.
@@ -89,6 +102,10 @@ impl Tally {
             }
             Ok(false) => {
                 self.no += 1;
+                let confirmed = self.confirmed.as_ref().and_then(|c| c.get(index));
+                if confirmed == Some(&true) {
+                    self.confirmed_no += 1;
+                }
                 Vote::No
             }
             Err(kind) => {
@@ -180,18 +197,31 @@ impl Tally {
         }
     }
 
-    /// The error of a lost extend or release round on a lock we held: not held if the
-    /// refusals alone decided it (the masters no longer hold our value), unreachable otherwise.
+    /// Whether a lost extend or release round is owed to the lock being gone rather than to
+    /// failures: the same rule as [`contended`](Self::contended), counting as evidence only the
+    /// refusals of masters that confirmed the grant.
     ///
-    /// Unlike [`contended`](Self::contended), one refusal beside failures is not enough: the
-    /// holders are the masters that *may* hold the key, including those whose `SET` was still
-    /// unanswered when the grant was decided, and such a `SET` may never have been sent. Its
-    /// master rightly answers "not ours" without anything being lost. Since a quorum granted,
-    /// at most `holders − quorum` holders are such masters, so more refusals than that (the
-    /// refusals alone deciding the round) is the first count that proves a loss. Telling them
-    /// apart would take the grant's yes votes, which the guard does not keep.
+    /// The holders are the masters that *may* hold the key, including those whose `SET` was
+    /// still unanswered when the grant was decided, and such a `SET` may never have been sent:
+    /// its master rightly answers "not ours" without anything being lost. So its refusal is
+    /// treated like a failure here, unless the refusals alone decide the round (then at most
+    /// `n − refusals`, fewer than a quorum, can hold our value).
+    fn holder_lost(&self) -> bool {
+        let unconfirmed_no = self.no - self.confirmed_no;
+        self.refused_by_majority()
+            || (self.confirmed_no > 0
+                && quorum_still_possible(self.n(), self.failed + unconfirmed_no, self.quorum))
+    }
+
+    /// Per master, whether it voted yes.
+    pub(crate) fn yes_votes(&self) -> Arc<[bool]> {
+        self.votes.iter().map(|v| *v == Vote::Yes).collect()
+    }
+
+    /// The error of a lost extend or release round on a lock we held: not held if the lock is
+    /// gone (see [`holder_lost`](Self::holder_lost)), unreachable otherwise.
     pub(crate) fn holder_error<M: Master>(&self, nodes: &[Arc<M>], resource: &str) -> LockError {
-        if self.refused_by_majority() {
+        if self.holder_lost() {
             LockError::NotHeld {
                 resource: resource.to_string(),
                 reason: NotHeldReason::Lost {
@@ -359,9 +389,65 @@ mod tests {
         }
     }
 
-    /// Extend and release: a holder may be a master whose `SET` was still unanswered when the
-    /// grant was decided and was never sent, so one "not ours" beside a failure is no proof of
-    /// a loss (as it is of contention when acquiring); refusals that decide the round alone are.
+    /// Extend and release (issue 10, part 2): one "not ours" from a master that confirmed the
+    /// grant, beside failures that alone leave a quorum possible, is a lost lock, in any order;
+    /// the same from a master whose `SET` was unanswered is not.
+    #[test]
+    fn a_confirmed_holders_refusal_beside_failures_is_a_loss() {
+        let lost = |e: &LockError| {
+            matches!(
+                e,
+                LockError::NotHeld {
+                    reason: NotHeldReason::Lost { .. },
+                    ..
+                }
+            )
+        };
+        let masters = nodes(3);
+        let failed = || Err(NodeErrorKind::Connect("connection refused".into()));
+        // Masters 1 and 2 confirmed the grant; master 0's SET was unanswered.
+        let confirmed: Arc<[bool]> = Arc::from([false, true, true]);
+        let tally = |replies: &[(usize, Result<bool, NodeErrorKind>)]| {
+            let mut tally = Tally::new([true; 3].into_iter(), 2).with_confirmed(&confirmed);
+            for (i, reply) in replies {
+                if !tally.decided() {
+                    tally.record(*i, reply.clone());
+                }
+            }
+            tally
+        };
+        // Master 1 (confirmed) no longer holds our value, master 0 failed: lost, whatever the
+        // order of the replies.
+        for replies in [
+            vec![(0, failed()), (1, Ok(false))],
+            vec![(1, Ok(false)), (0, failed())],
+        ] {
+            let error = tally(&replies).holder_error(&masters, "r");
+            assert!(lost(&error), "{replies:?}: {error}");
+        }
+        // Master 0 (unconfirmed) refusing beside a failure proves nothing.
+        let error = tally(&[(0, Ok(false)), (1, failed())]).holder_error(&masters, "r");
+        assert!(
+            matches!(error, LockError::QuorumUnreachable { .. }),
+            "{error}"
+        );
+        // Failures alone deciding: unreachable, even with a confirmed refusal after.
+        let masters = nodes(5);
+        let confirmed: Arc<[bool]> = Arc::from([true; 5]);
+        let mut tally = Tally::new([true; 5].into_iter(), 3).with_confirmed(&confirmed);
+        for i in 0..3 {
+            tally.record(i, failed());
+        }
+        tally.record(3, Ok(false));
+        assert!(matches!(
+            tally.holder_error(&masters, "r"),
+            LockError::QuorumUnreachable { .. }
+        ));
+    }
+
+    /// Without the grant's yes votes (every holder unconfirmed): a holder may be a master whose
+    /// `SET` was never sent, so one "not ours" beside a failure is no proof of a loss;
+    /// refusals that decide the round alone are.
     #[test]
     fn holder_refusals_prove_a_loss_only_when_they_decide_alone() {
         let lost = |e: &LockError| {

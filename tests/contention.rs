@@ -1,13 +1,14 @@
 //! A resource held by someone else is reported as contended whatever the order of the replies,
 //! also when a dead master's failure comes first: only failures that make a quorum impossible
-//! on their own are an unreachable quorum. A holder's lock is reported lost only when the
-//! refusals alone prove it.
+//! on their own are an unreachable quorum. By the same rule a holder's lock is reported lost
+//! when a master that confirmed the grant no longer holds it.
 
 mod support;
 
 use std::time::Duration;
 
-use quorumlock::LockError;
+use quorumlock::testing::RedisCluster;
+use quorumlock::{LockError, LockGuard, NotHeldReason, Redlock};
 use support::{clear, cluster, grant, manager, warm_up};
 
 /// Long enough that the holder's lock outlives every attempt of the test.
@@ -60,42 +61,79 @@ async fn dead_master_first_then_refusals_is_contended_not_unreachable() {
         .expect("4 of 5 masters release the lock");
 }
 
-/// Extend and release do not take one missing key beside a dead master for a lost lock: a
-/// holder may be a master whose `SET` was never sent (dropped unwritten when the grant was
-/// decided), and it rightly answers "not ours". Only refusals that decide the round alone
-/// prove the lock lost.
+/// Grants `resource` on 3 masters while master `pending` is paused, so that its `SET` is still
+/// unanswered when the grant is decided (a holder the grant could not confirm); the `SET`, if
+/// it was written at all, runs when it resumes.
+async fn grant_with_one_unconfirmed(
+    cluster: &mut RedisCluster,
+    holder: &Redlock,
+    resource: &str,
+    pending: usize,
+) -> LockGuard {
+    cluster[pending].pause().expect("pause");
+    let guard = grant(holder, resource, TTL).await;
+    cluster[pending].resume().expect("resume");
+    // Requests on every connection: each runs behind any late SET on its connection.
+    warm_up(holder, cluster).await;
+    guard
+}
+
+/// Regression (issue 10, part 2): extend and release on a lock whose key is gone from a master
+/// that confirmed the grant, beside a dead master, report the lock lost, like acquire reports
+/// contention; the same missing key on a master whose `SET` was unanswered when the grant was
+/// decided (it may never have been sent) proves nothing and stays an unreachable quorum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_missing_key_beside_a_dead_master_is_unreachable_not_lost() {
+async fn a_confirmed_holder_without_the_key_beside_a_dead_master_is_lost() {
     let mut cluster = cluster(3);
     let holder = manager(&cluster);
     warm_up(&holder, &cluster).await;
-    let mut extended = grant(&holder, "extended", TTL).await;
-    let released = grant(&holder, "released", TTL).await;
-    // Every straggler SET of the grants that was sent has run before keys are taken away.
-    warm_up(&holder, &cluster).await;
-    cluster[0].kill().expect("kill");
-    clear(&cluster[2], "extended");
-    clear(&cluster[2], "released");
-
+    let lost = |error: &LockError| {
+        matches!(
+            error,
+            LockError::NotHeld {
+                reason: NotHeldReason::Lost { .. },
+                ..
+            }
+        )
+    };
     let unreachable = |error: &LockError| matches!(error, LockError::QuorumUnreachable { .. });
-    let error = extended
+    // Master 0 unconfirmed; 1 and 2 confirmed.
+    let mut confirmed_extended = grant_with_one_unconfirmed(&mut cluster, &holder, "ce", 0).await;
+    let confirmed_released = grant_with_one_unconfirmed(&mut cluster, &holder, "cr", 0).await;
+    // Master 2 unconfirmed; 0 and 1 confirmed.
+    let mut unconfirmed_extended = grant_with_one_unconfirmed(&mut cluster, &holder, "ue", 2).await;
+    let unconfirmed_released = grant_with_one_unconfirmed(&mut cluster, &holder, "ur", 2).await;
+
+    // Master 0 dies; master 2 loses the keys (confirmed for "c…", unconfirmed for "u…").
+    cluster[0].kill().expect("kill");
+    for resource in ["ce", "cr", "ue", "ur"] {
+        clear(&cluster[2], resource);
+    }
+    let error = confirmed_extended.extend(TTL).await.expect_err("lost");
+    assert!(
+        lost(&error),
+        "extend, confirmed: expected lost, got {error}"
+    );
+    let error = confirmed_released.release().await.expect_err("lost");
+    assert!(
+        lost(&error),
+        "release, confirmed: expected lost, got {error}"
+    );
+    let error = unconfirmed_extended
         .extend(TTL)
         .await
-        .expect_err("one master dead, one without the key");
+        .expect_err("no quorum");
     assert!(
         unreachable(&error),
-        "extend: expected unreachable, got {error}"
+        "extend, unconfirmed: expected unreachable, got {error}"
     );
     assert!(
-        extended.is_valid(),
+        unconfirmed_extended.is_valid(),
         "an unconfirmed extension loses nothing"
     );
-    let error = released
-        .release()
-        .await
-        .expect_err("one master dead, one without the key");
+    let error = unconfirmed_released.release().await.expect_err("no quorum");
     assert!(
         unreachable(&error),
-        "release: expected unreachable, got {error}"
+        "release, unconfirmed: expected unreachable, got {error}"
     );
 }

@@ -122,7 +122,7 @@ async fn an_extension_spanning_a_suspend_past_the_validity_fails() {
         .await
         .map_err(|f| f.error)
         .expect("granted");
-    let holders = [true, true, true];
+    let holders = round::Holders::all(3);
     let (outcome, ()) = tokio::join!(
         round::extend(
             &nodes,
