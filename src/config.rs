@@ -246,16 +246,19 @@ impl RedlockBuilder {
         self
     }
 
-    /// Client-enforced delayed restarts: a master that lost its data (its epoch marker is
-    /// missing, so a new one is created) does not count towards a quorum until the marker is
-    /// older than [`max_ttl`](Self::max_ttl) plus drift, so every lock it may have forgotten has
-    /// expired. The check rides inside the acquire script (no extra round trip).
+    /// Client-enforced delayed restarts: a master that restarted (a new `redis-server` process,
+    /// whatever data it reloaded: none, an RDB snapshot or an AOF older than its last grants)
+    /// or lost its data (its epoch marker is missing, so a new one is created) does not count
+    /// towards a quorum until [`max_ttl`](Self::max_ttl) plus drift has passed since, so every
+    /// lock it may have forgotten has expired. Each connection reads the master's `run_id` and
+    /// uptime when it opens (a restart breaks every connection) and the marker check rides
+    /// inside the acquire script: no extra round trip per lock.
     ///
-    /// Availability cost: a master restarted without its data is unusable for one max TTL
-    /// (counted from its first acquisition after the restart, when its new marker is created), and a
-    /// **brand-new deployment looks exactly like that** — call [`Redlock::provision`] once on
-    /// masters known to be fresh. Masters with `appendfsync always` keep their marker and count
-    /// at once after a restart. Requires [`max_ttl`](Self::max_ttl). Defaults to `false`.
+    /// Availability cost: a restarted master is unusable for one max TTL, and a **brand-new
+    /// deployment looks exactly like that**: call [`Redlock::provision`] once on masters known
+    /// to be fresh (it vouches for their current processes). Masters with `appendonly yes` and
+    /// `appendfsync always` (read with `CONFIG GET`) count at once after a restart. Requires
+    /// [`max_ttl`](Self::max_ttl). Defaults to `false`.
     pub fn restart_protection(mut self, on: bool) -> Self {
         self.restart_protection = on;
         self
