@@ -5,37 +5,41 @@ mod support;
 
 use std::time::Duration;
 
-use quorumlock::testing::RedisMaster;
+use quorumlock::testing::RedisCluster;
 use quorumlock::{LockError, NodeErrorKind};
-use support::{builder, cluster, dead_port, total_keys, wait_until, PATIENCE};
+use support::{
+    builder, cluster, connections_from_others, dead_port, total_keys, wait_until, PATIENCE,
+};
 
-/// The clients connected to `master`, from `INFO clients` (the query's own connection included).
-fn connected_clients(master: &RedisMaster) -> u64 {
-    let info = master.command(&["INFO", "clients"]).expect("INFO clients");
-    info.lines()
-        .find_map(|line| line.trim().strip_prefix("connected_clients:"))
-        .map(|n| n.trim().parse().expect("an integer"))
-        .expect("connected_clients in INFO clients")
+/// How many connections each master of `cluster` accepted from the manager since `before` (a
+/// reading of [`connections_from_others`]): the test kit's own connections are not counted,
+/// also those the masters have not yet seen close.
+fn opened_since(cluster: &RedisCluster, before: &[u64]) -> Vec<u64> {
+    cluster
+        .iter()
+        .zip(before)
+        .map(|(master, before)| connections_from_others(master) - before)
+        .collect()
 }
 
+/// `connect` opens `connections_per_node` connections to every master; locks and connecting
+/// again open none on top.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_opens_every_connection_and_locks_reuse_them() {
     const PER_NODE: usize = 3;
     let cluster = cluster(3);
-    let idle: Vec<u64> = cluster.iter().map(connected_clients).collect();
+    let before: Vec<u64> = cluster.iter().map(connections_from_others).collect();
     let locks = builder(&cluster.urls())
         .connections_per_node(PER_NODE)
         .build()
         .expect("build manager");
     locks.connect().await.expect("every master is up");
-    let opened: Vec<u64> = cluster.iter().map(connected_clients).collect();
-    for (idle, opened) in idle.iter().zip(&opened) {
-        assert_eq!(
-            *opened,
-            idle + PER_NODE as u64,
-            "idle {idle}, after connect {opened}"
-        );
-    }
+    let expected = vec![PER_NODE as u64; cluster.len()];
+    assert_eq!(
+        opened_since(&cluster, &before),
+        expected,
+        "connections per master after connect"
+    );
     // Many resources, spread over the connections: none is opened on top.
     for i in 0..64 {
         let guard = locks
@@ -44,13 +48,19 @@ async fn connect_opens_every_connection_and_locks_reuse_them() {
             .expect("lock");
         guard.release().await.expect("release");
     }
-    let after: Vec<u64> = cluster.iter().map(connected_clients).collect();
-    assert_eq!(after, opened, "locks opened more connections");
+    assert_eq!(
+        opened_since(&cluster, &before),
+        expected,
+        "locks opened more connections"
+    );
     wait_until("no key is left", PATIENCE, || total_keys(&cluster) == 0).await;
     // Connecting again is a no-op.
     locks.connect().await.expect("still connected");
-    let again: Vec<u64> = cluster.iter().map(connected_clients).collect();
-    assert_eq!(again, opened);
+    assert_eq!(
+        opened_since(&cluster, &before),
+        expected,
+        "connecting again opened more connections"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,6 +133,13 @@ fn connections_of_a_runtime_that_shut_down_are_replaced() {
             .await
             .expect("lock on the first runtime");
         guard.release().await.expect("release");
+        // `release` returns once a quorum confirmed; the other masters' deletes finish in the
+        // background on this runtime, and shutting it down would drop them (the key would then
+        // outlive the test's patience, until its TTL).
+        wait_until("the first release ran on every master", PATIENCE, || {
+            total_keys(&cluster) == 0
+        })
+        .await;
     });
     drop(first);
     runtime("second").block_on(async {

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,8 @@ pub struct RedisMaster {
     pub(super) log_offset: u64,
     pub(super) stderr_offset: u64,
     pub(super) process: Mutex<Option<Running>>,
+    /// Connections this kit opened to the port, for [`RedisMaster::connections_opened`].
+    pub(super) kit_connections: AtomicU64,
     // Last, so that it is removed only after `Drop` has killed the process.
     pub(super) dir: TempDir,
 }
@@ -275,7 +278,7 @@ impl RedisMaster {
     /// [`TestingError::Io`] if it cannot connect or no answer comes in time (then
     /// [`TestingError::is_timeout`] is true), or an unexpected or error reply.
     pub fn ping(&self, timeout: Duration) -> Result<(), TestingError> {
-        match Conn::open(self.port, timeout)?.call(&["PING"])? {
+        match self.open(timeout)?.call(&["PING"])? {
             Reply::Status(s) if s == "PONG" => Ok(()),
             other => Err(self.unexpected(other, "PONG")),
         }
@@ -303,13 +306,34 @@ impl RedisMaster {
         if !self.is_running() {
             return Err(TestingError::NotRunning { port: self.port });
         }
-        match Conn::open(self.port, COMMAND_TIMEOUT)?.call(args)? {
+        match self.open(COMMAND_TIMEOUT)?.call(args)? {
             Reply::Error(message) => Err(TestingError::ServerError {
                 port: self.port,
                 message,
             }),
             reply => Ok(reply),
         }
+    }
+
+    /// How many connections this kit has opened to the master's port so far, over every run
+    /// of the process: one per [`command`](Self::command), [`query`](Self::query) and
+    /// [`ping`](Self::ping), and the readiness checks of a start or restart.
+    ///
+    /// Subtracted from the growth of the server's `total_connections_received` (`INFO stats`)
+    /// between two readings taken while the same process runs, it gives how many connections
+    /// other clients (the code under test) opened in between, closed ones included. The
+    /// server's count of connected clients cannot tell that: it still includes a kit
+    /// connection for a moment after the kit closed it, until the server has read the close.
+    pub fn connections_opened(&self) -> u64 {
+        self.kit_connections.load(Ordering::SeqCst)
+    }
+
+    /// Opens a kit connection to the master, counting it for
+    /// [`connections_opened`](Self::connections_opened).
+    pub(super) fn open(&self, timeout: Duration) -> Result<Conn, TestingError> {
+        let conn = Conn::open(self.port, timeout)?;
+        self.kit_connections.fetch_add(1, Ordering::SeqCst);
+        Ok(conn)
     }
 
     pub(super) fn slot(&self) -> MutexGuard<'_, Option<Running>> {

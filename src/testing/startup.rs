@@ -4,12 +4,13 @@
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::master::{reap, Running, LOG_FILE};
 use super::process::{self, Backoff};
-use super::resp::{Conn, Reply};
+use super::resp::Reply;
 use super::{port, MasterOptions, RedisMaster, TestingError};
 
 /// How long starting or restarting waits for `PONG`: generous, because CI runs many servers on
@@ -57,6 +58,7 @@ impl RedisMaster {
             log_offset: 0,
             stderr_offset: 0,
             process: Mutex::new(None),
+            kit_connections: AtomicU64::new(0),
             dir,
         };
         master.spawn()?;
@@ -192,7 +194,7 @@ impl RedisMaster {
 
     /// One readiness check: `None` when our server answers `PONG`, else why not yet.
     fn probe(&self, timeout: Duration) -> Result<Option<String>, TestingError> {
-        let mut conn = Conn::open(self.port, timeout)?;
+        let mut conn = self.open(timeout)?;
         match conn.call(&["PING"])? {
             Reply::Status(s) if s == "PONG" => {}
             other => return Ok(Some(format!("PING answered {other}"))),

@@ -101,6 +101,91 @@ pub(crate) fn script_calls(master: &RedisMaster) -> u64 {
     calls(master, "evalsha") + calls(master, "eval")
 }
 
+/// How many connections `master` has accepted from clients other than the test kit, closed
+/// ones included: the server's `total_connections_received` (`INFO stats`) less the connections
+/// the kit opened to it (this query's own among them). Only the difference between two
+/// readings taken while the same process runs means something: how many connections the code
+/// under test opened in between. Unlike `connected_clients`, it is not thrown off by a kit
+/// connection that the server has not yet seen close.
+pub(crate) fn connections_from_others(master: &RedisMaster) -> u64 {
+    let info = master.command(&["INFO", "stats"]).expect("INFO stats");
+    // Read after the query, so that the kit's count includes the query's connection.
+    let kit = master.connections_opened();
+    let accepted: u64 = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("total_connections_received:"))
+        .map(|n| n.trim().parse().expect("an integer"))
+        .expect("total_connections_received in INFO stats");
+    accepted.checked_sub(kit).unwrap_or_else(|| {
+        panic!(
+            "port {}: {accepted} accepted, the kit opened {kit}",
+            master.port()
+        )
+    })
+}
+
+/// How many entries [`log_commands`] keeps: more than a test runs.
+const COMMAND_LOG_LEN: &str = "100000";
+
+/// Makes `master` log every command it runs from now on, with its arguments (its slow log, with
+/// a threshold of 0 µs, emptied first), for [`logged_commands`] and [`commands_naming`].
+pub(crate) fn log_commands(master: &RedisMaster) {
+    master
+        .command(&["CONFIG", "SET", "slowlog-max-len", COMMAND_LOG_LEN])
+        .expect("CONFIG SET slowlog-max-len");
+    master
+        .command(&["CONFIG", "SET", "slowlog-log-slower-than", "0"])
+        .expect("CONFIG SET slowlog-log-slower-than");
+    master
+        .command(&["SLOWLOG", "RESET"])
+        .expect("SLOWLOG RESET");
+}
+
+/// The commands `master` has run since [`log_commands`], in the order they finished, each as its
+/// arguments (at most 32, each cut at 128 bytes): the commands a script ran come just before
+/// the script call, and the test kit's own queries are there too. Panics if the log overflowed.
+pub(crate) fn logged_commands(master: &RedisMaster) -> Vec<Vec<String>> {
+    let Reply::Array(entries) = master
+        .query(&["SLOWLOG", "GET", "-1"])
+        .expect("SLOWLOG GET")
+    else {
+        panic!("SLOWLOG GET on port {} gave no array", master.port());
+    };
+    assert!(
+        entries.len() < COMMAND_LOG_LEN.parse().expect("a number"),
+        "the command log of port {} overflowed",
+        master.port()
+    );
+    // Newest first; an entry is [id, time, duration, [argument, ...], client, client name].
+    entries
+        .iter()
+        .rev()
+        .map(|entry| match entry {
+            Reply::Array(fields) => match fields.get(3) {
+                Some(Reply::Array(args)) => args
+                    .iter()
+                    .map(|arg| match arg {
+                        Reply::Bulk(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                        other => other.to_string(),
+                    })
+                    .collect(),
+                other => panic!("a slow log entry without arguments: {other:?}"),
+            },
+            other => panic!("a slow log entry that is no array: {other:?}"),
+        })
+        .collect()
+}
+
+/// The commands `master` has run since [`log_commands`] that carry `key` as an argument, in
+/// the order they finished (a script call with the key, and the commands its script ran on the
+/// key): what a test's own key went through, whatever else the master was busy with.
+pub(crate) fn commands_naming(master: &RedisMaster, key: &str) -> Vec<Vec<String>> {
+    logged_commands(master)
+        .into_iter()
+        .filter(|args| args.iter().any(|arg| arg == key))
+        .collect()
+}
+
 /// Polls `condition` every 10 ms until it holds; panics naming `what` if it does not within
 /// `timeout`. Returns how long it took.
 pub(crate) async fn wait_until(
