@@ -11,7 +11,7 @@ use quorumlock::{
     ConfigError, InvalidArgument, LockError, NodeErrorKind, Redlock, DEFAULT_DRIFT_FACTOR, MAX_TTL,
 };
 use support::{
-    calls, clear, cluster, epoch_key, get, grant, key, patient_builder, script_calls,
+    clear, cluster, commands_naming, epoch_key, get, grant, key, log_commands, patient_builder,
     server_time_us, set_foreign, total_lock_keys, transient, wait_until, wait_until_async,
     PATIENCE,
 };
@@ -392,20 +392,26 @@ async fn ttls_above_max_ttl_are_rejected_for_acquire_and_extend() {
         )
     };
 
+    // Which commands name the rejected resource: the grant, extend and release of "capped"
+    // below may still have a request on its way to the slowest master when the next manager's
+    // attempts start, so counting every command a master runs would count those too.
+    for master in &cluster {
+        log_commands(master);
+    }
     for locks in [&with_protection, &max_only] {
-        let sets: u64 = cluster.iter().map(|m| calls(m, "set")).sum();
-        let scripts: u64 = cluster.iter().map(script_calls).sum();
         let deadline = Instant::now() + Duration::from_secs(1);
         let outcomes = [
-            locks.try_lock("capped", over).await,
-            locks.lock("capped", over).await,
-            locks.lock_until("capped", over, deadline).await,
+            locks.try_lock("over", over).await,
+            locks.lock("over", over).await,
+            locks.lock_until("over", over, deadline).await,
         ];
         for outcome in &outcomes {
             assert!(is_too_long(outcome), "{outcome:?}");
         }
-        assert_eq!(cluster.iter().map(|m| calls(m, "set")).sum::<u64>(), sets);
-        assert_eq!(cluster.iter().map(script_calls).sum::<u64>(), scripts);
+        for master in &cluster {
+            let asked = commands_naming(master, &key("over"));
+            assert!(asked.is_empty(), "port {}: {asked:?}", master.port());
+        }
 
         let mut guard = grant(locks, "capped", max).await;
         let valid_until = guard.valid_until();
