@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use quorumlock::testing::RedisMaster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
@@ -120,17 +121,31 @@ impl Proxy {
     }
 
     /// Delivers what was held back on the first connection's master side, if the master still
-    /// has it open, then closes it.
-    async fn deliver_held(&self) {
+    /// has it open, then closes it (the FIN follows the bytes, so a master that has the
+    /// connection open reads them first). Returns that connection's address as the master sees
+    /// it.
+    async fn deliver_held(&self) -> SocketAddr {
         let mut state = self.first.lock().await;
         let held = std::mem::take(&mut state.held);
-        if let Some(mut to_master) = state.to_master.take() {
-            let _ = to_master.write_all(&held).await;
-            let _ = to_master.flush().await;
-            // Give the master time to read it before the FIN.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let mut to_master = state
+            .to_master
+            .take()
+            .expect("the first connection's master side");
+        let addr = to_master.local_addr().expect("local addr");
+        let _ = to_master.write_all(&held).await;
+        let _ = to_master.flush().await;
+        addr
     }
+}
+
+/// Whether `master` lists a client connected from `addr` (`CLIENT LIST`).
+fn connected_from(master: &RedisMaster, addr: SocketAddr) -> bool {
+    let field = format!("addr={addr}");
+    master
+        .command(&["CLIENT", "LIST"])
+        .expect("CLIENT LIST")
+        .lines()
+        .any(|line| line.split(' ').any(|f| f == field))
 }
 
 /// Regression: a `SET` still on its way when the client's side of its connection was reset ran
@@ -169,7 +184,12 @@ async fn a_late_set_behind_a_reset_connection_cannot_outlive_its_release() {
     })
     .await;
     // Now the late SET arrives on the old connection, which the master may still have open.
-    proxy.deliver_held().await;
+    // Once the master no longer lists that connection, it has run whatever came on it.
+    let old = proxy.deliver_held().await;
+    wait_until("the master closed the old connection", PATIENCE, || {
+        !connected_from(&cluster[2], old)
+    })
+    .await;
     let left = cluster[2]
         .command(&["EXISTS", &key("late")])
         .expect("EXISTS");
