@@ -306,13 +306,18 @@ impl Drop for LockGuard {
 
 // accessors for lease.rs
 impl LockGuard {
-    /// Counts a loss in the manager's stats, once per guard.
+    /// Counts a loss in the manager's stats if `outcome` says the lock was lost.
     fn count_loss(&mut self, outcome: &Result<(), LockError>) {
-        if let Err(error) = outcome {
-            if !self.loss_counted && crate::stats::is_loss(error) {
-                self.loss_counted = true;
-                self.shared.counters.lost();
-            }
+        if matches!(outcome, Err(error) if crate::stats::is_loss(error)) {
+            self.count_lost();
+        }
+    }
+
+    /// Counts this lock as lost in the manager's stats, once per guard.
+    pub(crate) fn count_lost(&mut self) {
+        if !self.loss_counted {
+            self.loss_counted = true;
+            self.shared.counters.lost();
         }
     }
 

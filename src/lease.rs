@@ -271,6 +271,10 @@ impl Renew for LockGuard {
     fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
         LockGuard::release(self)
     }
+
+    fn count_expiry(&mut self) {
+        self.count_lost();
+    }
 }
 
 impl Lease {

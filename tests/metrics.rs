@@ -107,7 +107,10 @@ async fn counters_and_histograms_reach_the_facade() {
     let seen = store.lock().expect("store").clone();
     let get = |name: &str| seen.get(name).copied().unwrap_or(0.0);
     assert_eq!(get("quorumlock_grants_total{}"), 2.0, "{seen:#?}");
-    assert_eq!(get("quorumlock_contended_total{}"), 1.0, "{seen:#?}");
+    // The decisive round (one yes, one refusal, one dead node) is contention too: the failure
+    // alone leaves a quorum possible.
+    assert_eq!(get("quorumlock_contended_total{}"), 2.0, "{seen:#?}");
+    assert_eq!(get("quorumlock_unreachable_total{}"), 0.0, "{seen:#?}");
     assert_eq!(get("quorumlock_extensions_total{}"), 1.0, "{seen:#?}");
     assert_eq!(get("quorumlock_releases_total{}"), 2.0, "{seen:#?}");
     assert_eq!(get("quorumlock_acquire_wait_seconds{}"), 2.0, "{seen:#?}");

@@ -49,6 +49,10 @@ pub(crate) trait Renew: Send + 'static {
 
     /// Releases; see [`LockGuard::release`](crate::LockGuard::release).
     fn release(self) -> impl Future<Output = Result<(), LockError>> + Send;
+
+    /// Counts the lock as lost (once per lock) in the manager's stats: the lease ended because
+    /// its validity ran out before a renewal succeeded, which no extend or release reports.
+    fn count_expiry(&mut self);
 }
 
 /// What a lease's holder may rely on, as the task last published it.
@@ -340,7 +344,7 @@ fn hopeless(error: &LockError) -> Option<NotHeldReason> {
 }
 
 /// Releases the lock at the end of a lease and reports how it ended.
-async fn finish<G: Renew>(guard: G, resource: &str, end: End, publisher: &Publisher) {
+async fn finish<G: Renew>(mut guard: G, resource: &str, end: End, publisher: &Publisher) {
     match end {
         End::Release(reply) => {
             publisher.stop(NotHeldReason::Released, Some(clock::now()));
@@ -370,6 +374,7 @@ async fn finish<G: Renew>(guard: G, resource: &str, end: End, publisher: &Publis
                     resource,
                     "lease lost: validity ran out before a renewal succeeded"
                 );
+                guard.count_expiry();
             }
             // Cleanup of whatever is left (a late renewal, a key on a minority).
             let _ = guard.release().await;

@@ -128,6 +128,8 @@ impl Renew for FakeLock {
         self.log.lock().expect("log").released = Some(Instant::now());
         Ok(())
     }
+
+    fn count_expiry(&mut self) {}
 }
 
 fn plan(lock: &FakeLock, max_hold: Option<Duration>) -> Plan {
