@@ -1,14 +1,11 @@
 //! [`RedlockBuilder`]: the settings of a lock manager, their defaults and their validation.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::address::NodeAddress;
 use crate::error::ConfigError;
-use crate::manager::Redlock;
 use crate::mutation::Mutation;
-use crate::node::RedisNode;
+use crate::transport::address::NodeAddress;
 
 /// Default [`RedlockBuilder::node_timeout`]: 50 ms, the top of the 5–50 ms range the Redlock
 /// spec suggests for a 10 s TTL.
@@ -31,11 +28,7 @@ pub const DEFAULT_CONNECTIONS_PER_NODE: usize = 2;
 pub const MAX_CONNECTIONS_PER_NODE: usize = 64;
 /// Default [`RedlockBuilder::fence_retention`]: an idle fence counter is kept for 24 hours.
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-/// The longest TTL accepted: 2^53 − 1 ms, about 285,000 years. The scripts carry TTLs as Lua
-/// numbers (doubles), exact up to 2^53, and Redis hands larger ones to `PEXPIRE` in exponent
-/// notation from 10^17 on, which it refuses; Redis itself accepts a `PX` up to a signed 64-bit
-/// millisecond count, far above.
-pub const MAX_TTL: Duration = Duration::from_millis((1 << 53) - 1);
+pub use crate::round::timing::MAX_TTL;
 
 /// The validated settings a [`Redlock`] runs with.
 #[derive(Debug, Clone)]
@@ -63,7 +56,7 @@ impl Config {
     pub(crate) fn quarantine(&self) -> Option<Duration> {
         self.restart_protection.then(|| {
             self.max_ttl
-                .saturating_add(crate::timing::drift(self.max_ttl, self.drift_factor))
+                .saturating_add(crate::round::timing::drift(self.max_ttl, self.drift_factor))
         })
     }
 }
@@ -272,17 +265,9 @@ impl RedlockBuilder {
         self
     }
 
-    /// Validates the settings and builds the manager. Connects to nothing.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming the setting and what it expected when no node is given, a URL
-    /// does not parse (the message shows the URL with its password redacted), a master is
-    /// listed twice, the drift factor is outside `[0, 1)`, a timeout or `max_unanswered` is
-    /// zero, `connections_per_node` is outside 1 to 64, or `fence_retention` or `max_ttl` is
-    /// zero or beyond [`MAX_TTL`]. Timeouts and delays too long for the clock are not errors:
-    /// they saturate (about 30 years, as good as none).
-    pub fn build(self) -> Result<Redlock, ConfigError> {
+    /// Validates every setting: the [`Config`] and the parsed node addresses that
+    /// [`build`](Self::build) makes the manager from.
+    pub(crate) fn validate(self) -> Result<(Config, Vec<NodeAddress>), ConfigError> {
         if self.nodes.is_empty() {
             return Err(ConfigError::NoNodes);
         }
@@ -344,11 +329,7 @@ impl RedlockBuilder {
             restart_protection: self.restart_protection,
             owner: None,
         };
-        let nodes = addresses
-            .into_iter()
-            .map(|address| Arc::new(RedisNode::new(address, &config)))
-            .collect();
-        Ok(Redlock::from_parts(nodes, config))
+        Ok((config, addresses))
     }
 }
 

@@ -404,13 +404,13 @@ pub enum ConfigError {
     /// as a TTL in milliseconds, which Redis refuses beyond its range.
     #[error(
         "fence_retention must be at most {max:?} (quorumlock::MAX_TTL, the longest ttl sent to redis), got {0:?}",
-        max = crate::config::MAX_TTL
+        max = crate::round::timing::MAX_TTL
     )]
     FenceRetentionTooLong(Duration),
     /// The maximum TTL is under 1 ms or beyond what Redis accepts.
     #[error(
         "max_ttl must be from 1ms up to {max:?} (quorumlock::MAX_TTL, the longest ttl sent to redis), got {0:?}",
-        max = crate::config::MAX_TTL
+        max = crate::round::timing::MAX_TTL
     )]
     MaxTtl(Duration),
     /// Restart protection needs a maximum TTL: a restarted master is kept out for that long.

@@ -7,9 +7,10 @@ use tokio::time::Instant;
 
 use crate::clock;
 use crate::error::LockError;
-use crate::manager::{round_timing, Shared};
+use crate::round::spec::round_spec;
+use crate::round::timing::drift;
 use crate::round::{self, Grant, Holders};
-use crate::timing::drift;
+use crate::shared::Shared;
 use crate::traced::{in_span, record_with};
 use crate::value::Claim;
 
@@ -186,7 +187,7 @@ impl LockGuard {
             outcome = tracing::field::Empty,
             validity_left = tracing::field::Empty,
         );
-        let outcome = in_span(&span, self.extend_once(ttl)).await;
+        let outcome = in_span(&span, self.extend_round(ttl)).await;
         self.hold_changed();
         self.shared.counters.extended(outcome.as_ref().copied());
         self.count_loss(&outcome);
@@ -198,9 +199,9 @@ impl LockGuard {
         outcome
     }
 
-    async fn extend_once(&mut self, ttl: Duration) -> Result<(), LockError> {
+    async fn extend_round(&mut self, ttl: Duration) -> Result<(), LockError> {
         let config = &self.shared.config;
-        let timing = round_timing(config, ttl)?;
+        let timing = round_spec(config, ttl)?;
         let before = self.valid_until;
         // A shorter TTL shortens the keys as soon as the first master applies it.
         let pessimistic = clock::now()

@@ -43,13 +43,13 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::error::{InvalidArgument, LockError};
 use crate::guard::LockGuard;
-use crate::manager::round_timing;
-use crate::timing::drift;
+use crate::round::spec::round_spec;
+use crate::round::timing::drift;
 
 pub use handle::{LeaseHandle, LeaseStats};
 use options::Resolved;
 pub use options::{LeaseOptions, DEFAULT_LEASE_TTL};
-use task::{Counters, Plan, Publisher, ReleaseReply, Renew};
+use task::{LeaseCounters, Plan, Publisher, ReleaseReply, Renew};
 
 /// A lock kept alive by a background task until it is released, dropped or lost. Created by
 /// [`LockGuard::keep_alive`].
@@ -248,7 +248,7 @@ pub(crate) fn check_against(
     config: &crate::config::Config,
     resolved: Resolved,
 ) -> Result<(), InvalidArgument> {
-    let timing = round_timing(config, resolved.ttl)?;
+    let timing = round_spec(config, resolved.ttl)?;
     let validity = timing.ttl.saturating_sub(timing.drift());
     if resolved.safety_margin >= validity {
         return Err(InvalidArgument::SafetyMarginTooLong {
@@ -289,7 +289,7 @@ impl Lease {
         let (publisher, state) = Publisher::new(guard.valid_until(), plan.margin);
         let (commands, receiver) = oneshot::channel();
         let resource: Arc<str> = Arc::from(resource);
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(LeaseCounters::default());
         runtime.spawn(task::run(
             guard,
             Arc::clone(&resource),

@@ -183,37 +183,24 @@
 //! in the background; dropping an acquisition future releases whatever it may have set.
 #![forbid(unsafe_code)]
 
-mod address;
 mod clock;
 mod config;
-mod connection;
 mod error;
 mod guard;
 mod holds;
+mod keys;
 mod lease;
 mod manager;
-mod master;
-mod master_life;
 mod mutation;
-mod node;
-mod orphan;
 mod owner;
-mod pipeline;
-mod reply;
-mod resp;
+mod restart_protection;
 mod round;
-mod round_spec;
 mod scripts;
+mod shared;
 mod stats;
-mod tally;
-mod timing;
 mod traced;
+mod transport;
 mod value;
-
-#[cfg(test)]
-mod fake_master;
-#[cfg(test)]
-mod round_properties;
 
 #[cfg(feature = "testing")]
 pub mod testing;

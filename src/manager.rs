@@ -7,26 +7,17 @@ use rand::RngExt;
 use tokio::time::Instant;
 
 use crate::config::{Config, RedlockBuilder};
-use crate::error::{InvalidArgument, LockError, NodeError, NodeErrorKind};
+use crate::error::{ConfigError, LockError, NodeError, NodeErrorKind};
 use crate::guard::LockGuard;
-use crate::holds::Holds;
-use crate::node::RedisNode;
+use crate::keys::{epoch_key, lock_keys, record_key};
 use crate::owner::Owner;
-use crate::round::{self, LockKeys, Nodes, RoundFailure};
-use crate::round_spec::RoundTiming;
-use crate::stats::{Counters, NodeStats, Stats};
-use crate::timing::{deadline_after, drift, quorum, validity, FAR_FUTURE};
+use crate::round::spec::{round_spec, RoundSpec};
+use crate::round::timing::{deadline_after, quorum, FAR_FUTURE};
+use crate::round::{self, LockKeys, RoundFailure};
+use crate::shared::Shared;
+use crate::stats::{NodeStats, Stats};
 use crate::traced::{in_span, record_with};
-
-/// What every handle and guard of one manager shares.
-pub(crate) struct Shared {
-    pub(crate) nodes: Nodes<RedisNode>,
-    pub(crate) config: Config,
-    /// Shared by every handle on the same nodes ([`Redlock::fenced`], [`Redlock::reentrant`]).
-    pub(crate) counters: Arc<Counters>,
-    /// The fencing tokens of reentrant owners' holds, shared like `counters`.
-    pub(crate) holds: Arc<Holds>,
-}
+use crate::transport::node::RedisNode;
 
 /// A Redlock manager over N independent Redis masters.
 ///
@@ -66,6 +57,27 @@ impl std::fmt::Debug for Redlock {
     }
 }
 
+impl RedlockBuilder {
+    /// Validates the settings and builds the manager. Connects to nothing.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the setting and what it expected when no node is given, a URL
+    /// does not parse (the message shows the URL with its password redacted), a master is
+    /// listed twice, the drift factor is outside `[0, 1)`, a timeout or `max_unanswered` is
+    /// zero, `connections_per_node` is outside 1 to 64, or `fence_retention` or `max_ttl` is
+    /// zero or beyond [`MAX_TTL`]. Timeouts and delays too long for the clock are not errors:
+    /// they saturate (about 30 years, as good as none).
+    pub fn build(self) -> Result<Redlock, ConfigError> {
+        let (config, addresses) = self.validate()?;
+        let nodes = addresses
+            .into_iter()
+            .map(|address| Arc::new(RedisNode::new(address, &config)))
+            .collect();
+        Ok(Redlock::from_parts(nodes, config))
+    }
+}
+
 impl Redlock {
     /// A builder with every setting at its default; add masters with
     /// [`nodes`](RedlockBuilder::nodes).
@@ -101,7 +113,7 @@ impl Redlock {
 
     /// The masters' addresses, in configuration order, with passwords redacted.
     pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
-        use crate::master::Master;
+        use crate::round::master::Master;
         self.shared.nodes.iter().map(|n| n.name())
     }
 
@@ -119,7 +131,7 @@ impl Redlock {
     /// # }
     /// ```
     pub fn stats(&self) -> Stats {
-        use crate::master::Master;
+        use crate::round::master::Master;
         let nodes = self
             .shared
             .nodes
@@ -162,23 +174,20 @@ impl Redlock {
     /// # }
     /// ```
     pub fn reentrant(&self, owner: Owner) -> Redlock {
-        let mut config = self.shared.config.clone();
-        config.owner = Some(owner.value().clone());
-        Redlock {
-            shared: Arc::new(Shared {
-                nodes: Arc::clone(&self.shared.nodes),
-                config,
-                counters: Arc::clone(&self.shared.counters),
-                holds: Arc::clone(&self.shared.holds),
-            }),
-        }
+        self.derived(|config| config.owner = Some(owner.value().clone()))
     }
 
     /// A handle on the same masters and connections whose acquisitions return fencing tokens
     /// ([`LockGuard::fence`]), whatever [`RedlockBuilder::fencing`] says: fencing per call.
     pub fn fenced(&self) -> Redlock {
+        self.derived(|config| config.fencing = true)
+    }
+
+    /// A handle on the same masters, connections, counters and holds, with `change` made to a
+    /// copy of the settings.
+    fn derived(&self, change: impl FnOnce(&mut Config)) -> Redlock {
         let mut config = self.shared.config.clone();
-        config.fencing = true;
+        change(&mut config);
         Redlock {
             shared: Arc::new(Shared {
                 nodes: Arc::clone(&self.shared.nodes),
@@ -210,7 +219,7 @@ impl Redlock {
         what: &str,
         results: Vec<Result<(), NodeErrorKind>>,
     ) -> Result<(), LockError> {
-        use crate::master::Master;
+        use crate::round::master::Master;
         let nodes = &self.shared.nodes;
         let failures: Vec<NodeError> = nodes
             .iter()
@@ -253,7 +262,7 @@ impl Redlock {
     pub async fn provision(&self) -> Result<(), LockError> {
         let config = &self.shared.config;
         let key = epoch_key(config);
-        let record = crate::master_life::record_key(&config.key_prefix);
+        let record = record_key(&config.key_prefix);
         let nodes = &self.shared.nodes;
         // An administrative call, not a hot path: each master gets several attempts within
         // the connect timeout, so a cold or busy connection does not fail it.
@@ -287,7 +296,7 @@ impl Redlock {
     ///
     /// Read-only: cancelling it leaves nothing behind.
     pub async fn master_uptimes(&self) -> Vec<(String, Result<Duration, NodeError>)> {
-        use crate::master::Master;
+        use crate::round::master::Master;
         let nodes = &self.shared.nodes;
         let results = futures::future::join_all(nodes.iter().map(|node| node.uptime())).await;
         nodes
@@ -423,7 +432,7 @@ impl Redlock {
         &self,
         resource: &str,
         keys: &LockKeys,
-        timing: RoundTiming,
+        timing: RoundSpec,
         retry: u32,
         started: Instant,
     ) -> Result<LockGuard, RoundFailure> {
@@ -435,7 +444,7 @@ impl Redlock {
             outcome = tracing::field::Empty,
             validity_left = tracing::field::Empty,
         );
-        let outcome = in_span(&span, self.round_once(resource, keys, timing)).await;
+        let outcome = in_span(&span, self.acquire_round(resource, keys, timing)).await;
         self.shared
             .counters
             .acquired(outcome.as_ref().map_err(|failure| &failure.error));
@@ -454,11 +463,11 @@ impl Redlock {
 
     /// One acquire round, plus the write-back of the fencing token when fencing is on and the
     /// granting masters did not all issue the same token.
-    async fn round_once(
+    async fn acquire_round(
         &self,
         resource: &str,
         keys: &LockKeys,
-        timing: RoundTiming,
+        timing: RoundSpec,
     ) -> Result<LockGuard, RoundFailure> {
         let mut grant = round::acquire(&self.shared.nodes, resource, keys, timing).await?;
         // A reentrant owner's acquisition while another of its guards is valid keeps that
@@ -517,31 +526,10 @@ impl Redlock {
     }
 
     /// Checks the arguments and builds the keys; TTLs are truncated to whole milliseconds.
-    fn validate(
-        &self,
-        resource: &str,
-        ttl: Duration,
-    ) -> Result<(LockKeys, RoundTiming), LockError> {
-        if resource.is_empty() {
-            return Err(InvalidArgument::EmptyResource.into());
-        }
-        if resource.starts_with(RESERVED) {
-            return Err(InvalidArgument::ReservedResource.into());
-        }
+    fn validate(&self, resource: &str, ttl: Duration) -> Result<(LockKeys, RoundSpec), LockError> {
         let config = &self.shared.config;
-        let timing = round_timing(config, ttl)?;
-        let prefix = &config.key_prefix;
-        let keys = LockKeys {
-            lock: Arc::from(format!("{prefix}{resource}")),
-            fence: config
-                .fencing
-                .then(|| Arc::from(format!("{prefix}{RESERVED}fence:{resource}"))),
-            epoch: config.restart_protection.then(|| epoch_key(config)),
-            reentrant: config.owner.as_ref().map(|owner| {
-                let holds = Arc::from(format!("{prefix}{RESERVED}holds:{resource}"));
-                (owner.clone(), holds)
-            }),
-        };
+        let keys = lock_keys(config, resource)?;
+        let timing = round_spec(config, ttl)?;
         Ok((keys, timing))
     }
 
@@ -553,74 +541,5 @@ impl Redlock {
         }
         let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
         Duration::from_nanos(rand::rng().random_range(0..nanos))
-    }
-}
-
-/// Resource names may not start with this byte (ASCII unit separator): the keys quorumlock
-/// keeps next to the locks (fence counters, the epoch marker) start with it after the prefix, so
-/// no resource can collide with them.
-pub(crate) const RESERVED: char = '\u{1f}';
-
-/// The epoch marker key of a manager's key prefix.
-pub(crate) fn epoch_key(config: &Config) -> Arc<str> {
-    Arc::from(format!("{}{RESERVED}epoch", config.key_prefix))
-}
-
-/// The settings of a round of `ttl` under `config` (also used by extend).
-pub(crate) fn round_timing(config: &Config, ttl: Duration) -> Result<RoundTiming, InvalidArgument> {
-    let mut timing = validate_ttl(ttl, config.drift_factor, config.max_ttl)?;
-    timing.quarantine = config.quarantine();
-    timing.fence_retention = config.fence_retention;
-    timing.mutation = config.mutation;
-    Ok(timing)
-}
-
-/// Validates a TTL: whole milliseconds, at least one, at most `max`, and longer than its drift
-/// allowance.
-pub(crate) fn validate_ttl(
-    ttl: Duration,
-    drift_factor: f64,
-    max: Duration,
-) -> Result<RoundTiming, InvalidArgument> {
-    if ttl > max {
-        return Err(InvalidArgument::TtlTooLong { ttl, max });
-    }
-    let whole = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-    if whole.is_zero() {
-        return Err(InvalidArgument::ZeroTtl(ttl));
-    }
-    let drift = drift(whole, drift_factor);
-    if validity(whole, Duration::ZERO, drift).is_none() {
-        return Err(InvalidArgument::TtlTooShort { ttl: whole, drift });
-    }
-    Ok(RoundTiming::new(whole, drift_factor))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::MAX_TTL;
-
-    #[test]
-    fn ttl_validation() {
-        assert_eq!(
-            validate_ttl(Duration::ZERO, 0.01, MAX_TTL).err(),
-            Some(InvalidArgument::ZeroTtl(Duration::ZERO))
-        );
-        assert_eq!(
-            validate_ttl(Duration::from_micros(900), 0.01, MAX_TTL).err(),
-            Some(InvalidArgument::ZeroTtl(Duration::from_micros(900)))
-        );
-        assert!(matches!(
-            validate_ttl(Duration::from_millis(2), 0.01, MAX_TTL),
-            Err(InvalidArgument::TtlTooShort { .. })
-        ));
-        assert!(matches!(
-            validate_ttl(Duration::MAX, 0.01, MAX_TTL),
-            Err(InvalidArgument::TtlTooLong { .. })
-        ));
-        let timing = validate_ttl(Duration::from_micros(10_500), 0.01, MAX_TTL).expect("valid");
-        assert_eq!(timing.ttl, Duration::from_millis(10));
-        assert!(validate_ttl(MAX_TTL, 0.5, MAX_TTL).is_ok());
     }
 }

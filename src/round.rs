@@ -3,6 +3,23 @@
 //!
 //! Generic over [`Master`] so the unit and property tests can drive it with fake masters on
 //! tokio's paused (virtual) clock.
+//!
+//! * [`master`]: the one small interface through which a round reaches a master;
+//! * [`spec`]: what a round needs to know (TTL, drift, quorum, quarantine, fencing limits);
+//! * [`tally`]: the votes and when they decide the round;
+//! * [`timing`]: the pure maths (quorum size, drift, validity), property-tested;
+//! * `fake` and `properties` (tests only): fake masters on a virtual clock, and the round's
+//!   safety properties over them.
+
+pub(crate) mod master;
+pub(crate) mod spec;
+pub(crate) mod tally;
+pub(crate) mod timing;
+
+#[cfg(test)]
+pub(crate) mod fake;
+#[cfg(test)]
+mod properties;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +31,10 @@ use tokio::task::JoinHandle;
 
 use crate::clock;
 use crate::error::{LockError, NodeErrorKind, NotHeldReason};
-use crate::master::{AcquireRequest, Master};
-use crate::round_spec::RoundTiming;
-use crate::tally::Tally;
-use crate::timing::{quorum, validity};
+use crate::round::master::{AcquireRequest, Master};
+use crate::round::spec::RoundSpec;
+use crate::round::tally::Tally;
+use crate::round::timing::{quorum, validity};
 use crate::value::{Claim, LockValue};
 
 /// The masters of one manager, shared by every round and guard.
@@ -131,7 +148,7 @@ pub(crate) async fn acquire<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
     keys: &LockKeys,
-    timing: RoundTiming,
+    timing: RoundSpec,
 ) -> Result<Grant, RoundFailure> {
     let claim = Claim::fresh(
         keys.reentrant.as_ref().map(|(owner, _)| owner),
@@ -277,7 +294,7 @@ pub(crate) async fn extend<M: Master>(
     key: &str,
     claim: &Claim,
     holders: &Holders,
-    timing: RoundTiming,
+    timing: RoundSpec,
     valid_until: Instant,
 ) -> Result<Instant, LockError> {
     let drift = timing.drift();
@@ -400,7 +417,7 @@ fn delete_requests<M: Master>(
 /// Why this cleans up even a `SET` that lands after the round: each delete goes on the
 /// connection its `SET` went on, behind it, and is written even if its node timeout fires
 /// first (`Connection::query_to_completion`). If that connection broke meanwhile, the delete
-/// goes on a new one, which first closes the old one on the master ([`crate::orphan`]), so the
+/// goes on a new one, which first closes the old one on the master ([`crate::transport::orphan`]), so the
 /// `SET` either ran before the delete or never runs. Where the master refuses that, or a delete
 /// cannot be delivered at all, the key lives at most one TTL (every `SET` carries `PX ttl`).
 pub(crate) fn release_in_background<M: Master>(

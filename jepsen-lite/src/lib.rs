@@ -10,6 +10,7 @@ pub mod client;
 pub mod clock;
 pub mod clockshim;
 pub mod history;
+pub mod outcome;
 pub mod proxy;
 pub mod report;
 pub mod resource;

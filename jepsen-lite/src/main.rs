@@ -9,7 +9,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use jepsen_lite::clockshim::Clocks;
-use jepsen_lite::run::{self, Outcome, Verdict};
+use jepsen_lite::outcome::{Outcome, Verdict};
+use jepsen_lite::run;
 use jepsen_lite::{report, scenario};
 
 #[derive(Parser)]

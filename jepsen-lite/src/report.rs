@@ -6,8 +6,8 @@ use std::path::Path;
 
 use crate::checker;
 use crate::history::{Event, Kind, Process};
+use crate::outcome::{Outcome, Verdict};
 use crate::resource::{Access, Op};
-use crate::run::{Outcome, Verdict};
 use crate::scenario::Scenario;
 
 fn esc(s: &str) -> String {

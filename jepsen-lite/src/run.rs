@@ -13,63 +13,22 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 use quorumlock::testing::{MasterOptions, RedisCluster};
 use rand::{RngExt, SeedableRng};
-use serde::Serialize;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
-use crate::checker::{self, Params, Report};
+use crate::checker::{self, Params};
 use crate::client::{ClientConfig, Command, CycleSpec, Note};
 use crate::clock::ms;
 use crate::clockshim::Clocks;
 use crate::history::{self, Event, Kind, Process};
+use crate::outcome::{Outcome, Verdict};
 use crate::proxy::{Mode, Modes, Proxy};
 use crate::resource::{self, Register};
 use crate::scenario::{Expect, RandomFault, Restart, Scenario, Script};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
-
-/// Pass, fail or skipped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Observed what was expected.
-    Pass,
-    /// Did not.
-    Fail,
-    /// Could not run.
-    Skipped,
-}
-
-/// The result of one run.
-#[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
-    /// Scenario name.
-    pub scenario: String,
-    /// Fault kind.
-    pub kind: String,
-    /// Expected.
-    pub expected: Expect,
-    /// Observed: "hold", "break", or why it did not run.
-    pub observed: String,
-    /// Verdict.
-    pub verdict: Verdict,
-    /// Seed.
-    pub seed: u64,
-    /// Wall time of the run.
-    pub seconds: f64,
-    /// What the checkers found.
-    pub report: Option<Report>,
-    /// Keys found on a node with no TTL or a TTL beyond the lock TTL.
-    pub orphan_keys: usize,
-    /// Scenario-specific findings (e.g. an extension that should have been refused).
-    pub notes: Vec<String>,
-    /// Fenced-register result.
-    pub fenced: String,
-    /// Where the files are.
-    pub dir: PathBuf,
-}
 
 /// A client process seen from the controller.
 struct ClientHandle {

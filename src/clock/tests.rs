@@ -8,9 +8,9 @@ use tokio::time::{sleep, Instant};
 
 use super::*;
 use crate::error::{LockError, NotHeldReason};
-use crate::fake_master::{Behaviour, FakeMaster, Fault};
+use crate::round::fake::{Behaviour, FakeMaster, Fault};
+use crate::round::spec::RoundSpec;
 use crate::round::{self, LockKeys, Nodes};
-use crate::round_spec::RoundTiming;
 use crate::testing::RedisMaster;
 use crate::{LeaseOptions, Redlock};
 
@@ -77,7 +77,7 @@ async fn suspend_mid_round(duration: Duration) {
 #[tokio::test(start_paused = true)]
 async fn a_round_spanning_a_suspend_longer_than_the_ttl_grants_nothing() {
     let nodes = masters();
-    let timing = RoundTiming::new(TTL, 0.01);
+    let timing = RoundSpec::new(TTL, 0.01);
     let keys = keys("r");
     let (outcome, ()) = tokio::join!(
         round::acquire(&nodes, "r", &keys, timing),
@@ -100,7 +100,7 @@ async fn a_round_spanning_a_suspend_longer_than_the_ttl_grants_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_round_spanning_a_shorter_suspend_loses_that_much_validity() {
     let nodes = masters();
-    let timing = RoundTiming::new(TTL, 0.01);
+    let timing = RoundSpec::new(TTL, 0.01);
     let keys = keys("r");
     let (outcome, ()) = tokio::join!(
         round::acquire(&nodes, "r", &keys, timing),
@@ -117,7 +117,7 @@ async fn a_round_spanning_a_shorter_suspend_loses_that_much_validity() {
 #[tokio::test(start_paused = true)]
 async fn an_extension_spanning_a_suspend_past_the_validity_fails() {
     let nodes = masters();
-    let timing = RoundTiming::new(TTL, 0.01);
+    let timing = RoundSpec::new(TTL, 0.01);
     let grant = round::acquire(&nodes, "r", &keys("r"), timing)
         .await
         .map_err(|f| f.error)

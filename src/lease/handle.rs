@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::sleep_until;
 
-use super::task::{Counters, State};
+use super::task::{LeaseCounters, State};
 use crate::clock;
 use crate::error::{LockError, NotHeldReason};
 #[cfg(doc)]
@@ -25,7 +25,7 @@ pub struct LeaseHandle {
     resource: Arc<str>,
     fence: Option<u64>,
     state: watch::Receiver<State>,
-    counters: Arc<Counters>,
+    counters: Arc<LeaseCounters>,
 }
 
 /// How a lease's renewals went so far. From [`Lease::stats`] and [`LeaseHandle::stats`].
@@ -43,7 +43,7 @@ impl LeaseHandle {
         resource: Arc<str>,
         fence: Option<u64>,
         state: watch::Receiver<State>,
-        counters: Arc<Counters>,
+        counters: Arc<LeaseCounters>,
     ) -> Self {
         Self {
             resource,

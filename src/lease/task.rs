@@ -95,7 +95,7 @@ impl State {
 
 /// Renewal counters, shared by the task and every handle.
 #[derive(Debug, Default)]
-pub(crate) struct Counters {
+pub(crate) struct LeaseCounters {
     pub(crate) renewals: AtomicU64,
     pub(crate) failures: AtomicU64,
 }
@@ -235,7 +235,7 @@ pub(crate) async fn run<G: Renew>(
     plan: Plan,
     mut commands: oneshot::Receiver<ReleaseReply>,
     publisher: Publisher,
-    counters: Arc<Counters>,
+    counters: Arc<LeaseCounters>,
 ) {
     let mut next = plan.first_renewal;
     let mut renewing = true;

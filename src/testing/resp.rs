@@ -1,5 +1,5 @@
 //! A tiny blocking RESP2 client: just enough to PING a server and run test commands, with the
-//! library's own encoder and parser ([`crate::resp`]).
+//! library's own encoder and parser ([`crate::transport::resp`]).
 //!
 //! It never panics on what a server sends: odd type bytes, bad lengths, missing CRLFs, deep
 //! nesting and early EOF all become errors.
@@ -59,7 +59,7 @@ impl fmt::Display for Reply {
 pub(super) fn encode<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
     let parts: Vec<&[u8]> = args.iter().map(AsRef::as_ref).collect();
     let mut out = Vec::new();
-    crate::resp::Command(&[&parts]).write(&mut out);
+    crate::transport::resp::Command(&[&parts]).write(&mut out);
     out
 }
 
@@ -83,13 +83,15 @@ impl From<io::Error> for ReadError {
 pub(super) fn read_reply<R: Read>(r: &mut R, buf: &mut Vec<u8>) -> Result<Reply, ReadError> {
     let mut chunk = [0u8; 4096];
     loop {
-        match crate::resp::parse(buf) {
+        match crate::transport::resp::parse(buf) {
             Ok(Some((reply, used))) => {
                 buf.drain(..used);
                 return Ok(Reply::from(reply));
             }
             Ok(None) => {}
-            Err(crate::resp::ProtocolError(detail)) => return Err(ReadError::Protocol(detail)),
+            Err(crate::transport::resp::ProtocolError(detail)) => {
+                return Err(ReadError::Protocol(detail))
+            }
         }
         let n = r.read(&mut chunk)?;
         if n == 0 {
@@ -102,9 +104,9 @@ pub(super) fn read_reply<R: Read>(r: &mut R, buf: &mut Vec<u8>) -> Result<Reply,
     }
 }
 
-impl From<crate::resp::Reply> for Reply {
-    fn from(reply: crate::resp::Reply) -> Self {
-        use crate::resp::Reply as Wire;
+impl From<crate::transport::resp::Reply> for Reply {
+    fn from(reply: crate::transport::resp::Reply) -> Self {
+        use crate::transport::resp::Reply as Wire;
         match reply {
             Wire::Status(s) => Self::Status(s),
             Wire::Error(e) => Self::Error(e),
@@ -236,7 +238,7 @@ mod tests {
                 String::from_utf8_lossy(case)
             );
         }
-        let deep = "*1\r\n".repeat(crate::resp::MAX_DEPTH + 1) + ":1\r\n";
+        let deep = "*1\r\n".repeat(crate::transport::resp::MAX_DEPTH + 1) + ":1\r\n";
         assert!(matches!(
             parse(deep.as_bytes()),
             Err(ReadError::Protocol(_))

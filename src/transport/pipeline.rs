@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use tokio::time::Sleep;
 
 use crate::error::NodeErrorKind;
-use crate::resp::{parse, Command, Reply};
+use crate::transport::resp::{parse, Command, Reply};
 
 /// How long a connection whose `Pipeline` was dropped keeps going to deliver what is still
 /// queued (cleanups of the last rounds), if the master does not answer sooner.
@@ -60,11 +60,11 @@ struct State {
     dropped: bool,
 }
 
-struct Shared {
+struct PipelineState {
     state: Mutex<State>,
 }
 
-impl Shared {
+impl PipelineState {
     fn state(&self) -> MutexGuard<'_, State> {
         // Held only for a few pushes and swaps that cannot panic halfway.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -74,7 +74,7 @@ impl Shared {
 /// One pipelined connection (share it behind an `Arc`). Dropping it lets the connection's task
 /// deliver what is still queued, then close the socket.
 pub(crate) struct Pipeline {
-    shared: Arc<Shared>,
+    shared: Arc<PipelineState>,
 }
 
 impl Drop for Pipeline {
@@ -96,7 +96,7 @@ impl Pipeline {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(PipelineState {
             state: Mutex::new(State {
                 out: Vec::with_capacity(4096),
                 queued: 0,
@@ -176,7 +176,7 @@ impl Pipeline {
 
 /// The connection's task: writes what is queued, reads replies and hands them out in order.
 struct Driver<S> {
-    shared: Arc<Shared>,
+    shared: Arc<PipelineState>,
     stream: S,
     /// Bytes being written; `written` of them are on the socket.
     write_buf: Vec<u8>,
@@ -292,7 +292,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Driver<S> {
 }
 
 /// Marks the connection broken (unless it already is) and fails everything queued on it.
-fn fail(shared: &Shared, reason: NodeErrorKind) {
+fn fail(shared: &PipelineState, reason: NodeErrorKind) {
     let waiting = {
         let mut state = shared.state();
         if state.broken.is_none() {
@@ -329,7 +329,11 @@ struct Batch {
 
 /// Parses every complete reply at the start of `bytes` and hands each to its request, in order.
 /// Returns how many bytes were used.
-fn deliver(shared: &Shared, bytes: &[u8], batch: &mut Batch) -> Result<usize, NodeErrorKind> {
+fn deliver(
+    shared: &PipelineState,
+    bytes: &[u8],
+    batch: &mut Batch,
+) -> Result<usize, NodeErrorKind> {
     let mut used = 0;
     while let Some((reply, len)) = parse(&bytes[used..])
         .map_err(|e| NodeErrorKind::UnexpectedReply(format!("not a Redis reply: {}", e.0)))?

@@ -29,20 +29,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::connection::Connection;
 use crate::error::NodeErrorKind;
-use crate::reply::{shown, unexpected};
-use crate::resp::{Command, Reply};
 use crate::scripts::{LuaScript, MASTER_LIFE};
-
-/// The key of the provisioning record under `key_prefix`: the `run_id` of the master's life
-/// that [`Redlock::provision`](crate::Redlock::provision) vouched for.
-pub(crate) fn record_key(key_prefix: &str) -> Arc<str> {
-    Arc::from(format!(
-        "{key_prefix}{}provisioned",
-        crate::manager::RESERVED
-    ))
-}
+use crate::transport::connection::Connection;
+use crate::transport::reply::{shown, unexpected};
+use crate::transport::resp::{Command, Reply};
 
 /// One life of a master (one `redis-server` process), as a connection saw it when it opened.
 #[derive(Debug, Clone)]

@@ -7,117 +7,23 @@
 //! after a timed-out `SET` on the same connection runs *after* that `SET` on the master. A
 //! fresh connection would lose that order (the old socket's `SET` could run after the new
 //! socket's delete and leave a key until its TTL). When a connection breaks anyway, its
-//! replacement closes it on the master before carrying any request ([`crate::orphan`]).
-//!
-//! Plain TCP and Unix-socket masters get quorumlock's own [`Pipeline`]; `rediss://` (TLS)
-//! masters the `redis` crate's multiplexed connection, which gives the same ordering. It skips a
-//! request whose future was dropped before its connection task took it, so cleanups go through
-//! [`Connection::query_to_completion`].
+//! replacement closes it on the master before carrying any request ([`crate::transport::orphan`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
+use redis::{AsyncConnectionConfig, ConnectionAddr};
 
 use crate::error::NodeErrorKind;
-use crate::master_life::MasterLife;
-use crate::orphan::{self, MasterSide};
-use crate::pipeline::Pipeline;
-use crate::reply::{classify, describe};
-use crate::resp::{Command, Reply};
+use crate::restart_protection::MasterLife;
 use crate::scripts;
-
-/// An open connection to a master.
-#[derive(Clone)]
-pub(crate) enum Connection {
-    /// quorumlock's own pipelined connection (TCP and Unix sockets).
-    Pipelined(Arc<Pipeline>),
-    /// The `redis` crate's multiplexed connection (TLS).
-    Multiplexed(MultiplexedConnection),
-}
-
-impl Connection {
-    /// Sends `cmd` and waits for its reply, unbounded (callers put their deadline on it).
-    /// An error reply is `Ok(Reply::Error)`; `Err` always means the connection is broken.
-    pub(crate) async fn query(&self, command: Command<'_>) -> Result<Reply, NodeErrorKind> {
-        match self {
-            Self::Pipelined(pipeline) => pipeline.query(command).await,
-            Self::Multiplexed(conn) => {
-                answer_of(command.to_cmd().query_async(&mut conn.clone()).await)
-            }
-        }
-    }
-
-    /// [`query`](Self::query) for a cleanup: the request is written even if this future is
-    /// dropped first (a node timeout), so that it still runs behind what it cleans up.
-    ///
-    /// quorumlock's pipeline queues a request when it is first polled; dropping the future only
-    /// abandons the reply. The `redis` crate's multiplexed connection drops a request whose
-    /// caller went away before its connection task took it (a master that stopped reading, a
-    /// busy runtime): there the request is sent from a task of its own.
-    pub(crate) async fn query_to_completion(
-        &self,
-        command: Command<'_>,
-    ) -> Result<Reply, NodeErrorKind> {
-        let conn = match self {
-            Self::Pipelined(pipeline) => return pipeline.query(command).await,
-            Self::Multiplexed(conn) => conn.clone(),
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Err(NodeErrorKind::NoRuntime);
-        };
-        let cmd = command.to_cmd();
-        let task = runtime.spawn(async move {
-            let mut conn = conn;
-            cmd.query_async(&mut conn).await
-        });
-        match task.await {
-            Ok(result) => answer_of(result),
-            Err(error) => Err(NodeErrorKind::ConnectionLost(format!(
-                "request task failed: {error}"
-            ))),
-        }
-    }
-}
-
-/// A `redis` crate answer as [`Connection::query`] returns it.
-fn answer_of(result: redis::RedisResult<Value>) -> Result<Reply, NodeErrorKind> {
-    match result {
-        Ok(value) => Ok(reply_of(value)),
-        Err(error) => match classify(&error) {
-            (_, false) => Ok(Reply::Error(server_error_text(&error))),
-            (kind, true) => Err(kind),
-        },
-    }
-}
-
-/// A `redis` crate server error as the server wrote it (`WRONGTYPE Operation against…`).
-fn server_error_text(error: &redis::RedisError) -> String {
-    match (error.code(), error.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => describe(error),
-    }
-}
-
-/// A `redis` crate reply as the strict readers of [`crate::reply`] see it.
-fn reply_of(value: Value) -> Reply {
-    match value {
-        Value::Nil => Reply::Nil,
-        Value::Int(i) => Reply::Int(i),
-        Value::BulkString(bytes) => Reply::Bulk(bytes),
-        Value::Array(items) => Reply::Array(items.into_iter().map(reply_of).collect()),
-        Value::SimpleString(text) => Reply::Status(text),
-        Value::Okay => Reply::Status("OK".into()),
-        Value::ServerError(error) => Reply::Error(format!("{error:?}")),
-        // RESP3-only types never answer a lock command on a RESP2 connection: kept as text so
-        // that the strict readers reject them, showing what came.
-        other => Reply::Status(format!("{other:?}")),
-    }
-}
+use crate::transport::connection::{server_error_text, Connection};
+use crate::transport::orphan::{self, MasterSide};
+use crate::transport::pipeline::Pipeline;
+use crate::transport::reply::describe;
+use crate::transport::resp::{Command, Reply};
 
 /// An open connection, with the master's life as it saw it when it opened (under restart
 /// protection only).
@@ -151,7 +57,7 @@ struct State {
     slot: Slot,
     next_generation: u64,
     /// The last connection that broke, as the master knew it: the next connection closes it
-    /// there before carrying any request (see [`crate::orphan`]).
+    /// there before carrying any request (see [`crate::transport::orphan`]).
     orphan: Option<MasterSide>,
 }
 
@@ -372,7 +278,7 @@ async fn open(
                 return Err(NodeErrorKind::Connect(format!(
                     "loading scripts: expected sha1 {}, got {}",
                     script.sha(),
-                    crate::reply::shown(&reply)
+                    crate::transport::reply::shown(&reply)
                 )));
             }
         }
@@ -476,7 +382,7 @@ async fn expect_ok(
         Reply::Error(error) => Err(refused(&error, context)),
         other => Err(NodeErrorKind::Connect(format!(
             "{context}expected OK, got {}",
-            crate::reply::shown(&other)
+            crate::transport::reply::shown(&other)
         ))),
     }
 }

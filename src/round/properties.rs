@@ -8,10 +8,10 @@ use proptest::prelude::*;
 use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::fake_master::{Applied, Behaviour, FakeMaster, Fault};
+use crate::round::fake::{Applied, Behaviour, FakeMaster, Fault};
+use crate::round::spec::RoundSpec;
+use crate::round::timing::drift;
 use crate::round::{self, LockKeys, Nodes};
-use crate::round_spec::RoundTiming;
-use crate::timing::drift;
 
 const KEY: &str = "quorumlock:r";
 
@@ -113,7 +113,7 @@ fn run_case(
 
 impl FakeMaster {
     fn name_for_tests(&self) -> String {
-        use crate::master::Master;
+        use crate::round::master::Master;
         self.name().to_string()
     }
 }
@@ -131,7 +131,7 @@ proptest! {
     ) {
         run_case(async {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
-            let timing = RoundTiming::new(Duration::from_millis(ttl_ms), 0.01);
+            let timing = RoundSpec::new(Duration::from_millis(ttl_ms), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let start = Instant::now();
             let outcome = round::acquire(&nodes, "r", &plain_keys(), timing).await.map_err(|f| f.error);
@@ -170,7 +170,7 @@ proptest! {
     ) {
         run_case(async {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
-            let timing = RoundTiming::new(Duration::from_secs(60), 0.01);
+            let timing = RoundSpec::new(Duration::from_secs(60), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let keys = plain_keys();
             let attempt = round::acquire(&nodes, "r", &keys, timing);
@@ -201,7 +201,7 @@ proptest! {
                 fault: Fault::None,
             }, false)).collect();
             let (_nodes, fakes) = build(&spec, Duration::from_millis(100));
-            let timing = RoundTiming::new(Duration::from_millis(ttl_ms), 0.01);
+            let timing = RoundSpec::new(Duration::from_millis(ttl_ms), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let claims: Arc<Mutex<Vec<(usize, Instant, Instant)>>> = Arc::default();
             let stop = Instant::now() + Duration::from_secs(5);
@@ -267,7 +267,7 @@ fn decides_without_waiting_for_stragglers() {
             (slow, false),
         ];
         let (nodes, _fakes) = build(&spec, Duration::from_secs(30));
-        let timing = RoundTiming::new(Duration::from_secs(10), 0.01);
+        let timing = RoundSpec::new(Duration::from_secs(10), 0.01);
         let start = Instant::now();
         let grant = round::acquire(&nodes, "r", &plain_keys(), timing)
             .await
@@ -293,7 +293,7 @@ fn contended_fails_early() {
         };
         let spec = vec![(quick.clone(), true), (quick, true), (hung, false)];
         let (nodes, fakes) = build(&spec, Duration::from_secs(30));
-        let timing = RoundTiming::new(Duration::from_secs(10), 0.01);
+        let timing = RoundSpec::new(Duration::from_secs(10), 0.01);
         let start = Instant::now();
         let err = round::acquire(&nodes, "r", &plain_keys(), timing)
             .await
@@ -337,14 +337,14 @@ fn extend_needs_quorum_within_validity() {
             (quick, false),
         ];
         let (nodes, fakes) = build(&spec, Duration::from_millis(50));
-        let timing = RoundTiming::new(Duration::from_millis(300), 0.01);
+        let timing = RoundSpec::new(Duration::from_millis(300), 0.01);
         let key: Arc<str> = Arc::from(KEY);
         let grant = match round::acquire(&nodes, "r", &plain_keys(), timing).await {
             Ok(grant) => grant,
             Err(e) => panic!("{}", e.error),
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let longer = RoundTiming::new(Duration::from_secs(1), 0.01);
+        let longer = RoundSpec::new(Duration::from_secs(1), 0.01);
         let until = round::extend(
             &nodes,
             "r",
@@ -421,7 +421,7 @@ proptest! {
             let wall_us = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0));
-            let to_wall = Duration::from_micros(wall_us.saturating_sub(crate::fake_master::CLOCK_START_US));
+            let to_wall = Duration::from_micros(wall_us.saturating_sub(crate::round::fake::CLOCK_START_US));
             for (fake, (_, _, ahead_ms)) in fakes.iter().zip(&delays) {
                 fake.provision(epoch_key);
                 // Node clocks disagree by less than the quarantine minus the proposal cap (half
@@ -435,7 +435,7 @@ proptest! {
                 reentrant: None,
             };
             let ttl = Duration::from_millis(ttl_ms);
-            let mut timing = RoundTiming::new(ttl, 0.01);
+            let mut timing = RoundSpec::new(ttl, 0.01);
             // The maximum TTL in use is `ttl`: a restarted node sits out that long plus drift, and
             // (as with a larger maximum TTL) 300 ms more, so that node clocks may disagree by up
             // to 200 ms: the half of the quarantine the proposal cap leaves.
@@ -530,7 +530,7 @@ fn restart_without_protection_breaks_exclusion_and_protection_prevents_it() {
                 reentrant: None,
             };
             let ttl = Duration::from_secs(10);
-            let mut timing = RoundTiming::new(ttl, 0.01);
+            let mut timing = RoundSpec::new(ttl, 0.01);
             timing.quarantine = protected.then(|| ttl + drift(ttl, 0.01));
             // The first holder gets exactly nodes 0, 1, 2 (3 and 4 already hold a foreign key).
             fakes[3].preset(KEY, "other");

@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
+use crate::config::Config;
+use crate::error::InvalidArgument;
 use crate::mutation::Mutation;
-use crate::timing::{drift, quorum};
+use crate::round::timing::{drift, quorum, validity};
 
 /// How far ahead of the client's wall clock (in microseconds, as a token) a fenced acquisition
 /// proposes its token. Each master issues `max(counter + 1, its own time, proposal)`; when the
@@ -14,7 +16,7 @@ use crate::timing::{drift, quorum};
 pub(crate) const FENCE_LEAD: Duration = Duration::from_millis(500);
 
 /// The most a master lets a proposal run ahead of its own clock (the acquire script caps it; see
-/// [`RoundTiming::fence_cap`]): a client whose clock runs far ahead cannot push tokens beyond
+/// [`RoundSpec::fence_cap`]): a client whose clock runs far ahead cannot push tokens beyond
 /// what master clocks reach a moment later, which the clock floor of a master that lost its
 /// counter relies on.
 pub(crate) const FENCE_PROPOSAL_CAP: Duration = Duration::from_secs(1);
@@ -25,7 +27,7 @@ const MAX_PROPOSAL: u64 = 1 << 52;
 
 /// The settings of one acquire or extend round.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RoundTiming {
+pub(crate) struct RoundSpec {
     pub(crate) ttl: Duration,
     pub(crate) drift_factor: f64,
     /// With restart protection: how old a master's epoch marker must be for its vote to count.
@@ -39,7 +41,7 @@ pub(crate) struct RoundTiming {
     pub(crate) mutation: Option<Mutation>,
 }
 
-impl RoundTiming {
+impl RoundSpec {
     /// A round with the plain algorithm: no restart protection, no mutation.
     pub(crate) fn new(ttl: Duration, drift_factor: f64) -> Self {
         Self {
@@ -99,5 +101,64 @@ impl RoundTiming {
             Some(Mutation::NoElapsedCheck) => Duration::ZERO,
             _ => elapsed,
         }
+    }
+}
+
+/// The settings of a round of `ttl` under `config` (also used by extend).
+pub(crate) fn round_spec(config: &Config, ttl: Duration) -> Result<RoundSpec, InvalidArgument> {
+    let mut timing = validate_ttl(ttl, config.drift_factor, config.max_ttl)?;
+    timing.quarantine = config.quarantine();
+    timing.fence_retention = config.fence_retention;
+    timing.mutation = config.mutation;
+    Ok(timing)
+}
+
+/// Validates a TTL: whole milliseconds, at least one, at most `max`, and longer than its drift
+/// allowance.
+pub(crate) fn validate_ttl(
+    ttl: Duration,
+    drift_factor: f64,
+    max: Duration,
+) -> Result<RoundSpec, InvalidArgument> {
+    if ttl > max {
+        return Err(InvalidArgument::TtlTooLong { ttl, max });
+    }
+    let whole = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+    if whole.is_zero() {
+        return Err(InvalidArgument::ZeroTtl(ttl));
+    }
+    let drift = drift(whole, drift_factor);
+    if validity(whole, Duration::ZERO, drift).is_none() {
+        return Err(InvalidArgument::TtlTooShort { ttl: whole, drift });
+    }
+    Ok(RoundSpec::new(whole, drift_factor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::MAX_TTL;
+
+    #[test]
+    fn ttl_validation() {
+        assert_eq!(
+            validate_ttl(Duration::ZERO, 0.01, MAX_TTL).err(),
+            Some(InvalidArgument::ZeroTtl(Duration::ZERO))
+        );
+        assert_eq!(
+            validate_ttl(Duration::from_micros(900), 0.01, MAX_TTL).err(),
+            Some(InvalidArgument::ZeroTtl(Duration::from_micros(900)))
+        );
+        assert!(matches!(
+            validate_ttl(Duration::from_millis(2), 0.01, MAX_TTL),
+            Err(InvalidArgument::TtlTooShort { .. })
+        ));
+        assert!(matches!(
+            validate_ttl(Duration::MAX, 0.01, MAX_TTL),
+            Err(InvalidArgument::TtlTooLong { .. })
+        ));
+        let timing = validate_ttl(Duration::from_micros(10_500), 0.01, MAX_TTL).expect("valid");
+        assert_eq!(timing.ttl, Duration::from_millis(10));
+        assert!(validate_ttl(MAX_TTL, 0.5, MAX_TTL).is_ok());
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::RedisError;
 
 use crate::error::NodeErrorKind;
-use crate::master::AcquireReply;
-use crate::resp::Reply;
+use crate::round::master::AcquireReply;
+use crate::transport::resp::Reply;
 
 /// Reads the reply of `SET … NX`: `OK` if set, nil if the key exists.
 pub(crate) fn set_reply(value: Reply) -> Result<bool, NodeErrorKind> {

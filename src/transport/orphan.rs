@@ -25,10 +25,10 @@
 //! 6.2, a proxy in front of the master), the connection opens all the same and the bound is
 //! the TTL.
 
-use crate::connection::Connection;
 use crate::error::NodeErrorKind;
-use crate::reply::shown;
-use crate::resp::{Command, Reply};
+use crate::transport::connection::Connection;
+use crate::transport::reply::shown;
+use crate::transport::resp::{Command, Reply};
 
 /// A connection as the master knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use crate::error::NodeErrorKind;
-use crate::master::{AcquireReply, AcquireRequest, Master};
+use crate::round::master::{AcquireReply, AcquireRequest, Master};
 use crate::value::Claim;
 
 /// How a fake master behaves.

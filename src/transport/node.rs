@@ -15,22 +15,24 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::address::NodeAddress;
 use crate::config::Config;
-use crate::connection::{Connection, ConnectionSlot, LifeCheck};
 use crate::error::NodeErrorKind;
-use crate::master::{AcquireReply, AcquireRequest, Master};
-use crate::master_life::{self, provision_reply};
+use crate::keys::record_key;
 use crate::mutation::Mutation;
-use crate::reply::{acquire_reply, flag_reply, set_reply};
-use crate::resp::{Command, Decimal, Reply};
+use crate::restart_protection::{provision_reply, uptime_of_info};
+use crate::round::master::{AcquireReply, AcquireRequest, Master};
 use crate::scripts::{self, LuaScript};
+use crate::transport::address::NodeAddress;
+use crate::transport::connection::Connection;
+use crate::transport::reply::{acquire_reply, flag_reply, set_reply};
+use crate::transport::resp::{Command, Decimal, Reply};
+use crate::transport::slot::{ConnectionSlot, LifeCheck};
 use crate::value::Claim;
 
 /// One request to a master, about one key.
 enum Request<'a> {
     /// A command's arguments: its name, then the key, then the rest.
-    Command(&'a [&'a [u8]]),
+    Args(&'a [&'a [u8]]),
     /// `EVALSHA`, falling back to `EVAL` if the server lost its script cache.
     Script {
         script: &'static LuaScript,
@@ -44,7 +46,7 @@ impl Request<'_> {
     /// The key the request is about, which picks its connection.
     fn key(&self) -> &[u8] {
         let key = match self {
-            Request::Command(args) => args.get(1),
+            Request::Args(args) => args.get(1),
             Request::Script { keys, .. } => keys.first(),
         };
         key.copied().unwrap_or_default()
@@ -70,7 +72,7 @@ impl RedisNode {
     pub(crate) fn new(address: NodeAddress, config: &Config) -> Self {
         // Under restart protection every connection reads which life of the master it talks to.
         let life_check = config.restart_protection.then(|| LifeCheck {
-            record_key: master_life::record_key(&config.key_prefix),
+            record_key: record_key(&config.key_prefix),
             node: Arc::from(address.display.as_str()),
         });
         let connections = (0..config.connections_per_node)
@@ -145,7 +147,7 @@ impl RedisNode {
             return Err(NodeErrorKind::NoRuntime);
         }
         let deadline =
-            crate::timing::deadline_after(tokio::time::Instant::now(), self.node_timeout);
+            crate::round::timing::deadline_after(tokio::time::Instant::now(), self.node_timeout);
         let slot = self.connection_for(request.key());
         if !cleanup {
             let unanswered = slot.backlog.unanswered.load(Ordering::Relaxed);
@@ -179,7 +181,7 @@ impl RedisNode {
             let pending = Unanswered::new(&slot.backlog.unanswered);
             let reply = tokio::time::timeout_at(deadline, async {
                 match request {
-                    Request::Command(args) => query(&conn, Command(&[args]), cleanup).await,
+                    Request::Args(args) => query(&conn, Command(&[args]), cleanup).await,
                     Request::Script { script, keys, args } => {
                         let count = Decimal::new(keys.len() as u64);
                         let head: [&[u8]; 3] =
@@ -275,8 +277,8 @@ impl RedisNode {
     /// How long the master's current process has been running (`INFO server`).
     pub(crate) async fn uptime(&self) -> Result<Duration, NodeErrorKind> {
         let info: [&[u8]; 2] = [b"INFO", b"server"];
-        let (reply, _) = self.request(Request::Command(&info), false).await?;
-        master_life::uptime_of_info(&reply)
+        let (reply, _) = self.request(Request::Args(&info), false).await?;
+        uptime_of_info(&reply)
     }
 
     /// Starts one background `PING` on `slot`'s connection that waits, without a timeout, for
@@ -382,7 +384,7 @@ impl Master for RedisNode {
                 b"PX",
                 ttl.as_bytes(),
             ];
-            let (reply, retried) = self.request(Request::Command(&set), false).await?;
+            let (reply, retried) = self.request(Request::Args(&set), false).await?;
             let granted = set_reply(reply)?;
             (
                 AcquireReply {

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::error::{LockError, NodeError, NodeErrorKind, NotHeldReason};
-use crate::master::Master;
-use crate::timing::quorum_still_possible;
+use crate::round::master::Master;
+use crate::round::timing::quorum_still_possible;
 
 /// What one master said in a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,8 +245,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::fake_master::{Behaviour, FakeMaster, Fault};
-    use crate::timing::quorum;
+    use crate::round::fake::{Behaviour, FakeMaster, Fault};
+    use crate::round::timing::quorum;
 
     /// One master's reply in a round.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,50 @@
+//! What one run of a scenario found: its verdict and the figures behind it. Produced by the
+//! runner, read by the report.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::checker::Report;
+use crate::scenario::Expect;
+
+/// Pass, fail or skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Observed what was expected.
+    Pass,
+    /// Did not.
+    Fail,
+    /// Could not run.
+    Skipped,
+}
+
+/// The result of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Scenario name.
+    pub scenario: String,
+    /// Fault kind.
+    pub kind: String,
+    /// Expected.
+    pub expected: Expect,
+    /// Observed: "hold", "break", or why it did not run.
+    pub observed: String,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// Seed.
+    pub seed: u64,
+    /// Wall time of the run.
+    pub seconds: f64,
+    /// What the checkers found.
+    pub report: Option<Report>,
+    /// Keys found on a node with no TTL or a TTL beyond the lock TTL.
+    pub orphan_keys: usize,
+    /// Scenario-specific findings (e.g. an extension that should have been refused).
+    pub notes: Vec<String>,
+    /// Fenced-register result.
+    pub fenced: String,
+    /// Where the files are.
+    pub dir: PathBuf,
+}

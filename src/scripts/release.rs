@@ -1,0 +1,29 @@
+//! Release: compare-and-delete, plain and reentrant.
+
+lua_script! {
+    /// Deletes the lock key only if it still holds this owner's value. Returns 1 if deleted, else 0.
+    ///
+    /// A plain `DEL` would remove the key of whoever acquired the lock after ours expired.
+    COMPARE_AND_DELETE = r"if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0";
+}
+
+lua_script! {
+    /// Reentrant release: removes acquisition `ARGV[2]` of owner `ARGV[1]` from the hash
+    /// `KEYS[2]`, and deletes the lock key `KEYS[1]` (and the hash) once no acquisition is left.
+    /// Returns 1 if the acquisition was removed, else 0 (never touches another owner's key, and
+    /// never removes an acquisition twice, so a lost or repeated release cannot free the lock
+    /// under another acquisition of the same owner).
+    RELEASE_REENTRANT = r"if redis.call('get', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+if redis.call('hdel', KEYS[2], ARGV[2]) == 0 then
+    return 0
+end
+if redis.call('hlen', KEYS[2]) == 0 then
+    redis.call('del', KEYS[1], KEYS[2])
+end
+return 1";
+}

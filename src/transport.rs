@@ -1,0 +1,23 @@
+//! One master over the network: the node (per-request timeout, the bound on what piles up
+//! behind a master that stopped answering, the lock operations on its keys), its connections
+//! and how they are opened, replaced and cleaned up after, the pipelined RESP connection, and
+//! the strict reading of what a master answers.
+//!
+//! * [`node`]: [`RedisNode`](node::RedisNode), the real [`Master`](crate::round::master::Master);
+//! * [`slot`]: one connection slot: opened lazily, kept across timeouts, replaced when broken;
+//! * [`connection`]: an open connection (the pipeline, or the `redis` crate's for TLS);
+//! * [`orphan`]: a replaced connection is closed on the master side first, so nothing it
+//!   buffered runs after a cleanup;
+//! * [`pipeline`]: quorumlock's own pipelined connection (requests batched, replies in order);
+//! * [`resp`]: the RESP2 encoder and strict incremental parser;
+//! * [`reply`]: what each reply must look like, as typed errors;
+//! * [`address`]: node URLs, duplicates, redaction of passwords.
+
+pub(crate) mod address;
+pub(crate) mod connection;
+pub(crate) mod node;
+pub(crate) mod orphan;
+pub(crate) mod pipeline;
+pub(crate) mod reply;
+pub(crate) mod resp;
+pub(crate) mod slot;
