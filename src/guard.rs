@@ -11,7 +11,7 @@ use crate::round::spec::round_spec;
 use crate::round::timing::drift;
 use crate::round::{self, Grant, Holders};
 use crate::shared::Shared;
-use crate::traced::{in_span, record_with};
+use crate::traced::{in_span, record_outcome, record_with};
 use crate::value::Claim;
 
 /// A lock held on a quorum of masters, valid until [`valid_until`](Self::valid_until).
@@ -191,10 +191,7 @@ impl LockGuard {
         self.hold_changed();
         self.shared.counters.extended(outcome.as_ref().copied());
         self.count_loss(&outcome);
-        match &outcome {
-            Ok(()) => span.record("outcome", "extended"),
-            Err(error) => span.record("outcome", tracing::field::display(error)),
-        };
+        record_outcome(&span, outcome.as_ref(), "extended");
         record_with(&span, "validity_left", || self.remaining());
         outcome
     }
@@ -281,10 +278,7 @@ impl LockGuard {
             self.shared.counters.released();
         }
         self.count_loss(&outcome);
-        match &outcome {
-            Ok(()) => span.record("outcome", "released"),
-            Err(error) => span.record("outcome", tracing::field::display(error)),
-        };
+        record_outcome(&span, outcome.as_ref(), "released");
         outcome
     }
 }

@@ -16,7 +16,7 @@ use crate::round::timing::{deadline_after, quorum, FAR_FUTURE};
 use crate::round::{self, LockKeys, RoundFailure};
 use crate::shared::Shared;
 use crate::stats::{NodeStats, Stats};
-use crate::traced::{in_span, record_with};
+use crate::traced::{in_span, record_outcome, record_with};
 use crate::transport::node::RedisNode;
 
 /// A Redlock manager over N independent Redis masters.
@@ -448,15 +448,10 @@ impl Redlock {
         self.shared
             .counters
             .acquired(outcome.as_ref().map_err(|failure| &failure.error));
-        match &outcome {
-            Ok(guard) => {
-                crate::stats::acquire_wait(started.elapsed());
-                span.record("outcome", "granted");
-                record_with(&span, "validity_left", || guard.remaining());
-            }
-            Err(failure) => {
-                span.record("outcome", tracing::field::display(&failure.error));
-            }
+        record_outcome(&span, outcome.as_ref().map_err(|f| &f.error), "granted");
+        if let Ok(guard) = &outcome {
+            crate::stats::acquire_wait(started.elapsed());
+            record_with(&span, "validity_left", || guard.remaining());
         }
         outcome
     }

@@ -182,29 +182,26 @@ pub(crate) async fn acquire<M: Master>(
     let mut requests: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
-        .map(|(i, node)| async move { (i, node.acquire(request).await) })
+        .map(|(i, node)| async move {
+            let vote = match node.acquire(request).await {
+                Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
+                    // Restart protection: this master may have forgotten locks it granted. Its
+                    // key is set (and will be released), but its vote does not count.
+                    (Some(quarantine), Some(age)) if age < quarantine => {
+                        Err(NodeErrorKind::Quarantined {
+                            age,
+                            remaining: quarantine - age,
+                        })
+                    }
+                    _ => return (i, Ok(true), reply.token),
+                },
+                Ok(_) => Ok(false),
+                Err(kind) => Err(kind),
+            };
+            (i, vote, None)
+        })
         .collect();
-    while !tally.decided() {
-        let Some((i, result)) = requests.next().await else {
-            break;
-        };
-        match result {
-            Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
-                // Restart protection: this master may have forgotten locks it granted. Its key
-                // is set (and will be released), but its vote does not count.
-                (Some(quarantine), Some(age)) if age < quarantine => tally.record(
-                    i,
-                    Err(NodeErrorKind::Quarantined {
-                        age,
-                        remaining: quarantine - age,
-                    }),
-                ),
-                _ => tally.record_token(i, Ok(true), reply.token),
-            },
-            Ok(_) => tally.record(i, Ok(false)),
-            Err(kind) => tally.record(i, Err(kind)),
-        }
-    }
+    tally.collect(&mut requests).await;
     drop(requests);
     let elapsed = clock::elapsed(t0);
     tracing::debug!(
@@ -266,12 +263,7 @@ pub(crate) async fn raise_fence<M: Master>(
         .enumerate()
         .map(|(i, node)| async move { (i, node.raise_fence(fence_key, token, retention).await) })
         .collect();
-    while !tally.decided() {
-        match requests.next().await {
-            Some((i, result)) => tally.record(i, result),
-            None => break,
-        }
-    }
+    tally.collect(&mut requests).await;
     if tally.won() {
         return Ok(());
     }
@@ -314,12 +306,7 @@ pub(crate) async fn extend<M: Master>(
                 (i, node.compare_and_pexpire(key, claim, timing.ttl).await)
             })
             .collect();
-    while !tally.decided() {
-        match requests.next().await {
-            Some((i, result)) => tally.record(i, result),
-            None => break,
-        }
-    }
+    tally.collect(&mut requests).await;
     drop(requests);
     let now = clock::now();
     let elapsed = now.saturating_duration_since(t0);
@@ -363,12 +350,7 @@ pub(crate) async fn release<M: Master>(
     let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
         .with_confirmed(&holders.confirmed);
     let mut requests = delete_requests(nodes, key, claim, &holders.may_hold);
-    while !tally.decided() {
-        match requests.next().await {
-            Some((i, result)) => tally.record(i, result),
-            None => break,
-        }
-    }
+    tally.collect(&mut requests).await;
     if !requests.is_empty() {
         spawn_or_drop(async move { while requests.next().await.is_some() {} });
     }

@@ -22,3 +22,15 @@ pub(crate) fn record_with<V: std::fmt::Debug>(span: &Span, field: &str, value: i
         span.record(field, tracing::field::debug(value()));
     }
 }
+
+/// Records a lock operation's outcome on its span: `ok` if it succeeded, else the error's text.
+pub(crate) fn record_outcome<T, E: std::fmt::Display>(
+    span: &Span,
+    outcome: Result<T, E>,
+    ok: &'static str,
+) {
+    match outcome {
+        Ok(_) => span.record("outcome", ok),
+        Err(error) => span.record("outcome", tracing::field::display(error)),
+    };
+}

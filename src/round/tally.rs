@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use futures::{Stream, StreamExt};
+
 use crate::error::{LockError, NodeError, NodeErrorKind, NotHeldReason};
 use crate::round::master::Master;
 use crate::round::timing::quorum_still_possible;
@@ -27,6 +29,21 @@ impl Vote {
             Vote::No => false,
             Vote::Failed(kind) => kind.may_have_reached_node(),
         }
+    }
+}
+
+/// One master's answer in a round: its index, its vote, and the fencing token a yes came with.
+pub(crate) struct Answer(usize, Result<bool, NodeErrorKind>, Option<u64>);
+
+impl From<(usize, Result<bool, NodeErrorKind>)> for Answer {
+    fn from((index, result): (usize, Result<bool, NodeErrorKind>)) -> Self {
+        Self(index, result, None)
+    }
+}
+
+impl From<(usize, Result<bool, NodeErrorKind>, Option<u64>)> for Answer {
+    fn from((index, result, token): (usize, Result<bool, NodeErrorKind>, Option<u64>)) -> Self {
+        Self(index, result, token)
     }
 }
 
@@ -76,7 +93,25 @@ impl Tally {
         self
     }
 
+    /// Records the answers of `requests` as they come, until the round is decided (stragglers
+    /// are left in `requests`) or every master answered. Each answer is a master's index, its
+    /// vote and, for an acquisition, the fencing token a yes came with.
+    pub(crate) async fn collect<S, A>(&mut self, requests: &mut S)
+    where
+        S: Stream<Item = A> + Unpin,
+        A: Into<Answer>,
+    {
+        while !self.decided() {
+            let Some(answer) = requests.next().await else {
+                break;
+            };
+            let Answer(index, result, token) = answer.into();
+            self.record_token(index, result, token);
+        }
+    }
+
     /// Records master `index`'s answer: took effect, refused, or failed.
+    #[cfg(test)]
     pub(crate) fn record(&mut self, index: usize, result: Result<bool, NodeErrorKind>) {
         self.record_token(index, result, None);
     }
