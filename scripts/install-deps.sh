@@ -31,3 +31,22 @@ command -v cargo >/dev/null 2>&1 || {
     echo "cargo not found: install a Rust toolchain (https://rustup.rs)" >&2
     exit 1
 }
+
+# rust-toolchain.toml pins the toolchain (and so the MSRV). This machine kind cannot download
+# toolchains: when the pinned version is not registered under its name but the installed
+# stable toolchain is that very version, register it under the pinned name.
+# (`rustup toolchain link` refuses version names, so the toolchain directory is linked, as
+# this machine kind's image does itself.)
+pinned=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
+if command -v rustup >/dev/null 2>&1 \
+    && ! RUSTUP_AUTO_INSTALL=0 rustup run "$pinned" rustc --version >/dev/null 2>&1; then
+    stable=$(rustup run stable rustc --version 2>/dev/null | awk '{print $2}')
+    if [[ $stable == "$pinned" ]]; then
+        host=$(rustup run stable rustc -vV | sed -n 's/^host: //p')
+        toolchains="${RUSTUP_HOME:-$HOME/.rustup}/toolchains"
+        ln -s "stable-$host" "$toolchains/$pinned-$host"
+    else
+        echo "rust-toolchain.toml wants $pinned; the installed stable is ${stable:-missing}" >&2
+        exit 1
+    fi
+fi

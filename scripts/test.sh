@@ -7,20 +7,32 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh --jepsen
 
+echo "== MSRV: rust-version is the pinned toolchain's version, the one it is checked with"
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+checked=$(rustc --version | awk '{print $2}')
+if [[ $checked != "$msrv" && $checked != "$msrv".* ]]; then
+    echo "rust-version is $msrv, but this run checks with rustc $checked (rust-toolchain.toml)" >&2
+    exit 1
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "== cargo clippy: the crates as users get them (default features), then every feature"
+cargo clippy --locked --workspace --all-targets -- -D warnings
+cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 
-echo "== cargo test"
-cargo test --workspace --all-features
+echo "== cargo test: the library with default features (unit tests, doctests, the README's code)"
+cargo test --locked -p quorumlock --lib --doc
+
+echo "== cargo test: everything, every feature"
+cargo test --locked --workspace --all-features
 
 echo "== cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --all-features --quiet
 
 echo "== all checks passed"
 
 echo "== jepsen-lite smoke: the quick matrix (real redis-server, scripted faults, mutants; ~4 min)"
-cargo run --release -p jepsen-lite -- matrix --quick
+cargo run --locked --release -p jepsen-lite -- matrix --quick
 echo "== jepsen-lite verdicts all as expected"

@@ -181,6 +181,33 @@
 //!
 //! Every async method documents its cancel safety. Dropping a [`LockGuard`] releases the lock
 //! in the background; dropping an acquisition future releases whatever it may have set.
+//!
+//! ## Layout
+//!
+//! For contributors: one concept per file or folder, and no module imports one that imports it
+//! back. From the entry points down:
+//!
+//! * `config`: [`RedlockBuilder`] and its defaults, validated into the settings (no I/O);
+//! * `manager`: [`Redlock`], the entry points (`try_lock`, `lock`, `lock_until`, `provision`,
+//!   ...) and `build`; `shared`: the state a manager and its guards share;
+//! * `guard`: [`LockGuard`] (extend, release, `Drop`); `lease` (folder): auto-extension,
+//!   [`Lease`] and [`Redlock::run_exclusive`];
+//! * `round` (folder): one quorum round: the fan-out, cleanup and decision in `round.rs`, the
+//!   interface to a master (`master`), what a round needs (`spec`), the votes (`tally`), the
+//!   timing maths (`timing`), and, for tests only, fake masters on a virtual clock (`fake`) and
+//!   the round's safety properties over them (`properties`);
+//! * `transport` (folder): one real master: the node, its connection slots, the open
+//!   connection, the orphan cleanup of a replaced connection, the pipeline, RESP and the strict
+//!   reading of replies, node URLs;
+//! * `scripts` (folder): one file per Lua script family (acquire, release, extend, fence,
+//!   restart, mutants);
+//! * `keys`: every key written on a master, named once; `restart_protection`: which life of a
+//!   master a connection talks to; `holds`: the fencing token a reentrant owner's hold keeps;
+//!   `clock`: the lock clock, which counts a suspended machine;
+//! * `error`, `stats`, `traced`, `owner`, `value`, `mutation`: the typed errors, counters,
+//!   tracing spans, reentrant owners, lock values and the jepsen-lite mutants;
+//! * `testing` (feature `testing`): real `redis-server` masters for tests, benches and
+//!   jepsen-lite.
 #![forbid(unsafe_code)]
 
 mod clock;
@@ -204,6 +231,11 @@ mod value;
 
 #[cfg(feature = "testing")]
 pub mod testing;
+
+/// The README's Rust examples, compiled as doctests so that they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub use config::{
     RedlockBuilder, DEFAULT_CONNECTIONS_PER_NODE, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
