@@ -30,7 +30,7 @@ pub const MAX_CONNECTIONS_PER_NODE: usize = 64;
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 pub use crate::round::timing::MAX_TTL;
 
-/// The validated settings a [`Redlock`] runs with.
+/// The validated settings a [`Redlock`](crate::Redlock) runs with.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) node_timeout: Duration,
@@ -46,7 +46,7 @@ pub(crate) struct Config {
     pub(crate) fence_retention: Duration,
     pub(crate) max_ttl: Duration,
     pub(crate) restart_protection: bool,
-    /// The owner of a reentrant handle ([`Redlock::reentrant`]).
+    /// The owner of a reentrant handle ([`Redlock::reentrant`](crate::Redlock::reentrant)).
     pub(crate) owner: Option<crate::value::LockValue>,
 }
 
@@ -61,7 +61,7 @@ impl Config {
     }
 }
 
-/// Builds a [`Redlock`] manager. Created by [`Redlock::builder`].
+/// Builds a [`Redlock`](crate::Redlock) manager. Created by [`Redlock::builder`](crate::Redlock::builder).
 ///
 /// Every setter documents its default. [`build`](Self::build) validates everything and never
 /// connects: no node needs to be up at build time.
@@ -162,7 +162,7 @@ impl RedlockBuilder {
         self
     }
 
-    /// How many times [`Redlock::lock`] retries after a failed first round (so it runs at most
+    /// How many times [`Redlock::lock`](crate::Redlock::lock) retries after a failed first round (so it runs at most
     /// `retry_count + 1` rounds). Defaults to 3.
     pub fn retry_count(mut self, count: u32) -> Self {
         self.retry_count = count;
@@ -210,7 +210,7 @@ impl RedlockBuilder {
     /// masters whose clocks agree within half a second all issue the token the client proposes;
     /// otherwise the token is first written back to a quorum (one more round trip). Each
     /// acquisition runs a script instead of a plain `SET`. Can also be turned on per call with
-    /// [`Redlock::fenced`]. Defaults to `false`.
+    /// [`Redlock::fenced`](crate::Redlock::fenced). Defaults to `false`.
     ///
     /// [`LockGuard::fence`]: crate::LockGuard::fence
     pub fn fencing(mut self, on: bool) -> Self {
@@ -248,7 +248,7 @@ impl RedlockBuilder {
     /// inside the acquire script: no extra round trip per lock.
     ///
     /// Availability cost: a restarted master is unusable for one max TTL, and a **brand-new
-    /// deployment looks exactly like that**: call [`Redlock::provision`] once on masters known
+    /// deployment looks exactly like that**: call [`Redlock::provision`](crate::Redlock::provision) once on masters known
     /// to be fresh (it vouches for their current processes). Masters with `appendonly yes` and
     /// `appendfsync always` (read with `CONFIG GET`) count at once after a restart. Requires
     /// [`max_ttl`](Self::max_ttl). Defaults to `false`.

@@ -66,7 +66,7 @@ impl RedlockBuilder {
     /// does not parse (the message shows the URL with its password redacted), a master is
     /// listed twice, the drift factor is outside `[0, 1)`, a timeout or `max_unanswered` is
     /// zero, `connections_per_node` is outside 1 to 64, or `fence_retention` or `max_ttl` is
-    /// zero or beyond [`MAX_TTL`]. Timeouts and delays too long for the clock are not errors:
+    /// zero or beyond [`MAX_TTL`](crate::MAX_TTL). Timeouts and delays too long for the clock are not errors:
     /// they saturate (about 30 years, as good as none).
     pub fn build(self) -> Result<Redlock, ConfigError> {
         let (config, addresses) = self.validate()?;
