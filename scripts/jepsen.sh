@@ -6,9 +6,15 @@
 #   scripts/jepsen.sh                 # full matrix (longer random runs)
 #   scripts/jepsen.sh --quick         # the quick matrix that scripts/test.sh runs
 #   scripts/jepsen.sh --seed 42       # replay a seed
-#   cargo run --release -p jepsen-lite -- run --scenario client-pause --seed 42   # one scenario
+#   scripts/jepsen.sh run --scenario client-pause --seed 42   # one scenario
+#
+# jepsen-lite is built with `--cfg quorumlock_mutants` (the deliberately broken library variants
+# its mutant scenarios run), in a target directory of its own so that the flag never reaches
+# other builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh --jepsen
-cargo run --release -p jepsen-lite -- matrix "$@"
+if [[ ${1:-} == run || ${1:-} == list ]]; then command=(); else command=(matrix); fi
+RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
+    cargo run --locked --release -p jepsen-lite -- "${command[@]}" "$@"

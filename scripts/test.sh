@@ -34,5 +34,5 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --all-featur
 echo "== all checks passed"
 
 echo "== jepsen-lite smoke: the quick matrix (real redis-server, scripted faults, mutants; ~4 min)"
-cargo run --locked --release -p jepsen-lite -- matrix --quick
+scripts/jepsen.sh --quick
 echo "== jepsen-lite verdicts all as expected"

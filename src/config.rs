@@ -258,7 +258,7 @@ impl RedlockBuilder {
     }
 
     /// Breaks the algorithm on purpose, for the jepsen-lite harness. Never use this.
-    #[cfg(feature = "mutants")]
+    #[cfg(quorumlock_mutants)]
     #[doc(hidden)]
     pub fn mutation(mut self, mutation: Mutation) -> Self {
         self.mutation = Some(mutation);

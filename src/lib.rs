@@ -246,7 +246,7 @@ pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKin
 pub use guard::LockGuard;
 pub use lease::{KeepAliveError, Lease, LeaseHandle, LeaseOptions, LeaseStats, DEFAULT_LEASE_TTL};
 pub use manager::Redlock;
-#[cfg(feature = "mutants")]
+#[cfg(quorumlock_mutants)]
 #[doc(hidden)]
 pub use mutation::Mutation;
 pub use owner::Owner;

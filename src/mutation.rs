@@ -2,12 +2,13 @@
 //!
 //! A fault-injection harness that cannot catch a broken lock proves nothing: each mutation here
 //! removes one safety measure, and jepsen-lite must show a scenario that breaks it. They are
-//! reachable only with the `mutants` cargo feature and are hidden from the docs. Never use them.
+//! reachable only in a build with `RUSTFLAGS="--cfg quorumlock_mutants"` (as scripts/jepsen.sh
+//! builds jepsen-lite) and are hidden from the docs. Never use them.
 
 /// One deliberately broken behaviour (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-#[cfg_attr(not(feature = "mutants"), allow(unreachable_pub, dead_code))]
+#[cfg_attr(not(quorumlock_mutants), allow(unreachable_pub, dead_code))]
 pub enum Mutation {
     /// Validity is `ttl − drift` from the moment the quorum is reached, ignoring the time the
     /// round took.

@@ -175,6 +175,8 @@ fn note(name: &str, ok: bool, detail: impl Into<String>) {
     }
 }
 
+/// The library mutant called `name`: only in a build with `--cfg quorumlock_mutants`.
+#[cfg(quorumlock_mutants)]
 fn mutation(name: &str) -> Option<quorumlock::Mutation> {
     use quorumlock::Mutation::*;
     Some(match name {
@@ -206,8 +208,17 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
             .max_ttl(Duration::from_millis(cfg.ttl_ms));
     }
     if let Some(name) = &cfg.mutation {
-        let m = mutation(name).ok_or_else(|| format!("unknown mutation {name:?}"))?;
-        builder = builder.mutation(m);
+        #[cfg(quorumlock_mutants)]
+        {
+            let m = mutation(name).ok_or_else(|| format!("unknown mutation {name:?}"))?;
+            builder = builder.mutation(m);
+        }
+        #[cfg(not(quorumlock_mutants))]
+        return Err(format!(
+            "mutant {name:?} needs jepsen-lite built with RUSTFLAGS=\"--cfg quorumlock_mutants\" \
+             (scripts/jepsen.sh builds it so)"
+        )
+        .into());
     }
     let locks = builder.build()?;
     if cfg.restart_protection {
