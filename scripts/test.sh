@@ -23,7 +23,8 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 
 echo "== cargo test: the library with default features (unit tests, doctests, the README's code)"
-cargo test --locked -p quorumlock --lib --doc
+cargo test --locked -p quorumlock --lib
+cargo test --locked -p quorumlock --doc
 
 echo "== cargo test: everything, every feature"
 cargo test --locked --workspace --all-features
