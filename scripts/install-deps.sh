@@ -13,7 +13,7 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [[ ${1:-} == --jepsen ]]; then
     # jepsen-lite builds its clock-fault shim (C) at run time with the system compiler, and its
     # kernel-level partition and packet loss need iptables. Scenarios that lack their tool are
-    # reported as skipped, never as passed.
+    # reported as skipped, which fails the matrix (unless --allow-skip), never as passed.
     command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
     command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 fi

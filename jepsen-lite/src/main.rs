@@ -39,8 +39,13 @@ enum Cmd {
         /// Duration of random scenarios, seconds.
         #[arg(long, default_value_t = 20)]
         duration: u64,
+        /// Exit 0 when the scenario was skipped (a missing prerequisite); by default a skip
+        /// fails, since it proves nothing.
+        #[arg(long)]
+        allow_skip: bool,
     },
-    /// Run the matrix and print the table; exits 1 if a verdict is wrong.
+    /// Run the matrix and print the table; exits 1 unless every run passed: a failed or
+    /// inconclusive run fails the matrix, and so does a skipped one unless --allow-skip.
     Matrix {
         /// Only the quick subset, short random runs.
         #[arg(long)]
@@ -48,6 +53,10 @@ enum Cmd {
         /// Seed (default: random, printed).
         #[arg(long)]
         seed: Option<u64>,
+        /// Do not fail the matrix for scenarios skipped for a missing prerequisite (they are
+        /// still counted and listed).
+        #[arg(long)]
+        allow_skip: bool,
     },
     /// List the scenarios.
     List,
@@ -171,9 +180,20 @@ async fn one(
             report: None,
             orphan_keys: 0,
             notes: Vec::new(),
+            evidence: jepsen_lite::evidence::Evidence::default(),
+            why: format!("the run did not complete: {e}"),
             fenced: String::new(),
             dir: out.join(format!("{}-{seed}", sc.name)),
         },
+    }
+}
+
+/// Whether a run lets the command succeed: a pass, or a skip when skips are allowed.
+fn acceptable(outcome: &Outcome, allow_skip: bool) -> bool {
+    match outcome.verdict {
+        Verdict::Pass => true,
+        Verdict::Skipped => allow_skip,
+        Verdict::Fail | Verdict::Inconclusive => false,
     }
 }
 
@@ -196,6 +216,7 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
             scenario: name,
             seed,
             duration,
+            allow_skip,
         } => {
             let Some(sc) = scenario::find(&name) else {
                 eprintln!("jepsen-lite: unknown scenario {name:?}; see `jepsen-lite list`");
@@ -222,9 +243,13 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
                 println!("note: {n}");
             }
             println!("seed {seed}; files in {}", o.dir.display());
-            i32::from(o.verdict == Verdict::Fail)
+            i32::from(!acceptable(&o, allow_skip))
         }
-        Cmd::Matrix { quick, seed } => {
+        Cmd::Matrix {
+            quick,
+            seed,
+            allow_skip,
+        } => {
             let seed = seed_or_random(seed);
             println!(
                 "jepsen-lite: matrix{}, seed {seed}",
@@ -263,8 +288,21 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
                 out.join("matrix.json"),
                 serde_json::to_vec_pretty(&outcomes).unwrap_or_default(),
             );
+            let count = |v: Verdict| outcomes.iter().filter(|o| o.verdict == v).count();
+            println!(
+                "{} passed, {} failed, {} inconclusive, {} skipped{}",
+                count(Verdict::Pass),
+                count(Verdict::Fail),
+                count(Verdict::Inconclusive),
+                count(Verdict::Skipped),
+                if count(Verdict::Skipped) > 0 && !allow_skip {
+                    " (a skip fails the matrix: install what it needs, or pass --allow-skip)"
+                } else {
+                    ""
+                }
+            );
             println!("seed {seed}; report {}", path.display());
-            i32::from(outcomes.iter().any(|o| o.verdict == Verdict::Fail))
+            i32::from(!outcomes.iter().all(|o| acceptable(o, allow_skip)))
         }
         Cmd::Client { .. } => 2,
     }

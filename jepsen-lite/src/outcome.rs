@@ -6,16 +6,20 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::checker::Report;
+use crate::evidence::Evidence;
 use crate::scenario::Expect;
 
-/// Pass, fail or skipped.
+/// Pass, fail, inconclusive or skipped. Only a pass passes: a matrix with a failed or
+/// inconclusive run fails, and one with a skipped run fails unless skips are allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// Observed what was expected.
     Pass,
-    /// Did not.
+    /// Did not, or a fault it injected did not take effect.
     Fail,
+    /// Too little happened to judge: fewer claims or proven faults than the scenario needs.
+    Inconclusive,
     /// Could not run.
     Skipped,
 }
@@ -43,6 +47,10 @@ pub struct Outcome {
     pub orphan_keys: usize,
     /// Scenario-specific findings (e.g. an extension that should have been refused).
     pub notes: Vec<String>,
+    /// Every fault injected and the reading that shows it took effect (or not).
+    pub evidence: Evidence,
+    /// Why the verdict is not a pass (empty for a pass).
+    pub why: String,
     /// Fenced-register result.
     pub fenced: String,
     /// Where the files are.

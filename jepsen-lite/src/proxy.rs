@@ -14,9 +14,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -68,6 +71,24 @@ struct Link {
     addr: SocketAddr,
     modes: watch::Sender<Modes>,
     task: JoinHandle<()>,
+    effects: Arc<Effects>,
+}
+
+/// What a link's faults did to its traffic: the proof that a proxy fault took effect.
+#[derive(Debug, Default)]
+struct Effects {
+    /// Bytes discarded by a blackhole.
+    discarded: AtomicU64,
+    /// Bytes delayed or held.
+    delayed: AtomicU64,
+    /// Connections reset, closed or refused by a fault.
+    cut: AtomicU64,
+}
+
+impl Effects {
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
 }
 
 /// Every link of a run: `clients × nodes` listeners on loopback.
@@ -119,6 +140,15 @@ impl Proxy {
         self.links[c][n].modes.send_replace(modes);
     }
 
+    /// How much the faults of link (c, n) affected its traffic so far: bytes discarded or
+    /// delayed plus connections cut. Growing while a fault is on proves it took effect.
+    pub fn affected(&self, c: usize, n: usize) -> u64 {
+        let effects = &self.links[c][n].effects;
+        effects.discarded.load(Ordering::Relaxed)
+            + effects.delayed.load(Ordering::Relaxed)
+            + effects.cut.load(Ordering::Relaxed)
+    }
+
     /// The current modes of link (c, n).
     pub fn modes(&self, c: usize, n: usize) -> Modes {
         *self.links[c][n].modes.borrow()
@@ -149,19 +179,26 @@ impl Link {
         let addr = listener.local_addr()?;
         let (modes, _) = watch::channel(Modes::PASS);
         let sender = modes.clone();
+        let effects = Arc::new(Effects::default());
+        let counted = Arc::clone(&effects);
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
                 tokio::select! {
                     accepted = listener.accept() => {
                         let Ok((down, _)) = accepted else { continue };
-                        conns.spawn(connection(down, upstream, sender.subscribe()));
+                        conns.spawn(connection(down, upstream, sender.subscribe(), Arc::clone(&counted)));
                     }
                     Some(_) = conns.join_next(), if !conns.is_empty() => {}
                 }
             }
         });
-        Ok(Self { addr, modes, task })
+        Ok(Self {
+            addr,
+            modes,
+            task,
+            effects,
+        })
     }
 }
 
@@ -179,6 +216,11 @@ struct Queue {
 }
 
 impl Queue {
+    /// The bytes waiting.
+    fn queued(&self) -> usize {
+        self.chunks.iter().map(|c| c.bytes.len()).sum()
+    }
+
     fn push(&mut self, mode: Mode, bytes: Vec<u8>) {
         let delay = match mode {
             Mode::Delay(d) => d,
@@ -227,13 +269,20 @@ async fn sleep_until_opt(t: Option<Instant>) {
 }
 
 /// Forwards one client connection until either side closes or the modes end it.
-async fn connection(down: TcpStream, upstream: SocketAddr, mut modes: watch::Receiver<Modes>) {
+async fn connection(
+    down: TcpStream,
+    upstream: SocketAddr,
+    mut modes: watch::Receiver<Modes>,
+    effects: Arc<Effects>,
+) {
     let mut current = *modes.borrow_and_update();
     if current.any(Mode::Reset) {
+        Effects::add(&effects.cut, 1);
         let _ = down.set_zero_linger();
         return;
     }
     if current.any(Mode::Close) {
+        Effects::add(&effects.cut, 1);
         return;
     }
     let Ok(up) = TcpStream::connect(upstream).await else {
@@ -263,7 +312,11 @@ async fn connection(down: TcpStream, upstream: SocketAddr, mut modes: watch::Rec
                 Ok(n) => {
                     if current.to_node == Mode::Blackhole {
                         lived_through_blackhole = true;
+                        Effects::add(&effects.discarded, n);
                     } else {
+                        if current.to_node != Mode::Pass {
+                            Effects::add(&effects.delayed, n);
+                        }
                         to_node.push(current.to_node, buf_d[..n].to_vec());
                     }
                 }
@@ -273,7 +326,11 @@ async fn connection(down: TcpStream, upstream: SocketAddr, mut modes: watch::Rec
                 Ok(n) => {
                     if current.to_client == Mode::Blackhole {
                         lived_through_blackhole = true;
+                        Effects::add(&effects.discarded, n);
                     } else {
+                        if current.to_client != Mode::Pass {
+                            Effects::add(&effects.delayed, n);
+                        }
                         to_client.push(current.to_client, buf_u[..n].to_vec());
                     }
                 }
@@ -285,20 +342,24 @@ async fn connection(down: TcpStream, upstream: SocketAddr, mut modes: watch::Rec
                 }
                 current = *modes.borrow_and_update();
                 if current.any(Mode::Reset) {
+                    Effects::add(&effects.cut, 1);
                     let _ = down_r.as_ref().set_zero_linger();
                     let _ = up_r.as_ref().set_zero_linger();
                     return;
                 }
                 if current.any(Mode::Close) {
+                    Effects::add(&effects.cut, 1);
                     return;
                 }
                 if current.any(Mode::Blackhole) {
                     lived_through_blackhole = true;
                     // Queued bytes of a blackholed direction are discarded with the rest.
                     if current.to_node == Mode::Blackhole {
+                        Effects::add(&effects.discarded, to_node.queued());
                         to_node.chunks.clear();
                     }
                     if current.to_client == Mode::Blackhole {
+                        Effects::add(&effects.discarded, to_client.queued());
                         to_client.chunks.clear();
                     }
                 } else if lived_through_blackhole {

@@ -209,24 +209,33 @@ pub fn write_run_html(
 /// The matrix table as text.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut s = format!(
-        "{:<31} {:<13} {:<8} {:<34} {:<8}\n",
-        "scenario", "fault", "expected", "observed", "verdict"
+        "{:<31} {:<13} {:<8} {:<34} {:>6} {:>6} {:<12}\n",
+        "scenario", "fault", "expected", "observed", "claims", "faults", "verdict"
     );
     for o in outcomes {
         let verdict = match o.verdict {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
+            Verdict::Inconclusive => "INCONCLUSIVE",
             Verdict::Skipped => "skipped",
         };
+        let claims = o.report.as_ref().map_or(0, |r| r.claims.claims);
+        // Faults shown to take effect, of those injected.
+        let faults = format!("{}/{}", o.evidence.proven(), o.evidence.injected());
         let _ = writeln!(
             s,
-            "{:<31} {:<13} {:<8} {:<34} {:<8}",
+            "{:<31} {:<13} {:<8} {:<34} {:>6} {:>6} {:<12}",
             o.scenario,
             o.kind,
             o.expected.to_string(),
             o.observed,
+            claims,
+            faults,
             verdict
         );
+        if !o.why.is_empty() && o.verdict != Verdict::Pass {
+            let _ = writeln!(s, "    why: {}", o.why);
+        }
     }
     s
 }
@@ -242,6 +251,7 @@ pub fn write_matrix_html(path: &Path, outcomes: &[Outcome], seed: u64) -> std::i
         let colour = match o.verdict {
             Verdict::Pass => "#cfc",
             Verdict::Fail => "#fcc",
+            Verdict::Inconclusive => "#fec",
             Verdict::Skipped => "#eee",
         };
         let detail = o

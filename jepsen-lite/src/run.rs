@@ -22,11 +22,15 @@ use crate::checker::{self, Params};
 use crate::client::{ClientConfig, Command, CycleSpec, Note};
 use crate::clock::ms;
 use crate::clockshim::Clocks;
+use crate::evidence::{
+    clock_offset_ms, dropped_packets, offset_took_effect, process_stopped, Evidence,
+};
 use crate::history::{self, Event, Kind, Process};
 use crate::outcome::{Outcome, Verdict};
 use crate::proxy::{Mode, Modes, Proxy};
 use crate::resource::{self, Register};
 use crate::scenario::{Expect, RandomFault, Restart, Scenario, Script};
+use crate::verdict::judge;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -99,6 +103,30 @@ struct Env {
     progress: Option<ProgressBar>,
     /// The iptables rules in place (partition or loss), removed on heal and on drop.
     dropped: Vec<Rule>,
+    /// Every fault injected and whether it took effect.
+    evidence: Evidence,
+    /// Faults whose effect is read when they end (traffic they touched, packets they dropped).
+    pending: Vec<Pending>,
+}
+
+/// A fault whose effect can only be read once it has had time to act: checked when it ends.
+#[derive(Debug)]
+enum Pending {
+    /// Proxy links in a fault mode: some traffic must have been cut, discarded, delayed or
+    /// held, counted from `baseline`.
+    Links {
+        label: String,
+        links: Vec<(usize, usize)>,
+        baseline: u64,
+    },
+    /// iptables DROP rules on these node ports: they must have matched packets.
+    Rules { label: String, ports: Vec<u16> },
+    /// Every master's clock running fast: its offset must have grown.
+    ClockRate {
+        label: String,
+        ppm: i64,
+        since: Instant,
+    },
 }
 
 /// One iptables rule on loopback input that a run may put in place.
@@ -175,6 +203,20 @@ fn iptables_statistic_available() -> bool {
     probe("-I") && probe("-D")
 }
 
+/// The loopback input rules with their packet counters (`iptables -L INPUT -v -x -n`).
+fn iptables_listing() -> Result<String, String> {
+    let out = std::process::Command::new("iptables")
+        .args(["-L", "INPUT", "-v", "-x", "-n"])
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!("iptables -L exited with {}", out.status))
+    }
+}
+
 fn iptables_available() -> bool {
     std::process::Command::new("iptables")
         .args(["-L", "INPUT", "-n"])
@@ -222,16 +264,133 @@ impl Env {
     }
 
     fn cut(&mut self, client: usize, nodes: &[usize], mode: Mode) {
-        for &n in nodes {
-            self.proxy.set(client, n, Modes::both(mode));
-        }
+        let links: Vec<(usize, usize)> = nodes.iter().map(|&n| (client, n)).collect();
+        self.set_links(
+            format!("{mode:?} client {client} from nodes {nodes:?}").to_lowercase(),
+            &links,
+            Modes::both(mode),
+        );
         self.nem(
             "partition",
             json!({"client": client, "nodes": nodes, "mode": mode}),
         );
     }
 
+    /// Puts `links` in `modes` (a proxy fault), to be shown to take effect when it ends.
+    fn set_links(&mut self, label: String, links: &[(usize, usize)], modes: Modes) {
+        let baseline = links.iter().map(|&(c, n)| self.proxy.affected(c, n)).sum();
+        for &(c, n) in links {
+            self.proxy.set(c, n, modes);
+        }
+        self.pending.push(Pending::Links {
+            label,
+            links: links.to_vec(),
+            baseline,
+        });
+    }
+
+    /// Reads what the faults still on did, into the evidence (before they are lifted: an
+    /// iptables rule's counters go with it).
+    fn settle(&mut self) {
+        let listing = self
+            .pending
+            .iter()
+            .any(|p| matches!(p, Pending::Rules { .. }))
+            .then(iptables_listing);
+        for pending in std::mem::take(&mut self.pending) {
+            let (label, check) = match pending {
+                Pending::Links {
+                    label,
+                    links,
+                    baseline,
+                } => {
+                    let now: u64 = links.iter().map(|&(c, n)| self.proxy.affected(c, n)).sum();
+                    let affected = now.saturating_sub(baseline);
+                    let check = if affected > 0 {
+                        Ok(format!("{affected} bytes and connections affected"))
+                    } else {
+                        Err("no traffic crossed the faulty links".to_string())
+                    };
+                    (label, check)
+                }
+                Pending::Rules { label, ports } => {
+                    let check = match &listing {
+                        Some(Ok(listing)) => {
+                            let packets: u64 =
+                                ports.iter().map(|&p| dropped_packets(listing, p)).sum();
+                            if packets > 0 {
+                                Ok(format!("{packets} packets dropped"))
+                            } else {
+                                Err("0 packets matched".to_string())
+                            }
+                        }
+                        Some(Err(e)) => Err(format!("cannot read the counters: {e}")),
+                        None => Err("no counters read".to_string()),
+                    };
+                    (label, check)
+                }
+                Pending::ClockRate { label, ppm, since } => {
+                    let elapsed_ms = i64::try_from(since.elapsed().as_millis()).unwrap_or(0);
+                    let expected = elapsed_ms.saturating_mul(ppm) / 1_000_000;
+                    let check = self.clock_offset(0).and_then(|measured| {
+                        if measured >= expected / 2 && expected > 0 {
+                            Ok(format!("node 0 {measured} ms ahead after {elapsed_ms} ms"))
+                        } else {
+                            Err(format!(
+                                "node 0 {measured} ms ahead after {elapsed_ms} ms, expected about {expected}"
+                            ))
+                        }
+                    });
+                    (label, check)
+                }
+            };
+            self.evidence.record(label, check);
+        }
+    }
+
+    /// How far node `n`'s wall clock (its `TIME`) runs ahead of this host's, in ms.
+    fn clock_offset(&self, n: usize) -> Result<i64, String> {
+        let reply = self.cluster[n]
+            .query(&["TIME"])
+            .map_err(|e| format!("TIME on node {n}: {e}"))?;
+        let host_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let field = |i: usize| -> Option<u64> {
+            match &reply {
+                quorumlock::testing::Reply::Array(items) => match items.get(i) {
+                    Some(quorumlock::testing::Reply::Bulk(b)) => {
+                        String::from_utf8_lossy(b).parse().ok()
+                    }
+                    _ => None,
+                },
+                _ => None,
+            }
+        };
+        match (field(0), field(1)) {
+            (Some(secs), Some(micros)) => Ok(clock_offset_ms(secs, micros, host_us)),
+            _ => Err(format!("TIME on node {n} gave {reply:?}")),
+        }
+    }
+
+    /// Checks that a clock bump of `offset_ms` on node `n` took effect.
+    fn prove_clock_bump(&mut self, n: usize, offset_ms: i64) {
+        let check = self.clock_offset(n).and_then(|measured| {
+            if offset_took_effect(measured, offset_ms) {
+                Ok(format!("node {n} TIME {measured} ms off"))
+            } else {
+                Err(format!(
+                    "node {n} TIME {measured} ms off, expected {offset_ms}"
+                ))
+            }
+        });
+        self.evidence
+            .record(format!("clock bump {offset_ms} ms on node {n}"), check);
+    }
+
     fn heal(&mut self) -> Result<(), Error> {
+        self.settle();
         self.proxy.heal_all();
         for rule in std::mem::take(&mut self.dropped) {
             iptables(false, rule)?;
@@ -351,6 +510,8 @@ pub async fn run(
         report: None,
         orphan_keys: 0,
         notes: Vec::new(),
+        evidence: Evidence::default(),
+        why: String::new(),
         fenced: String::new(),
         dir: dir.clone(),
     };
@@ -415,6 +576,8 @@ pub async fn run(
         rng: rand::rngs::StdRng::seed_from_u64(seed),
         progress,
         dropped: Vec::new(),
+        evidence: Evidence::default(),
+        pending: Vec::new(),
     };
     env.phase("starting clients");
     for c in 0..env.clients.len() {
@@ -469,6 +632,11 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                     RandomFault::NodePause => {
                         let n = env.rng.random_range(0..NODES);
                         tokio::task::block_in_place(|| env.cluster[n].pause())?;
+                        let check = env.cluster[n]
+                            .pid()
+                            .ok_or_else(|| "no process".to_string())
+                            .and_then(process_stopped);
+                        env.evidence.record(format!("pause node {n}"), check);
                         env.nem("pause", json!({"node": n}));
                         env.phase(&format!("node {n} paused"));
                     }
@@ -478,9 +646,9 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                             for _ in 0..k {
                                 let n = env.rng.random_range(0..NODES);
                                 let d = Duration::from_millis(env.rng.random_range(100..3000));
-                                env.proxy.set(
-                                    c,
-                                    n,
+                                env.set_links(
+                                    format!("delay {d:?} client {c} to node {n}"),
+                                    &[(c, n)],
                                     Modes {
                                         to_node: Mode::Delay(d),
                                         to_client: Mode::Pass,
@@ -499,6 +667,10 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                         let port = env.cluster.ports()[n];
                         iptables(true, Rule::Drop(port))?;
                         env.dropped.push(Rule::Drop(port));
+                        env.pending.push(Pending::Rules {
+                            label: format!("iptables drop node {n}"),
+                            ports: vec![port],
+                        });
                         env.nem("partition", json!({"node": n, "how": "iptables DROP"}));
                         env.phase(&format!("node {n} dropped by iptables"));
                     }
@@ -524,6 +696,10 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                                 env.dropped.push(rule);
                             }
                         }
+                        env.pending.push(Pending::Rules {
+                            label: "iptables 20% loss on every node".to_string(),
+                            ports: env.cluster.ports(),
+                        });
                         env.nem(
                             "loss",
                             json!({"nodes": "all", "probability": LOSS_PROBABILITY, "how": "iptables statistic"}),
@@ -533,6 +709,7 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                     RandomFault::None => {}
                 }
                 sleep(Duration::from_millis(env.rng.random_range(1000..3000))).await;
+                env.settle();
                 env.proxy.heal_all();
                 for rule in std::mem::take(&mut env.dropped) {
                     iptables(false, rule)?;
@@ -574,6 +751,10 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                 }
                 sleep(Duration::from_millis(5)).await;
             }
+            env.evidence.record(
+                "pause client 0 after its check",
+                Ok("client process in state T".to_string()),
+            );
             env.nem("pause-client", json!({"client": 0}));
             sleep(ttl + Duration::from_millis(300)).await;
             env.phase("B runs while A is paused");
@@ -632,7 +813,9 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
             }
             env.wait(0, "read").await?;
             env.phase("node 2 crashes");
+            let crashed_pid = env.cluster[2].pid();
             tokio::task::block_in_place(|| env.cluster[2].kill())?;
+            let killed = !env.cluster[2].is_running();
             env.nem("kill", json!({"node": 2}));
             if restart == Restart::DelayedEmpty {
                 env.clients[0].send(&Command::Go).await?;
@@ -657,6 +840,17 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                     tokio::task::block_in_place(|| env.cluster[2].restart_empty())?;
                 }
             }
+            let restarted_pid = env.cluster[2].pid();
+            let check = match (crashed_pid, restarted_pid) {
+                (Some(old), Some(new)) if killed && old != new => {
+                    Ok(format!("pid {old} killed, pid {new} serving"))
+                }
+                (old, new) => Err(format!(
+                    "crash not shown: killed {killed}, pid before {old:?}, after {new:?}"
+                )),
+            };
+            env.evidence
+                .record(format!("crash node 2, restart {restart:?}"), check);
             env.nem("restart", json!({"node": 2, "how": restart}));
             env.phase("B tries {2,3,4}");
             env.cycle(
@@ -695,6 +889,7 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
             if let Some(clocks) = &env.clocks {
                 clocks.set(port, offset_ms, 0)?;
             }
+            tokio::task::block_in_place(|| env.prove_clock_bump(2, offset_ms));
             env.nem("clock-bump", json!({"node": 2, "delta_ms": offset_ms}));
             env.phase("B tries {2,3,4}");
             env.cycle(
@@ -715,6 +910,11 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                     clocks.set(port, 0, ppm)?;
                 }
             }
+            env.pending.push(Pending::ClockRate {
+                label: format!("clocks {ppm} ppm fast on every node"),
+                ppm,
+                since: Instant::now(),
+            });
             env.nem("clock-rate", json!({"nodes": "all", "rate_ppm": ppm}));
             env.phase("A acquires and keeps the lock");
             env.cycle(
@@ -761,16 +961,15 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
             }
         }
         Script::HeldReplies => {
-            for n in 0..NODES {
-                env.proxy.set(
-                    0,
-                    n,
-                    Modes {
-                        to_node: Mode::Pass,
-                        to_client: Mode::Hold,
-                    },
-                );
-            }
+            let links: Vec<(usize, usize)> = (0..NODES).map(|n| (0, n)).collect();
+            env.set_links(
+                "hold replies to client 0".to_string(),
+                &links,
+                Modes {
+                    to_node: Mode::Pass,
+                    to_client: Mode::Hold,
+                },
+            );
             env.nem(
                 "hold",
                 json!({"client": 0, "nodes": "all", "direction": "to_client"}),
@@ -927,6 +1126,7 @@ async fn finish(
     started: Instant,
     notes: Vec<String>,
 ) -> Result<Outcome, Error> {
+    env.settle();
     env.phase("collecting");
     let orphans = tokio::task::block_in_place(|| orphan_keys(&env));
     let mut parts = Vec::new();
@@ -975,13 +1175,25 @@ async fn finish(
     } else {
         (Expect::Hold, "hold".to_string())
     };
-    let mut pass = observed == sc.expect;
-    if sc.expect == Expect::Hold && (!report.liveness.ok || orphans > 0) {
-        pass = false;
+    let mut judgement = judge(
+        sc.expect,
+        observed,
+        report.claims.claims,
+        &env.evidence,
+        sc.minimum(),
+    );
+    if judgement.verdict == Verdict::Pass
+        && sc.expect == Expect::Hold
+        && (!report.liveness.ok || orphans > 0)
+    {
+        judgement.verdict = Verdict::Fail;
         observed_text = format!(
             "{observed_text} (liveness {}, orphans {orphans})",
             if report.liveness.ok { "ok" } else { "FAILED" }
         );
+    }
+    if judgement.verdict == Verdict::Inconclusive {
+        observed_text = format!("inconclusive: {}", judgement.why);
     }
     let fenced = if sc.fenced {
         format!(
@@ -998,12 +1210,14 @@ async fn finish(
         kind: sc.kind.to_string(),
         expected: sc.expect,
         observed: observed_text,
-        verdict: if pass { Verdict::Pass } else { Verdict::Fail },
+        verdict: judgement.verdict,
         seed,
         seconds: started.elapsed().as_secs_f64(),
         report: Some(report),
         orphan_keys: orphans,
         notes,
+        evidence: env.evidence.clone(),
+        why: judgement.why,
         fenced,
         dir: env.dir.clone(),
     };

@@ -480,6 +480,33 @@ pub fn catalog() -> Vec<Scenario> {
     v
 }
 
+/// What a scenario demands of a run before its observation counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Minimum {
+    /// Granted claims, over all clients.
+    pub claims: usize,
+    /// Faults shown to take effect.
+    pub faults: usize,
+}
+
+impl Scenario {
+    /// What a run must show before its observation counts (see [`crate::verdict`]): granted
+    /// claims, and faults shown to take effect. Random runs need ten claims (the quick matrix's
+    /// shortest runs see dozens) and, but for `no-faults`, one proven fault; scripted runs need
+    /// their two holders' claims and the fault they script.
+    pub fn minimum(&self) -> Minimum {
+        let (claims, faults) = match self.script {
+            Script::Random(RandomFault::None) => (10, 0),
+            Script::Random(_) => (10, 1),
+            // No injected fault: the client itself is slow or late, or the keys are deleted by
+            // hand.
+            Script::SlowCs | Script::LateRelease | Script::ExtendAfterExpiry => (2, 0),
+            _ => (2, 1),
+        };
+        Minimum { claims, faults }
+    }
+}
+
 /// A scenario by name.
 pub fn find(name: &str) -> Option<Scenario> {
     catalog().into_iter().find(|s| s.name == name)
