@@ -71,6 +71,11 @@ pub struct ClaimReport {
     pub suspects: usize,
     /// The smallest gap between a claim and the latest end before it, ms (negative: overlap).
     pub min_margin_ms: Option<f64>,
+    /// Grants whose reported validity ran past what the algorithm allows, bounded
+    /// independently of the library: the acquire call's start + TTL − drift. The library's
+    /// own report is not trusted for that.
+    #[serde(default)]
+    pub overstated: Vec<String>,
 }
 
 /// Effect check results for one register.
@@ -152,6 +157,7 @@ impl Report {
     /// on the unfenced register.
     pub fn broke(&self) -> bool {
         !self.claims.overlaps.is_empty()
+            || !self.claims.overstated.is_empty()
             || !self.effects_unfenced.overlaps.is_empty()
             || self.lost_unfenced.lost_any()
     }
@@ -159,9 +165,10 @@ impl Report {
     /// A one-line summary.
     pub fn summary(&self) -> String {
         format!(
-            "claims {} (overlaps {}, suspect {}, min margin {}), effect overlaps {}, stale accesses {}, lost increments {}, lost elements {}",
+            "claims {} (overlaps {}, overstated {}, suspect {}, min margin {}), effect overlaps {}, stale accesses {}, lost increments {}, lost elements {}",
             self.claims.claims,
             self.claims.overlaps.len(),
+            self.claims.overstated.len(),
             self.claims.suspects,
             self.claims
                 .min_margin_ms
@@ -193,8 +200,10 @@ pub fn check(
             Kind::Invoke => {}
         }
     }
+    let mut claim_report = check_claims(&claims, params.epsilon_ns);
+    claim_report.overstated = overstated(events, params.epsilon_ns);
     Report {
-        claims: check_claims(&claims, params.epsilon_ns),
+        claims: claim_report,
         effects_unfenced: check_effects(accesses, Register::Unfenced, &by_lease, params),
         effects_fenced: check_effects(accesses, Register::Fenced, &by_lease, params),
         lost_unfenced: check_lost(events, Register::Unfenced, unfenced),
@@ -203,6 +212,30 @@ pub fn check(
         liveness: check_liveness(events, params.liveness_bound_ns),
         acquires,
     }
+}
+
+/// The grants whose reported validity ends after the latest end Redlock allows: the round
+/// started no earlier than the acquire call (`t_start_ns`), so its validity ends no later than
+/// `t_start + ttl − drift` (drift: 1% of the TTL + 2 ms, the clients' setting).
+pub fn overstated(events: &[Event], epsilon_ns: u64) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter_map(|e| {
+            let start = e.u64_field("t_start_ns")?;
+            let ttl_ns = e.u64_field("ttl_ms")?.saturating_mul(1_000_000);
+            let drift_ns = ttl_ns / 100 + 2_000_000;
+            let bound = start.saturating_add(ttl_ns).saturating_sub(drift_ns);
+            let reported = e.u64_field("valid_until_ns")?;
+            (reported > bound.saturating_add(epsilon_ns)).then(|| {
+                format!(
+                    "{} reported {:.1} ms of validity beyond the bound",
+                    e.str_field("lease").unwrap_or("?"),
+                    (reported - bound) as f64 / 1e6
+                )
+            })
+        })
+        .collect()
 }
 
 /// The claims of a history.
@@ -541,6 +574,33 @@ mod tests {
                 &P,
             )
         }
+    }
+
+    /// A grant whose reported validity runs past `call start + ttl − drift` is flagged, even
+    /// when no other client's claim overlaps it; one within the bound is not.
+    #[test]
+    fn validity_beyond_the_independent_bound_is_flagged() {
+        let mut h = Hist::new();
+        let grant = |lease: &str, start_ms: u64, until_ms: u64| {
+            json!({"lease": lease, "resource": "r", "t_start_ns": m(start_ms),
+                   "valid_until_ns": m(until_ms), "ttl_ms": 1000})
+        };
+        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms.
+        h.ev(100, 0, Kind::Ok, "acquire", grant("0-0", 100, 1088));
+        h.ev(2000, 1, Kind::Ok, "acquire", grant("1-0", 2000, 2990));
+        let rep = h.check();
+        assert_eq!(
+            rep.claims.overstated.len(),
+            1,
+            "{:?}",
+            rep.claims.overstated
+        );
+        assert!(
+            rep.claims.overstated[0].starts_with("1-0"),
+            "{:?}",
+            rep.claims.overstated
+        );
+        assert!(rep.broke());
     }
 
     /// Two clean cycles one after the other: nothing to report, margin measured.

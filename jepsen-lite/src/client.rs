@@ -76,7 +76,11 @@ impl Held {
 
     /// The end of validity as host monotonic nanoseconds.
     fn valid_until_ns(&self) -> u64 {
-        now_ns() + u64::try_from(self.remaining().as_nanos()).unwrap_or(0)
+        // `remaining()` first, then the clock: a preemption between the two then lengthens
+        // the claim (which the checker bounds independently) instead of shortening it, which
+        // could hide an overlap.
+        let remaining = u64::try_from(self.remaining().as_nanos()).unwrap_or(0);
+        now_ns() + remaining
     }
 
     async fn release(self) -> Result<(), LockError> {
@@ -340,8 +344,24 @@ impl Ctx {
         if !looping {
             note("acquiring", true, &lease);
         }
-        let t_start = now_ns();
-        let guard = match self.locks.lock_until(&spec.resource, ttl, deadline).await {
+        // One round per `try_lock`, retried here as `lock_until` would: so that `t_start` is the
+        // start of the round that won, from which the checker bounds the reported validity
+        // (`t_start + ttl − drift`) without trusting the library.
+        let (t_start, attempt) = loop {
+            let t_start = now_ns();
+            match self.locks.try_lock(&spec.resource, ttl).await {
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    let bound = self.cfg.retry_delay_ms.max(1);
+                    let jitter = Duration::from_millis(self.rng.random_range(0..bound));
+                    tokio::time::sleep(
+                        jitter.min(deadline.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
+                }
+                other => break (t_start, other),
+            }
+        };
+        let guard = match attempt {
             Ok(g) => g,
             Err(e) => {
                 self.log(

@@ -30,7 +30,7 @@ use crate::outcome::{Outcome, Verdict};
 use crate::proxy::{Mode, Modes, Proxy};
 use crate::resource::{self, Register};
 use crate::scenario::{Expect, RandomFault, Restart, Scenario, Script};
-use crate::verdict::judge;
+use crate::verdict::{judge, pivot};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -784,6 +784,15 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
             env.wait(0, "done").await?;
         }
         Script::Crash(restart) => {
+            // The delayed restart and its mutant: A keeps its lock (no release) and B polls from
+            // the crash on, so only the delay can keep B from {2,3,4} while A holds.
+            let b_polls_through_restart =
+                matches!(restart, Restart::DelayedEmpty | Restart::UndelayedEmpty);
+            let delay = if restart == Restart::DelayedEmpty {
+                ttl + Duration::from_millis(ttl_ms / 100 + 2 + 500)
+            } else {
+                Duration::ZERO
+            };
             env.cut(0, &[3, 4], Mode::Reset);
             env.cut(1, &[0, 1], Mode::Reset);
             let aof_before = aof_incr(env.cluster[2].dir()).map(|p| {
@@ -802,7 +811,7 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                 0,
                 CycleSpec {
                     wait_go: true,
-                    release: restart != Restart::DelayedEmpty,
+                    release: !b_polls_through_restart,
                     ..env.spec("r")
                 },
             )
@@ -817,10 +826,20 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
             tokio::task::block_in_place(|| env.cluster[2].kill())?;
             let killed = !env.cluster[2].is_running();
             env.nem("kill", json!({"node": 2}));
-            if restart == Restart::DelayedEmpty {
-                env.clients[0].send(&Command::Go).await?;
-                env.wait(0, "done").await?;
-                sleep(ttl + Duration::from_millis(ttl_ms / 100 + 2 + 500)).await;
+            let b_spec = CycleSpec {
+                sleep_ms: 200,
+                // B must get its chance while A still believes it holds the lock, also on a
+                // loaded box where the restart and B's first connections are slow: it keeps
+                // trying for half of A's TTL (a quick matrix under load once saw B give up
+                // after the default 1 s, and this must-break scenario held), after the delay.
+                acquire_deadline_ms: ttl_ms / 2
+                    + u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                ..env.spec("r")
+            };
+            if b_polls_through_restart {
+                env.phase("B polls {2,3,4} while node 2 is down");
+                env.cycle(1, b_spec.clone()).await?;
+                sleep(delay).await;
             }
             match restart {
                 Restart::Immediate | Restart::Snapshot => {
@@ -836,7 +855,7 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
                     env.nem("truncate-aof", json!({"node": 2, "bytes": len}));
                     tokio::task::block_in_place(|| env.cluster[2].restart())?;
                 }
-                Restart::ImmediateEmpty | Restart::DelayedEmpty => {
+                Restart::ImmediateEmpty | Restart::DelayedEmpty | Restart::UndelayedEmpty => {
                     tokio::task::block_in_place(|| env.cluster[2].restart_empty())?;
                 }
             }
@@ -852,25 +871,13 @@ async fn play(env: &mut Env, duration: Duration, notes: &mut Vec<String>) -> Res
             env.evidence
                 .record(format!("crash node 2, restart {restart:?}"), check);
             env.nem("restart", json!({"node": 2, "how": restart}));
-            env.phase("B tries {2,3,4}");
-            env.cycle(
-                1,
-                CycleSpec {
-                    sleep_ms: 200,
-                    // B must get its chance while A still believes it holds the lock, also on a
-                    // loaded box where the restart and B's first connections are slow: it keeps
-                    // trying for half of A's TTL (a quick matrix under load once saw B give up
-                    // after the default 1 s, and this must-break scenario held).
-                    acquire_deadline_ms: ttl_ms / 2,
-                    ..env.spec("r")
-                },
-            )
-            .await?;
-            env.wait(1, "done").await?;
-            if restart != Restart::DelayedEmpty {
-                env.clients[0].send(&Command::Go).await?;
-                env.wait(0, "done").await?;
+            if !b_polls_through_restart {
+                env.phase("B tries {2,3,4}");
+                env.cycle(1, b_spec).await?;
             }
+            env.wait(1, "done").await?;
+            env.clients[0].send(&Command::Go).await?;
+            env.wait(0, "done").await?;
         }
         Script::ClockJump(offset_ms) => {
             env.cut(0, &[3, 4], Mode::Reset);
@@ -1181,6 +1188,7 @@ async fn finish(
         report.claims.claims,
         &env.evidence,
         sc.minimum(),
+        &pivot(sc, &events),
     );
     if judgement.verdict == Verdict::Pass
         && sc.expect == Expect::Hold

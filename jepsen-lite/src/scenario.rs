@@ -61,8 +61,12 @@ pub enum Restart {
     Immediate,
     /// At once, with its data directory wiped.
     ImmediateEmpty,
-    /// Empty, after more than the TTL.
+    /// Empty, after more than the TTL; B polls from the crash on, so only the delay keeps it
+    /// from a quorum while A holds.
     DelayedEmpty,
+    /// The mutant of [`DelayedEmpty`](Self::DelayedEmpty): the same run, but the node restarts
+    /// empty at once while B polls. Must break, or the delayed run proves nothing.
+    UndelayedEmpty,
     /// At once, after truncating the AOF to its size before the lock was taken: a power loss
     /// that took the last, not yet fsynced, second of writes.
     PowerLoss,
@@ -222,7 +226,7 @@ pub fn catalog() -> Vec<Scenario> {
             )
         },
         Scenario {
-            about: "as crash-restart-empty, but node 2 restarts empty after TTL+drift+500ms",
+            about: "as crash-restart-empty, but node 2 restarts empty after TTL+drift+500ms while B polls",
             ttl_ms: 4000,
             ..base(
                 "crash-restart-delayed",
@@ -442,6 +446,22 @@ pub fn catalog() -> Vec<Scenario> {
         }
     }
     // Each mutant must be caught by a scenario the correct library passes.
+    // The delayed restart must be what keeps crash-restart-delayed safe: without the delay it
+    // breaks.
+    if let Some(s) = v
+        .iter()
+        .find(|s| s.name == "crash-restart-delayed")
+        .cloned()
+    {
+        v.push(Scenario {
+            name: "mutant-restart-at-once",
+            kind: "mutant",
+            expect: Expect::Break,
+            about: "crash-restart-delayed with the restart at once: must break",
+            script: Script::Crash(Restart::UndelayedEmpty),
+            ..s
+        });
+    }
     let mutants = [
         (
             "mutant-no-elapsed-check",

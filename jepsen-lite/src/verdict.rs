@@ -8,8 +8,47 @@
 //! happened to judge), and both fail the matrix.
 
 use crate::evidence::Evidence;
+use crate::history::{Event, Kind, Process};
 use crate::outcome::Verdict;
-use crate::scenario::{Expect, Minimum};
+use crate::scenario::{Expect, Minimum, Restart, Scenario, Script};
+
+/// The step a scripted must-hold scenario turns on, looked for in the history: a hold proves
+/// nothing if the refusal it is about never happened (for instance B was refused, but for a
+/// timeout rather than the quarantine). `Ok` with what was seen, `Err` with what was missing;
+/// `Ok` for scenarios without one.
+pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
+    let refused = |client: u32, text: &str| {
+        events.iter().any(|e| {
+            e.f == "acquire"
+                && e.kind == Kind::Fail
+                && e.process == Process::Client(client)
+                && e.error.as_deref().is_some_and(|error| error.contains(text))
+        })
+    };
+    if sc.expect != Expect::Hold {
+        // A must-break scenario (a mutant among them) is judged by what broke.
+        return Ok("no pivotal step: must break".to_string());
+    }
+    let (client, text, what) = match sc.script {
+        Script::Crash(Restart::ImmediateEmpty | Restart::Snapshot | Restart::PowerLoss)
+            if sc.protection =>
+        {
+            (
+                1,
+                "restarted or lost its data",
+                "B refused because node 2 is quarantined",
+            )
+        }
+        Script::HeldReplies => (0, "validity exhausted", "A refused for lack of validity"),
+        Script::SplitMinority => (0, "", "A, on a minority, refused"),
+        _ => return Ok("no pivotal step".to_string()),
+    };
+    if refused(client, text) {
+        Ok(what.to_string())
+    } else {
+        Err(format!("pivotal step not seen: {what}"))
+    }
+}
 
 /// A verdict and, when it is not a pass, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,13 +59,15 @@ pub struct Judgement {
     pub why: String,
 }
 
-/// Judges a run: `observed` is what the checkers saw, `claims` how many claims were granted.
+/// Judges a run: `observed` is what the checkers saw, `claims` how many claims were granted,
+/// `pivot` whether the scenario's pivotal step happened (see [`pivot`]).
 pub fn judge(
     expected: Expect,
     observed: Expect,
     claims: usize,
     evidence: &Evidence,
     minimum: Minimum,
+    pivot: &Result<String, String>,
 ) -> Judgement {
     let unproven: Vec<String> = evidence
         .unproven()
@@ -52,6 +93,9 @@ pub fn judge(
             minimum.claims
         ));
     }
+    if let Err(missing) = pivot {
+        short.push(missing.clone());
+    }
     if !short.is_empty() {
         return Judgement {
             verdict: Verdict::Inconclusive,
@@ -75,6 +119,8 @@ pub fn judge(
 mod tests {
     use super::*;
 
+    const PIVOT_OK: Result<String, String> = Ok(String::new());
+
     const NEEDS: Minimum = Minimum {
         claims: 10,
         faults: 1,
@@ -90,15 +136,29 @@ mod tests {
 
     #[test]
     fn the_expected_observation_with_proof_and_activity_passes() {
-        let j = judge(Expect::Hold, Expect::Hold, 10, &proven(1), NEEDS);
+        let j = judge(Expect::Hold, Expect::Hold, 10, &proven(1), NEEDS, &PIVOT_OK);
         assert_eq!(j.verdict, Verdict::Pass);
-        let j = judge(Expect::Break, Expect::Break, 12, &proven(2), NEEDS);
+        let j = judge(
+            Expect::Break,
+            Expect::Break,
+            12,
+            &proven(2),
+            NEEDS,
+            &PIVOT_OK,
+        );
         assert_eq!(j.verdict, Verdict::Pass);
     }
 
     #[test]
     fn the_wrong_observation_fails() {
-        let j = judge(Expect::Hold, Expect::Break, 50, &proven(1), NEEDS);
+        let j = judge(
+            Expect::Hold,
+            Expect::Break,
+            50,
+            &proven(1),
+            NEEDS,
+            &PIVOT_OK,
+        );
         assert_eq!(j.verdict, Verdict::Fail);
         assert!(j.why.contains("expected Hold"), "{}", j.why);
     }
@@ -106,7 +166,14 @@ mod tests {
     /// The case: `run --duration 3` injected nothing and "held".
     #[test]
     fn a_hold_without_any_fault_is_inconclusive() {
-        let j = judge(Expect::Hold, Expect::Hold, 200, &proven(0), NEEDS);
+        let j = judge(
+            Expect::Hold,
+            Expect::Hold,
+            200,
+            &proven(0),
+            NEEDS,
+            &PIVOT_OK,
+        );
         assert_eq!(j.verdict, Verdict::Inconclusive);
         assert!(j.why.contains("0 of the 1 faults"), "{}", j.why);
     }
@@ -114,7 +181,7 @@ mod tests {
     #[test]
     fn too_few_claims_is_inconclusive_whatever_was_observed() {
         for observed in [Expect::Hold, Expect::Break] {
-            let j = judge(Expect::Hold, observed, 0, &proven(3), NEEDS);
+            let j = judge(Expect::Hold, observed, 0, &proven(3), NEEDS, &PIVOT_OK);
             assert_eq!(j.verdict, Verdict::Inconclusive, "{observed:?}");
             assert!(j.why.contains("0 claims"), "{}", j.why);
         }
@@ -124,12 +191,49 @@ mod tests {
     fn a_fault_that_did_not_take_effect_fails_even_an_expected_observation() {
         let mut evidence = proven(2);
         evidence.record("drop node 3", Err("0 packets dropped".into()));
-        let j = judge(Expect::Hold, Expect::Hold, 100, &evidence, NEEDS);
+        let j = judge(Expect::Hold, Expect::Hold, 100, &evidence, NEEDS, &PIVOT_OK);
         assert_eq!(j.verdict, Verdict::Fail);
         assert!(
             j.why.contains("drop node 3 did not take effect"),
             "{}",
             j.why
+        );
+    }
+
+    #[test]
+    fn a_missing_pivotal_step_is_inconclusive() {
+        let missing = Err("pivotal step not seen: B refused".to_string());
+        let j = judge(Expect::Hold, Expect::Hold, 10, &proven(1), NEEDS, &missing);
+        assert_eq!(j.verdict, Verdict::Inconclusive);
+        assert!(j.why.contains("B refused"), "{}", j.why);
+    }
+
+    /// The pivot of a protected crash scenario is B's refusal for the quarantine, not any
+    /// refusal of B's.
+    #[test]
+    fn the_pivot_of_a_protected_crash_is_the_quarantine() {
+        let sc = crate::scenario::find("crash-restart-snapshot-protected").expect("scenario");
+        let fail = |client: u32, error: &str| {
+            let mut e = Event::at(
+                1,
+                Process::Client(client),
+                Kind::Fail,
+                "acquire",
+                serde_json::json!({}),
+            );
+            e.error = Some(error.to_string());
+            e
+        };
+        let timed_out = [fail(1, "quorum unreachable: node 2: timed out")];
+        assert!(pivot(&sc, &timed_out).is_err());
+        let by_a = [fail(0, "node 2: restarted or lost its data only 1s ago")];
+        assert!(pivot(&sc, &by_a).is_err(), "A's refusal is not B's");
+        let quarantined = [fail(1, "node 2: restarted or lost its data only 1s ago")];
+        assert!(pivot(&sc, &quarantined).is_ok());
+        let unprotected = crate::scenario::find("crash-restart-snapshot").expect("scenario");
+        assert!(
+            pivot(&unprotected, &[]).is_ok(),
+            "no pivot without protection"
         );
     }
 
@@ -140,11 +244,11 @@ mod tests {
             faults: 0,
         };
         assert_eq!(
-            judge(Expect::Hold, Expect::Hold, 10, &proven(0), none).verdict,
+            judge(Expect::Hold, Expect::Hold, 10, &proven(0), none, &PIVOT_OK).verdict,
             Verdict::Pass
         );
         assert_eq!(
-            judge(Expect::Hold, Expect::Hold, 9, &proven(0), none).verdict,
+            judge(Expect::Hold, Expect::Hold, 9, &proven(0), none, &PIVOT_OK).verdict,
             Verdict::Inconclusive
         );
     }
