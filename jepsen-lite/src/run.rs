@@ -30,7 +30,7 @@ use crate::outcome::{Outcome, Verdict};
 use crate::proxy::{Mode, Modes, Proxy};
 use crate::resource::{self, Register};
 use crate::scenario::{Expect, RandomFault, Restart, Scenario, Script};
-use crate::verdict::{judge, pivot};
+use crate::verdict::{judge, pivot, ClaimsCheck};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -1153,6 +1153,12 @@ async fn finish(
     };
     let report = checker::check(&events, &accesses, &unfenced, &fenced, &params);
     let broke = report.broke() || !notes.is_empty();
+    let claims_observed =
+        if report.claims.overlaps.is_empty() && report.claims.overstated.is_empty() {
+            Expect::Hold
+        } else {
+            Expect::Break
+        };
     let (observed, mut observed_text) = if sc.fenced {
         let rejected = report.effects_fenced.rejections;
         let tokens_ok = report.tokens.order_violations.is_empty() && report.tokens.with_token > 0;
@@ -1182,6 +1188,9 @@ async fn finish(
     } else {
         (Expect::Hold, "hold".to_string())
     };
+    if sc.expect != Expect::Hold && sc.expect_claims().is_some() {
+        observed_text = format!("{observed_text}, claims {claims_observed}");
+    }
     let mut judgement = judge(
         sc.expect,
         observed,
@@ -1189,6 +1198,10 @@ async fn finish(
         &env.evidence,
         sc.minimum(),
         &pivot(sc, &events),
+        ClaimsCheck {
+            expected: sc.expect_claims(),
+            observed: claims_observed,
+        },
     );
     if judgement.verdict == Verdict::Pass
         && sc.expect == Expect::Hold

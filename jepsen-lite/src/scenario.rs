@@ -510,6 +510,27 @@ pub struct Minimum {
 }
 
 impl Scenario {
+    /// What the claims checker alone must show, where the scenario decides it (`None`: either).
+    ///
+    /// A client that pauses or works past its lock's validity breaks mutual exclusion only by
+    /// its *effects*: its claims (what it was told it held) must not overlap, or the break is a
+    /// library bug rather than the fault. Outside Redlock's model (a master forgetting a lock,
+    /// a clock running fast or jumping forward) the claims themselves overlap. Mutants and the
+    /// fenced variants are judged by the overall expectation only.
+    pub fn expect_claims(&self) -> Option<Expect> {
+        if self.mutation.is_some() || self.kind == "mutant" {
+            return None;
+        }
+        match (self.script, self.expect) {
+            (Script::ClientPause | Script::SlowCs, _) | (_, Expect::Hold) => Some(Expect::Hold),
+            (_, Expect::Caught) => None,
+            (Script::Crash(_) | Script::ClockJump(_) | Script::ClockRate(_), Expect::Break) => {
+                Some(Expect::Break)
+            }
+            _ => None,
+        }
+    }
+
     /// What a run must show before its observation counts (see [`crate::verdict`]): granted
     /// claims, and faults shown to take effect. Random runs need ten claims (the quick matrix's
     /// shortest runs see dozens) and, but for `no-faults`, one proven fault; scripted runs need

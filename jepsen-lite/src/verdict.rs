@@ -59,8 +59,19 @@ pub struct Judgement {
     pub why: String,
 }
 
-/// Judges a run: `observed` is what the checkers saw, `claims` how many claims were granted,
-/// `pivot` whether the scenario's pivotal step happened (see [`pivot`]).
+/// What the claims checker must show and what it saw (overlapping or overstated claims are a
+/// break).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimsCheck {
+    /// `None` when the scenario does not decide it.
+    pub expected: Option<Expect>,
+    /// Hold or break.
+    pub observed: Expect,
+}
+
+/// Judges a run: `observed` is what the checkers saw overall, `claims` how many claims were
+/// granted, `claims_check` the claims checker on its own, `pivot` whether the scenario's pivotal
+/// step happened (see [`pivot`]).
 pub fn judge(
     expected: Expect,
     observed: Expect,
@@ -68,6 +79,7 @@ pub fn judge(
     evidence: &Evidence,
     minimum: Minimum,
     pivot: &Result<String, String>,
+    claims_check: ClaimsCheck,
 ) -> Judgement {
     let unproven: Vec<String> = evidence
         .unproven()
@@ -102,6 +114,22 @@ pub fn judge(
             why: short.join("; "),
         };
     }
+    if let Some(want) = claims_check.expected {
+        if want != claims_check.observed {
+            return Judgement {
+                verdict: Verdict::Fail,
+                why: format!(
+                    "claims checker: expected {want}, observed {} (the break must come from {})",
+                    claims_check.observed,
+                    if want == Expect::Hold {
+                        "effects alone, not the library's claims"
+                    } else {
+                        "the claims themselves"
+                    }
+                ),
+            };
+        }
+    }
     if observed == expected {
         Judgement {
             verdict: Verdict::Pass,
@@ -121,6 +149,11 @@ mod tests {
 
     const PIVOT_OK: Result<String, String> = Ok(String::new());
 
+    const ANY: ClaimsCheck = ClaimsCheck {
+        expected: None,
+        observed: Expect::Hold,
+    };
+
     const NEEDS: Minimum = Minimum {
         claims: 10,
         faults: 1,
@@ -136,7 +169,15 @@ mod tests {
 
     #[test]
     fn the_expected_observation_with_proof_and_activity_passes() {
-        let j = judge(Expect::Hold, Expect::Hold, 10, &proven(1), NEEDS, &PIVOT_OK);
+        let j = judge(
+            Expect::Hold,
+            Expect::Hold,
+            10,
+            &proven(1),
+            NEEDS,
+            &PIVOT_OK,
+            ANY,
+        );
         assert_eq!(j.verdict, Verdict::Pass);
         let j = judge(
             Expect::Break,
@@ -145,6 +186,7 @@ mod tests {
             &proven(2),
             NEEDS,
             &PIVOT_OK,
+            ANY,
         );
         assert_eq!(j.verdict, Verdict::Pass);
     }
@@ -158,6 +200,7 @@ mod tests {
             &proven(1),
             NEEDS,
             &PIVOT_OK,
+            ANY,
         );
         assert_eq!(j.verdict, Verdict::Fail);
         assert!(j.why.contains("expected Hold"), "{}", j.why);
@@ -173,6 +216,7 @@ mod tests {
             &proven(0),
             NEEDS,
             &PIVOT_OK,
+            ANY,
         );
         assert_eq!(j.verdict, Verdict::Inconclusive);
         assert!(j.why.contains("0 of the 1 faults"), "{}", j.why);
@@ -181,7 +225,7 @@ mod tests {
     #[test]
     fn too_few_claims_is_inconclusive_whatever_was_observed() {
         for observed in [Expect::Hold, Expect::Break] {
-            let j = judge(Expect::Hold, observed, 0, &proven(3), NEEDS, &PIVOT_OK);
+            let j = judge(Expect::Hold, observed, 0, &proven(3), NEEDS, &PIVOT_OK, ANY);
             assert_eq!(j.verdict, Verdict::Inconclusive, "{observed:?}");
             assert!(j.why.contains("0 claims"), "{}", j.why);
         }
@@ -191,7 +235,15 @@ mod tests {
     fn a_fault_that_did_not_take_effect_fails_even_an_expected_observation() {
         let mut evidence = proven(2);
         evidence.record("drop node 3", Err("0 packets dropped".into()));
-        let j = judge(Expect::Hold, Expect::Hold, 100, &evidence, NEEDS, &PIVOT_OK);
+        let j = judge(
+            Expect::Hold,
+            Expect::Hold,
+            100,
+            &evidence,
+            NEEDS,
+            &PIVOT_OK,
+            ANY,
+        );
         assert_eq!(j.verdict, Verdict::Fail);
         assert!(
             j.why.contains("drop node 3 did not take effect"),
@@ -200,10 +252,58 @@ mod tests {
         );
     }
 
+    /// The case: a must-break scenario that should break only by effects, whose claims
+    /// overlap (a library bug), must not read as the expected break.
+    #[test]
+    fn claims_that_should_hold_but_overlap_fail_a_must_break_scenario() {
+        let claims_must_hold = ClaimsCheck {
+            expected: Some(Expect::Hold),
+            observed: Expect::Break,
+        };
+        let j = judge(
+            Expect::Break,
+            Expect::Break,
+            3,
+            &proven(1),
+            NEEDS_SCRIPTED,
+            &PIVOT_OK,
+            claims_must_hold,
+        );
+        assert_eq!(j.verdict, Verdict::Fail);
+        assert!(j.why.contains("claims checker"), "{}", j.why);
+        let claims_held = ClaimsCheck {
+            expected: Some(Expect::Hold),
+            observed: Expect::Hold,
+        };
+        let j = judge(
+            Expect::Break,
+            Expect::Break,
+            3,
+            &proven(1),
+            NEEDS_SCRIPTED,
+            &PIVOT_OK,
+            claims_held,
+        );
+        assert_eq!(j.verdict, Verdict::Pass);
+    }
+
+    const NEEDS_SCRIPTED: Minimum = Minimum {
+        claims: 2,
+        faults: 1,
+    };
+
     #[test]
     fn a_missing_pivotal_step_is_inconclusive() {
         let missing = Err("pivotal step not seen: B refused".to_string());
-        let j = judge(Expect::Hold, Expect::Hold, 10, &proven(1), NEEDS, &missing);
+        let j = judge(
+            Expect::Hold,
+            Expect::Hold,
+            10,
+            &proven(1),
+            NEEDS,
+            &missing,
+            ANY,
+        );
         assert_eq!(j.verdict, Verdict::Inconclusive);
         assert!(j.why.contains("B refused"), "{}", j.why);
     }
@@ -244,11 +344,29 @@ mod tests {
             faults: 0,
         };
         assert_eq!(
-            judge(Expect::Hold, Expect::Hold, 10, &proven(0), none, &PIVOT_OK).verdict,
+            judge(
+                Expect::Hold,
+                Expect::Hold,
+                10,
+                &proven(0),
+                none,
+                &PIVOT_OK,
+                ANY
+            )
+            .verdict,
             Verdict::Pass
         );
         assert_eq!(
-            judge(Expect::Hold, Expect::Hold, 9, &proven(0), none, &PIVOT_OK).verdict,
+            judge(
+                Expect::Hold,
+                Expect::Hold,
+                9,
+                &proven(0),
+                none,
+                &PIVOT_OK,
+                ANY
+            )
+            .verdict,
             Verdict::Inconclusive
         );
     }
