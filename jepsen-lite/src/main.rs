@@ -179,6 +179,7 @@ async fn one(
             seconds: 0.0,
             report: None,
             orphan_keys: 0,
+            orphan_lifetime_ms: None,
             notes: Vec::new(),
             evidence: jepsen_lite::evidence::Evidence::default(),
             why: format!("the run did not complete: {e}"),
@@ -242,6 +243,10 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
             for n in &o.notes {
                 println!("note: {n}");
             }
+            match o.orphan_lifetime_ms {
+                Some(ms) => println!("lock keys all gone {ms} ms after the faults were lifted"),
+                None => println!("lock keys outlived one TTL after the faults were lifted"),
+            }
             println!("seed {seed}; files in {}", o.dir.display());
             i32::from(!acceptable(&o, allow_skip))
         }
@@ -299,6 +304,21 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
                     " (a skip fails the matrix: install what it needs, or pass --allow-skip)"
                 } else {
                     ""
+                }
+            );
+            let longest = outcomes.iter().filter_map(|o| o.orphan_lifetime_ms).max();
+            let outlived: Vec<&str> = outcomes
+                .iter()
+                .filter(|o| o.report.is_some() && o.orphan_lifetime_ms.is_none())
+                .map(|o| o.scenario.as_str())
+                .collect();
+            println!(
+                "lock keys left behind lived at most {} ms after the faults were lifted{}",
+                longest.unwrap_or(0),
+                if outlived.is_empty() {
+                    String::new()
+                } else {
+                    format!("; outlived one TTL in: {}", outlived.join(", "))
                 }
             );
             println!("seed {seed}; report {}", path.display());

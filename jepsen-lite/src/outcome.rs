@@ -45,6 +45,9 @@ pub struct Outcome {
     pub report: Option<Report>,
     /// Keys found on a node with no TTL or a TTL beyond the lock TTL.
     pub orphan_keys: usize,
+    /// How long lock keys lived on after every fault was lifted (0: none was left); `None`
+    /// when some outlived one TTL (a must-hold run then fails) or the run did not get there.
+    pub orphan_lifetime_ms: Option<u64>,
     /// Scenario-specific findings (e.g. an extension that should have been refused).
     pub notes: Vec<String>,
     /// Every fault injected and the reading that shows it took effect (or not).

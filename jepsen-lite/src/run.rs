@@ -390,6 +390,14 @@ impl Env {
     }
 
     fn heal(&mut self) -> Result<(), Error> {
+        self.lift_faults()?;
+        self.nem("heal", json!({}));
+        Ok(())
+    }
+
+    /// Lifts every fault still on (after reading what they did), without a `heal` event in the
+    /// history: the end of a run, which asks no client for liveness after it.
+    fn lift_faults(&mut self) -> Result<(), Error> {
         self.settle();
         self.proxy.heal_all();
         for rule in std::mem::take(&mut self.dropped) {
@@ -408,7 +416,6 @@ impl Env {
         for c in &self.clients {
             c.signal(nix::sys::signal::Signal::SIGCONT);
         }
-        self.nem("heal", json!({}));
         Ok(())
     }
 
@@ -509,6 +516,7 @@ pub async fn run(
         seconds: 0.0,
         report: None,
         orphan_keys: 0,
+        orphan_lifetime_ms: None,
         notes: Vec::new(),
         evidence: Evidence::default(),
         why: String::new(),
@@ -1101,6 +1109,47 @@ fn aof_incr(dir: &Path) -> Option<PathBuf> {
         .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
 }
 
+/// The lock keys a run uses (fence counters and epoch markers live on purpose).
+fn lock_keys(env: &Env) -> Vec<String> {
+    std::iter::once("quorumlock:r".to_string())
+        .chain((0..env.clients.len()).map(|c| format!("quorumlock:warmup-{c}")))
+        .collect()
+}
+
+/// How many lock keys are still on the running, unpaused masters.
+fn lock_keys_left(env: &Env) -> usize {
+    let keys = lock_keys(env);
+    env.cluster
+        .iter()
+        .filter(|m| m.is_running() && !m.is_paused())
+        .map(|m| {
+            keys.iter()
+                .filter(|key| {
+                    m.command(&["EXISTS", key.as_str()])
+                        .is_ok_and(|reply| reply.trim() == "1")
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// After the faults healed: how long until no lock key is left on any master, polled for at
+/// most one TTL and a grace of half a second (a key set by a late write, a cleanup that never
+/// ran). `Err` with the keys left if some outlive that.
+async fn orphan_lifetime(env: &Env, healed: Instant) -> Result<Duration, usize> {
+    let limit = env.ttl() + Duration::from_millis(500);
+    loop {
+        let left = tokio::task::block_in_place(|| lock_keys_left(env));
+        if left == 0 {
+            return Ok(healed.elapsed());
+        }
+        if healed.elapsed() > limit {
+            return Err(left);
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Orphans: lock keys without a TTL, or with more left than the lock TTL (-2: no key).
 fn orphan_keys(env: &Env) -> usize {
     let mut orphans = 0;
@@ -1108,11 +1157,7 @@ fn orphan_keys(env: &Env) -> usize {
         if !m.is_running() || m.is_paused() {
             continue;
         }
-        // Only the lock keys themselves: fence counters and epoch markers live on purpose.
-        let keys: Vec<String> = std::iter::once("quorumlock:r".to_string())
-            .chain((0..env.clients.len()).map(|c| format!("quorumlock:warmup-{c}")))
-            .collect();
-        for key in &keys {
+        for key in &lock_keys(env) {
             let pttl: i64 = m
                 .command(&["PTTL", key.as_str()])
                 .ok()
@@ -1136,6 +1181,12 @@ async fn finish(
     env.settle();
     env.phase("collecting");
     let orphans = tokio::task::block_in_place(|| orphan_keys(&env));
+    // Every fault lifted (a scripted one may still be on), then the lock keys left behind by
+    // failed or abandoned rounds and late writes must be gone within one TTL.
+    env.lift_faults()?;
+    let healed = Instant::now();
+    env.phase("waiting for lock keys to expire");
+    let orphan_life = orphan_lifetime(&env, healed).await;
     let mut parts = Vec::new();
     for c in 0..env.clients.len() {
         let _ = env.clients[c].send(&Command::Exit).await;
@@ -1205,14 +1256,21 @@ async fn finish(
     );
     if judgement.verdict == Verdict::Pass
         && sc.expect == Expect::Hold
-        && (!report.liveness.ok || orphans > 0)
+        && (!report.liveness.ok || orphans > 0 || orphan_life.is_err())
     {
         judgement.verdict = Verdict::Fail;
         observed_text = format!(
-            "{observed_text} (liveness {}, orphans {orphans})",
-            if report.liveness.ok { "ok" } else { "FAILED" }
+            "{observed_text} (liveness {}, orphans {orphans}{})",
+            if report.liveness.ok { "ok" } else { "FAILED" },
+            match orphan_life {
+                Err(left) => format!(", {left} lock keys outlived one TTL after heal"),
+                Ok(_) => String::new(),
+            }
         );
     }
+    let orphan_lifetime_ms = orphan_life
+        .ok()
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     if judgement.verdict == Verdict::Inconclusive {
         observed_text = format!("inconclusive: {}", judgement.why);
     }
@@ -1236,6 +1294,7 @@ async fn finish(
         seconds: started.elapsed().as_secs_f64(),
         report: Some(report),
         orphan_keys: orphans,
+        orphan_lifetime_ms,
         notes,
         evidence: env.evidence.clone(),
         why: judgement.why,
