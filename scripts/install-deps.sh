@@ -10,6 +10,8 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # The TLS tests generate their certificates with it.
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# scripts/check-cycles.py (the module graph check in test.sh).
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 if [[ ${1:-} == --jepsen ]]; then
     # jepsen-lite builds its clock-fault shim (C) at run time with the system compiler, and its
     # kernel-level partition and packet loss need iptables. Scenarios that lack their tool are
