@@ -10,7 +10,7 @@
 use crate::evidence::Evidence;
 use crate::history::{Event, Kind, Process};
 use crate::outcome::Verdict;
-use crate::scenario::{Expect, Minimum, Restart, Scenario, Script};
+use crate::scenario::{Expect, Minimum, RandomFault, Restart, Scenario, Script};
 
 /// The step a scripted must-hold scenario turns on, looked for in the history: a hold proves
 /// nothing if the refusal it is about never happened (for instance B was refused, but for a
@@ -28,6 +28,19 @@ pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
     if sc.expect != Expect::Hold {
         // A must-break scenario (a mutant among them) is judged by what broke.
         return Ok("no pivotal step: must break".to_string());
+    }
+    if let Script::Random(fault) = sc.script {
+        if fault == RandomFault::None {
+            return Ok("no pivotal step: no faults".to_string());
+        }
+        // A random run proves something only if locks were granted while a fault was on, not
+        // only in the quiet gaps between faults.
+        let granted = granted_under_fault(events);
+        return if granted > 0 {
+            Ok(format!("{granted} claims granted while a fault was on"))
+        } else {
+            Err("pivotal step not seen: no claim was granted while a fault was on".to_string())
+        };
     }
     let (client, text, what) = match sc.script {
         Script::Crash(Restart::ImmediateEmpty | Restart::Snapshot | Restart::PowerLoss)
@@ -48,6 +61,28 @@ pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
     } else {
         Err(format!("pivotal step not seen: {what}"))
     }
+}
+
+/// How many acquisitions succeeded while a random fault was on: between a nemesis event that
+/// starts one (`partition`, `pause`, `delay`, `loss`) and the next that ends them
+/// (`partition-end`, `heal`).
+pub fn granted_under_fault(events: &[Event]) -> usize {
+    let mut events: Vec<&Event> = events.iter().collect();
+    events.sort_by_key(|e| e.time_ns);
+    let mut faulty = false;
+    let mut granted = 0;
+    for e in events {
+        if e.process == Process::nemesis() {
+            match e.f.as_str() {
+                "partition" | "pause" | "delay" | "loss" => faulty = true,
+                "partition-end" | "heal" => faulty = false,
+                _ => {}
+            }
+        } else if faulty && e.f == "acquire" && e.kind == Kind::Ok {
+            granted += 1;
+        }
+    }
+    granted
 }
 
 /// A verdict and, when it is not a pass, why.
@@ -291,6 +326,28 @@ mod tests {
         claims: 2,
         faults: 1,
     };
+
+    /// Claims granted only in the quiet gaps between faults do not count as surviving them.
+    #[test]
+    fn random_runs_need_a_claim_granted_while_a_fault_was_on() {
+        let at = |t: u64, process: Process, kind: Kind, f: &str| {
+            Event::at(t, process, kind, f, serde_json::json!({}))
+        };
+        let ok = |t| at(t, Process::Client(0), Kind::Ok, "acquire");
+        let nem = |t, f| at(t, Process::nemesis(), Kind::Info, f);
+        let sc = crate::scenario::find("minority-partition").expect("scenario");
+        let quiet = [ok(1), nem(2, "partition"), nem(3, "partition-end"), ok(4)];
+        assert_eq!(granted_under_fault(&quiet), 0);
+        assert!(pivot(&sc, &quiet).is_err());
+        let under = [nem(1, "pause"), ok(2), ok(3), nem(4, "heal"), ok(5)];
+        assert_eq!(granted_under_fault(&under), 2);
+        assert!(pivot(&sc, &under).is_ok());
+        let none = crate::scenario::find("no-faults").expect("scenario");
+        assert!(
+            pivot(&none, &quiet[..1]).is_ok(),
+            "no faults: nothing to survive"
+        );
+    }
 
     #[test]
     fn a_missing_pivotal_step_is_inconclusive() {
