@@ -124,18 +124,29 @@ fn least_uptime(seconds: u64) -> Duration {
 /// Whether the master cannot lose an acknowledged write: `appendonly yes` and
 /// `appendfsync always`. `false` when `CONFIG` is refused or renamed away.
 async fn durable(conn: &Connection) -> Result<bool, NodeErrorKind> {
-    for (name, wanted) in [("appendonly", "yes"), ("appendfsync", "always")] {
-        let get: [&[u8]; 3] = [b"CONFIG", b"GET", name.as_bytes()];
-        let reply = conn.query(Command(&[&get])).await?;
-        let value = match &reply {
-            Reply::Array(items) => items.get(1).and_then(text),
-            _ => None,
-        };
-        if value.as_deref() != Some(wanted) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    // One round trip: Redis 7 answers several parameters at once, as name/value pairs.
+    let get: [&[u8]; 4] = [b"CONFIG", b"GET", b"appendonly", b"appendfsync"];
+    Ok(durable_config(&conn.query(Command(&[&get])).await?))
+}
+
+/// Whether a `CONFIG GET appendonly appendfsync` reply says `yes` and `always`; `false` for an
+/// error reply or anything else.
+fn durable_config(reply: &Reply) -> bool {
+    let Reply::Array(items) = reply else {
+        return false;
+    };
+    let pairs: Vec<(Option<String>, Option<String>)> = items
+        .chunks(2)
+        .map(|pair| (pair.first().and_then(text), pair.get(1).and_then(text)))
+        .collect();
+    let value = |name: &str| {
+        pairs
+            .iter()
+            .find(|(n, _)| n.as_deref() == Some(name))
+            .and_then(|(_, v)| v.clone())
+    };
+    value("appendonly").as_deref() == Some("yes")
+        && value("appendfsync").as_deref() == Some("always")
 }
 
 /// A bulk or status reply as text.
@@ -208,6 +219,29 @@ mod tests {
         ] {
             assert!(provision_reply(bad).is_err());
         }
+    }
+
+    #[test]
+    fn only_appendonly_with_fsync_always_is_durable() {
+        let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        let config = |only: &str, fsync: &str| {
+            Reply::Array(vec![
+                bulk("appendonly"),
+                bulk(only),
+                bulk("appendfsync"),
+                bulk(fsync),
+            ])
+        };
+        assert!(durable_config(&config("yes", "always")));
+        assert!(!durable_config(&config("yes", "everysec")));
+        assert!(!durable_config(&config("no", "always")));
+        assert!(!durable_config(&Reply::Error(
+            "ERR unknown command 'CONFIG'".into()
+        )));
+        assert!(!durable_config(&Reply::Array(vec![
+            bulk("appendonly"),
+            bulk("yes")
+        ])));
     }
 
     #[test]
