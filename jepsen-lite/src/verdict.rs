@@ -320,6 +320,23 @@ mod tests {
             claims_held,
         );
         assert_eq!(j.verdict, Verdict::Pass);
+        // A fault outside the model must break the claims themselves: a break seen only in
+        // the effects fails.
+        let claims_must_break = ClaimsCheck {
+            expected: Some(Expect::Break),
+            observed: Expect::Hold,
+        };
+        let j = judge(
+            Expect::Break,
+            Expect::Break,
+            3,
+            &proven(1),
+            NEEDS_SCRIPTED,
+            &PIVOT_OK,
+            claims_must_break,
+        );
+        assert_eq!(j.verdict, Verdict::Fail);
+        assert!(j.why.contains("the claims themselves"), "{}", j.why);
     }
 
     const NEEDS_SCRIPTED: Minimum = Minimum {
@@ -387,6 +404,15 @@ mod tests {
         assert!(pivot(&sc, &by_a).is_err(), "A's refusal is not B's");
         let quarantined = [fail(1, "node 2: restarted or lost its data only 1s ago")];
         assert!(pivot(&sc, &quarantined).is_ok());
+        let held = crate::scenario::find("held-replies").expect("scenario");
+        assert!(pivot(&held, &timed_out).is_err());
+        assert!(pivot(&held, &[fail(0, "validity exhausted for \"r\"")]).is_ok());
+        let split = crate::scenario::find("split-minority").expect("scenario");
+        assert!(
+            pivot(&split, &quarantined).is_err(),
+            "B's refusal is not A's"
+        );
+        assert!(pivot(&split, &by_a).is_ok());
         let unprotected = crate::scenario::find("crash-restart-snapshot").expect("scenario");
         assert!(
             pivot(&unprotected, &[]).is_ok(),
