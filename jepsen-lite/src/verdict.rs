@@ -405,7 +405,11 @@ mod tests {
         let quarantined = [fail(1, "node 2: restarted or lost its data only 1s ago")];
         assert!(pivot(&sc, &quarantined).is_ok());
         let held = crate::scenario::find("held-replies").expect("scenario");
-        assert!(pivot(&held, &timed_out).is_err());
+        let a_timed_out = [fail(0, "quorum unreachable: node 2: timed out")];
+        assert!(
+            pivot(&held, &a_timed_out).is_err(),
+            "A refused, but not for validity"
+        );
         assert!(pivot(&held, &[fail(0, "validity exhausted for \"r\"")]).is_ok());
         let split = crate::scenario::find("split-minority").expect("scenario");
         assert!(
