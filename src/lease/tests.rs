@@ -36,6 +36,8 @@ struct Log {
     extends: Vec<Instant>,
     released: Option<Instant>,
     dropped: bool,
+    /// How many times the lease counted its lock as lost by expiry.
+    expiries: u32,
 }
 
 /// A lock whose extensions follow a script (then succeed after 1 ms forever).
@@ -129,7 +131,9 @@ impl Renew for FakeLock {
         Ok(())
     }
 
-    fn count_expiry(&mut self) {}
+    fn count_expiry(&mut self) {
+        self.log.lock().expect("log").expiries += 1;
+    }
 }
 
 fn plan(lock: &FakeLock, max_hold: Option<Duration>) -> Plan {
@@ -479,4 +483,31 @@ async fn no_task_outlives_its_lease() {
         }
     }
     until(|| metrics.num_alive_tasks() == before).await;
+}
+
+/// Regression (seen in CI): a holder that saw the lease end and released it at once could
+/// reach the task before the task's own timer fired; the task then ended as a plain release
+/// and the loss was never counted in the manager's stats.
+#[tokio::test(start_paused = true)]
+async fn a_release_after_the_lease_ended_still_counts_the_loss() {
+    let (lease, log) = start([Step::Unreachable(Duration::from_secs(60))], None);
+    let error = lease.lost().await;
+    assert!(matches!(
+        error,
+        LockError::NotHeld {
+            reason: NotHeldReason::Expired,
+            ..
+        }
+    ));
+    let _ = lease.release().await;
+    assert_eq!(log.lock().expect("log").expiries, 1);
+}
+
+/// A lease released while it still holds its lock counts no loss.
+#[tokio::test(start_paused = true)]
+async fn a_release_while_held_counts_no_loss() {
+    let (lease, log) = start([], None);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    lease.release().await.expect("release");
+    assert_eq!(log.lock().expect("log").expiries, 0);
 }
