@@ -48,6 +48,8 @@ pub(crate) struct Config {
     pub(crate) restart_protection: bool,
     /// The owner of a reentrant handle ([`Redlock::reentrant`](crate::Redlock::reentrant)).
     pub(crate) owner: Option<crate::value::LockValue>,
+    /// Whether waiting acquisitions are woken by releases ([`RedlockBuilder::notified_handoffs`]).
+    pub(crate) notified: bool,
 }
 
 impl Config {
@@ -94,6 +96,7 @@ pub struct RedlockBuilder {
     fence_retention: Duration,
     max_ttl: Option<Duration>,
     restart_protection: bool,
+    notified: bool,
 }
 
 impl Default for RedlockBuilder {
@@ -113,6 +116,7 @@ impl Default for RedlockBuilder {
             fence_retention: DEFAULT_FENCE_RETENTION,
             max_ttl: None,
             restart_protection: false,
+            notified: true,
         }
     }
 }
@@ -257,6 +261,20 @@ impl RedlockBuilder {
         self
     }
 
+    /// Notified hand-offs: a [`lock`](crate::Redlock::lock) or
+    /// [`lock_until`](crate::Redlock::lock_until) that finds the lock taken waits for its
+    /// release (each master publishes it) instead of polling, and for its expiry when the
+    /// holder crashed (a refusal says how long its key has left). Each manager opens one
+    /// pub/sub connection per master when its first waiter arrives, shared by all of them;
+    /// a release wakes one waiter of the manager (the longest waiting), and only the first in
+    /// line still polls, every [`retry_delay`](Self::retry_delay) at most, so a lost
+    /// notification costs at most one retry delay. `false` polls as before: every waiter
+    /// retries after a random delay below the retry delay. Defaults to `true`.
+    pub fn notified_handoffs(mut self, on: bool) -> Self {
+        self.notified = on;
+        self
+    }
+
     /// Breaks the algorithm on purpose, for the jepsen-lite harness. Never use this.
     #[cfg(quorumlock_mutants)]
     #[doc(hidden)]
@@ -328,6 +346,7 @@ impl RedlockBuilder {
             max_ttl,
             restart_protection: self.restart_protection,
             owner: None,
+            notified: self.notified,
         };
         Ok((config, addresses))
     }

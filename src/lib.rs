@@ -229,6 +229,7 @@ mod traced;
 mod transport;
 mod value;
 
+mod wake;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -18,6 +18,20 @@ use crate::shared::Shared;
 use crate::stats::{NodeStats, Stats};
 use crate::traced::{in_span, record_outcome, record_with};
 use crate::transport::node::RedisNode;
+use crate::wake::{WakeHub, WakeMode, Waiter};
+
+/// How long after a holder's keys should have expired a waiter retries: `PTTL` is in whole
+/// milliseconds, and the keys must be gone on the masters' clocks when the round reaches them.
+const EXPIRY_SLACK: Duration = Duration::from_millis(2);
+
+/// How long [`Redlock::acquire_waiting`] keeps trying.
+#[derive(Debug, Clone, Copy)]
+enum Patience {
+    /// This many retries after the first round ([`Redlock::lock`]).
+    Retries(u32),
+    /// Until this instant ([`Redlock::lock_until`]).
+    Until(Instant),
+}
 
 /// A Redlock manager over N independent Redis masters.
 ///
@@ -86,12 +100,15 @@ impl Redlock {
     }
 
     pub(crate) fn from_parts(nodes: Vec<Arc<RedisNode>>, config: Config) -> Self {
+        let clients = nodes.iter().map(|node| node.client().clone()).collect();
+        let wakes = WakeHub::new(clients, config.node_timeout, config.connect_timeout);
         Self {
             shared: Arc::new(Shared {
                 nodes: nodes.into(),
                 config,
                 counters: Arc::default(),
                 holds: Arc::default(),
+                wakes,
             }),
         }
     }
@@ -200,6 +217,7 @@ impl Redlock {
 
     /// Opens every connection to every master now (they are otherwise opened on first use, in
     /// the background), waiting at most the connect timeout: a check of the configuration at
+                wakes: self.shared.wakes.clone(),
     /// start-up, and a way to keep the first locks from waiting for connections.
     ///
     /// # Errors
@@ -341,14 +359,21 @@ impl Redlock {
     /// compare-and-delete on the same connection, which the master runs after them.
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
-        self.round(resource, &keys, timing, 0, Instant::now())
+        self.round(resource, &keys, timing, 0, Instant::now(), false)
             .await
             .map_err(|failure| failure.error)
     }
 
     /// Acquires with retries: up to [`retry_count`](RedlockBuilder::retry_count) more rounds
-    /// after the first, each after a random delay below
-    /// [`retry_delay`](RedlockBuilder::retry_delay).
+    /// after the first.
+    ///
+    /// With [notified hand-offs](RedlockBuilder::notified_handoffs) (the default), a refused
+    /// acquisition subscribes to the resource's releases and tries again at once (that round,
+    /// which closes the gap between the refusal and the subscription, is not counted as a
+    /// retry); then each retry follows a release, the expiry of the holder's keys (when it
+    /// crashed), or, for the first in line only, a random delay below
+    /// [`retry_delay`](RedlockBuilder::retry_delay). Without them, each retry follows a random
+    /// delay below the retry delay.
     ///
     /// # Errors
     ///
@@ -358,31 +383,19 @@ impl Redlock {
     /// # Cancel safety
     ///
     /// As for [`try_lock`](Self::try_lock): dropping the future releases whatever the current
-    /// round may have set.
+    /// round may have set, and leaves the resource's line of waiters (unsubscribing if it was
+    /// the last; a release signalled to it goes to the next waiter).
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
-        let started = Instant::now();
-        let retry_count = self.shared.config.retry_count;
-        let mut retries_left = retry_count;
-        loop {
-            match self
-                .round(resource, &keys, timing, retry_count - retries_left, started)
-                .await
-            {
-                Ok(guard) => return Ok(guard),
-                Err(failure) if failure.error.is_retryable() && retries_left > 0 => {
-                    retries_left -= 1;
-                    tokio::time::sleep(self.jitter()).await;
-                    self.settle(failure.cleanup).await;
-                }
-                Err(failure) => return Err(failure.error),
-            }
-        }
+        let retries = self.shared.config.retry_count;
+        self.acquire_waiting(resource, &keys, timing, Patience::Retries(retries))
+            .await
     }
 
-    /// Acquires, retrying after random delays until `deadline` (a rounds in flight at the
-    /// deadline is allowed to finish: rounds take at most the node timeout). A deadline more
-    /// than about 30 years away is as good as none: it waits until the lock is granted.
+    /// Acquires, retrying until `deadline` (a round in flight at the deadline is allowed to
+    /// finish: rounds take at most the node timeout), woken by releases as
+    /// [`lock`](Self::lock) is. A deadline more than about 30 years away is as good as none: it
+    /// waits until the lock is granted.
     ///
     /// # Errors
     ///
@@ -392,7 +405,7 @@ impl Redlock {
     ///
     /// # Cancel safety
     ///
-    /// As for [`try_lock`](Self::try_lock).
+    /// As for [`lock`](Self::lock).
     pub async fn lock_until(
         &self,
         resource: &str,
@@ -400,27 +413,84 @@ impl Redlock {
         deadline: std::time::Instant,
     ) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
-        let started = Instant::now();
         // Tokio's timers panic on an instant near the end of the clock: cap the wait.
-        let deadline = Instant::from_std(deadline).min(deadline_after(started, FAR_FUTURE));
+        let deadline =
+            Instant::from_std(deadline).min(deadline_after(Instant::now(), FAR_FUTURE));
+        self.acquire_waiting(resource, &keys, timing, Patience::Until(deadline))
+            .await
+    }
+
+    /// The retry loop of [`lock`](Self::lock) and [`lock_until`](Self::lock_until): rounds
+    /// until granted or out of patience, waiting between them for a release (notified), the
+    /// holder's keys' expiry, or the poll delay.
+    async fn acquire_waiting(
+        &self,
+        resource: &str,
+        keys: &LockKeys,
+        timing: RoundSpec,
+        patience: Patience,
+    ) -> Result<LockGuard, LockError> {
+        let started = Instant::now();
+        let (mut retries_left, deadline) = match patience {
+            Patience::Retries(count) => (count, deadline_after(started, FAR_FUTURE)),
+            Patience::Until(deadline) => (u32::MAX, deadline),
+        };
         let mut attempts = 0u32;
         let mut last = None;
         loop {
-            if Instant::now() >= deadline {
+            if matches!(patience, Patience::Until(_)) && Instant::now() >= deadline {
                 return Err(LockError::DeadlinePassed {
                     resource: resource.to_string(),
                     attempts,
                     last: last.map(Box::new),
+        // The line this acquisition waits in, once a refusal sent it there.
+        let mut waiter: Option<Waiter> = None;
                 });
             }
-            let failure = match self.round(resource, &keys, timing, attempts, started).await {
-                Ok(guard) => return Ok(guard),
+            let outcome = self
+                .round(resource, keys, timing, attempts, started, waiter.is_some())
+                .await;
+            attempts = attempts.saturating_add(1);
+            let failure = match outcome {
+                Ok(guard) => {
+                    if let Some(waiter) = waiter {
+                        waiter.done();
+                    }
+                    return Ok(guard);
+                }
                 Err(failure) if failure.error.is_retryable() => failure,
                 Err(failure) => return Err(failure.error),
             };
-            attempts = attempts.saturating_add(1);
-            let wake = deadline_after(Instant::now(), self.jitter()).min(deadline);
-            tokio::time::sleep_until(wake).await;
+            if retries_left == 0 {
+                return Err(failure.error);
+            }
+            let notified = self.shared.config.notified && failure.error.is_contended();
+            if notified && waiter.is_none() {
+                let joined = self.shared.wakes.waiter(&keys.lock, WakeMode::One);
+                let subscribed = joined.subscribed().await;
+                tracing::debug!(resource, subscribed, "contended: waiting for a release");
+                waiter = Some(joined);
+                self.settle(failure.cleanup).await;
+                last = Some(failure.error);
+                continue;
+            }
+            if matches!(patience, Patience::Retries(_)) {
+                retries_left -= 1;
+            }
+            let now = Instant::now();
+            let poll_at = deadline_after(now, self.jitter()).min(deadline);
+            match &waiter {
+                Some(waiter) => {
+                    // A crashed holder's keys expire unannounced: be there when they do.
+                    let poll_at = match failure.free_in {
+                        Some(free_in) => poll_at.min(deadline_after(now, free_in + EXPIRY_SLACK)),
+                        None => poll_at,
+                    };
+                    let woken = waiter.wait(poll_at, deadline).await;
+                    tracing::trace!(resource, ?woken, "waiter woken");
+                }
+                None => tokio::time::sleep_until(poll_at).await,
+            }
             self.settle(failure.cleanup).await;
             last = Some(failure.error);
         }
@@ -441,10 +511,11 @@ impl Redlock {
             resource,
             ttl = ?timing.ttl,
             retry,
+        report_ttl: bool,
             outcome = tracing::field::Empty,
             validity_left = tracing::field::Empty,
         );
-        let outcome = in_span(&span, self.acquire_round(resource, keys, timing)).await;
+        let outcome = in_span(&span, self.acquire_round(resource, keys, timing, report_ttl)).await;
         self.shared
             .counters
             .acquired(outcome.as_ref().map_err(|failure| &failure.error));
@@ -464,11 +535,14 @@ impl Redlock {
         keys: &LockKeys,
         timing: RoundSpec,
     ) -> Result<LockGuard, RoundFailure> {
-        let mut grant = round::acquire(&self.shared.nodes, resource, keys, timing).await?;
+        let mut grant =
+            round::acquire_reporting(&self.shared.nodes, resource, keys, timing, report_ttl)
+                .await?;
         // A reentrant owner's acquisition while another of its guards is valid keeps that
         // hold's token, stored on a quorum already (see `holds`): no write-back.
         let rejoined = match grant.token {
             Some(_) => (self.shared.holds).rejoin(&keys.lock, &grant.claim, grant.valid_until),
+        report_ttl: bool,
             None => None,
         };
         if rejoined.is_some() {
@@ -515,6 +589,7 @@ impl Redlock {
     /// Waits (at most one node timeout) for a failed round's cleanup, so that the next round
     /// does not find this client's own leftover keys.
     async fn settle(&self, cleanup: Option<tokio::task::JoinHandle<()>>) {
+            free_in: None,
         if let Some(cleanup) = cleanup {
             let _ = tokio::time::timeout(self.shared.config.node_timeout, cleanup).await;
         }

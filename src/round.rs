@@ -98,6 +98,10 @@ pub(crate) struct Grant {
 pub(crate) struct RoundFailure {
     pub(crate) error: LockError,
     pub(crate) cleanup: Option<JoinHandle<()>>,
+    /// When asked ([`acquire_reporting`]): how long until the holder's keys have expired on
+    /// enough masters for a quorum, from the end of the round (`None`: unknown, or never by
+    /// expiry alone).
+    pub(crate) free_in: Option<Duration>,
 }
 
 /// Releases the key in the background when dropped while armed: the cleanup of a round whose
@@ -150,6 +154,19 @@ pub(crate) async fn acquire<M: Master>(
     keys: &LockKeys,
     timing: RoundSpec,
 ) -> Result<Grant, RoundFailure> {
+    acquire_reporting(nodes, resource, keys, timing, false).await
+}
+
+/// [`acquire`], and when `report_ttl`, a refusal reads the holder's remaining TTL on each
+/// master (through the acquire script), so the failure says when the lock may be free by
+/// expiry ([`RoundFailure::free_in`]): what a waiter needs after a holder crashed.
+pub(crate) async fn acquire_reporting<M: Master>(
+    nodes: &Nodes<M>,
+    resource: &str,
+    keys: &LockKeys,
+    timing: RoundSpec,
+    report_ttl: bool,
+) -> Result<Grant, RoundFailure> {
     let claim = Claim::fresh(
         keys.reentrant.as_ref().map(|(owner, _)| owner),
         keys.reentrant.as_ref().map(|(_, holds)| holds),
@@ -174,7 +191,12 @@ pub(crate) async fn acquire<M: Master>(
         },
         fence_cap: timing.fence_cap(),
         epoch_key: keys.epoch.as_deref(),
+        report_ttl,
     };
+    // Per master, when it could be free (granted to us: at once, our key is cleaned up).
+    let free: Vec<std::sync::Mutex<Option<Duration>>> =
+        nodes.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let free = &free;
     let mut tally = Tally::new(nodes.iter().map(|_| true), timing.quorum(nodes.len()));
     // Elapsed time is measured on the lock clock, which counts a suspend of the machine: the
     // keys expire on the masters while this client is suspended.
@@ -183,7 +205,16 @@ pub(crate) async fn acquire<M: Master>(
         .iter()
         .enumerate()
         .map(|(i, node)| async move {
-            let vote = match node.acquire(request).await {
+            let reply = node.acquire(request).await;
+            if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
+                let at = if reply.granted {
+                    Some(Duration::ZERO)
+                } else {
+                    reply.remaining
+                };
+                *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+            }
+            let vote = match reply {
                 Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
                     // Restart protection: this master may have forgotten locks it granted. Its
                     // key is set (and will be released), but its vote does not count.
@@ -242,9 +273,19 @@ pub(crate) async fn acquire<M: Master>(
     } else {
         tally.acquire_error(nodes, resource)
     };
+    let free_in = report_ttl
+        .then(|| {
+            let free: Vec<Option<Duration>> = free
+                .iter()
+                .map(|slot| *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+                .collect();
+            crate::wake::free_in(&free, timing.quorum(nodes.len()))
+        })
+        .flatten();
     Err(RoundFailure {
         error,
         cleanup: cleanup.release(&holders),
+        free_in,
     })
 }
 

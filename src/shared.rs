@@ -9,6 +9,7 @@ use crate::holds::Holds;
 use crate::round::Nodes;
 use crate::stats::Counters;
 use crate::transport::node::RedisNode;
+use crate::wake::WakeHub;
 
 /// What every handle and guard of one manager shares.
 pub(crate) struct Shared {
@@ -18,4 +19,6 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// The fencing tokens of reentrant owners' holds, shared like `counters`.
     pub(crate) holds: Arc<Holds>,
+    /// The waiters of notified hand-offs and their subscriptions, shared like `counters`.
+    pub(crate) wakes: WakeHub,
 }

@@ -419,6 +419,7 @@ impl Master for FakeMaster {
             granted: outcome.ok,
             token: outcome.token,
             epoch_age: outcome.epoch_age,
+            remaining: None,
         })
     }
 

@@ -26,12 +26,19 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) fence_cap: Duration,
     /// The epoch marker key, when restart protection is on.
     pub(crate) epoch_key: Option<&'a str>,
+    /// Whether a refusal should say how long the holder's key has left (a waiter of a notified
+    /// hand-off asks, to retry when a crashed holder's key expires): this takes the script
+    /// instead of the plain `SET`.
+    pub(crate) report_ttl: bool,
 }
 
 impl AcquireRequest<'_> {
     /// Whether this is a plain `SET NX PX` (no token, no epoch check, not reentrant).
     pub(crate) fn is_plain(&self) -> bool {
-        self.fence_key.is_none() && self.epoch_key.is_none() && self.claim.reentry.is_none()
+        self.fence_key.is_none()
+            && self.epoch_key.is_none()
+            && self.claim.reentry.is_none()
+            && !self.report_ttl
     }
 }
 
@@ -44,6 +51,9 @@ pub(crate) struct AcquireReply {
     pub(crate) token: Option<u64>,
     /// How long ago this master's epoch marker was created, when restart protection is on.
     pub(crate) epoch_age: Option<Duration>,
+    /// When refused through the script: how long the holder's key has left here (`None` when
+    /// unknown, or when the key has no TTL).
+    pub(crate) remaining: Option<Duration>,
 }
 
 /// One Redis master as the quorum logic sees it: a few atomic operations on one key.

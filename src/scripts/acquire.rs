@@ -12,7 +12,10 @@ lua_script! {
     /// proposes (`0` for none), `ARGV[8]` how far (µs) a proposal may run ahead of this node's
     /// clock.
     ///
-    /// Returns `{granted, token, epoch_age_ms}` (`epoch_age_ms` is -1 when not checked).
+    /// Returns `{granted, token, epoch_age_ms, pttl_ms}` (`epoch_age_ms` is -1 when not
+    /// checked); `pttl_ms` is the holder's key's remaining TTL when refused (`PTTL`: -1 for a
+    /// key without one), so that a waiter knows when a crashed holder's key expires (expiry
+    /// publishes nothing), and -2 when granted.
     ///
     /// * The epoch marker is created, stamped with the node's own clock (`TIME`, microseconds), the
     ///   first time it is missing: a node that lost its data gets a new, young marker, and its age
@@ -60,7 +63,7 @@ else
     end
 end
 if not granted then
-    return {0, 0, epoch_age_ms}
+    return {0, 0, epoch_age_ms, redis.call('pttl', KEYS[1])}
 end
 local token = 0
 if ARGV[3] == '1' then
@@ -69,5 +72,5 @@ if ARGV[3] == '1' then
     token = math.max(current + 1, now_us, proposal)
     redis.call('set', KEYS[2], string.format('%d', token), 'px', ARGV[5])
 end
-return {1, token, epoch_age_ms}";
+return {1, token, epoch_age_ms, -2}";
 }

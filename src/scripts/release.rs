@@ -4,8 +4,15 @@ lua_script! {
     /// Deletes the lock key only if it still holds this owner's value. Returns 1 if deleted, else 0.
     ///
     /// A plain `DEL` would remove the key of whoever acquired the lock after ours expired.
+    ///
+    /// Having deleted it, publishes the release on a channel named like the key, for the
+    /// waiters of notified hand-offs ([`crate::wake`]); the message is the SHA1 of the value
+    /// (never the value, which would let a listener release a later lock of a reentrant owner),
+    /// so the copies from several masters are recognised as one release.
     COMPARE_AND_DELETE = r"if redis.call('get', KEYS[1]) == ARGV[1] then
-    return redis.call('del', KEYS[1])
+    redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[1], redis.sha1hex(ARGV[1]))
+    return 1
 end
 return 0";
 }
@@ -15,7 +22,8 @@ lua_script! {
     /// `KEYS[2]`, and deletes the lock key `KEYS[1]` (and the hash) once no acquisition is left.
     /// Returns 1 if the acquisition was removed, else 0 (never touches another owner's key, and
     /// never removes an acquisition twice, so a lost or repeated release cannot free the lock
-    /// under another acquisition of the same owner).
+    /// under another acquisition of the same owner). Publishes the release when it deletes the
+    /// key, as [`COMPARE_AND_DELETE`] does (the message is the SHA1 of the acquisition's id).
     RELEASE_REENTRANT = r"if redis.call('get', KEYS[1]) ~= ARGV[1] then
     return 0
 end
@@ -24,6 +32,7 @@ if redis.call('hdel', KEYS[2], ARGV[2]) == 0 then
 end
 if redis.call('hlen', KEYS[2]) == 0 then
     redis.call('del', KEYS[1], KEYS[2])
+    redis.call('publish', KEYS[1], redis.sha1hex(ARGV[2]))
 end
 return 1";
 }

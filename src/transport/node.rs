@@ -110,6 +110,12 @@ impl RedisNode {
     /// [`send`](Self::send), traced (node, outcome, latency: never keys or values, and the
     /// node's name has its password redacted) and counted.
     async fn request(
+    /// The client that opens connections to this master (for the pub/sub connection of
+    /// notified hand-offs).
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.address.client
+    }
+
         &self,
         request: Request<'_>,
         cleanup: bool,
@@ -399,6 +405,7 @@ impl Master for RedisNode {
             let retention = Decimal::new(millis(request.fence_retention.max(request.ttl)));
             let proposal = Decimal::new(request.fence_proposal);
             let cap =
+                    remaining: None,
                 Decimal::new(u64::try_from(request.fence_cap.as_micros()).unwrap_or(u64::MAX));
             let fencing = if request.fence_key.is_some() {
                 "1"

@@ -27,17 +27,19 @@ pub(crate) fn flag_reply(value: Reply) -> Result<bool, NodeErrorKind> {
     }
 }
 
-/// Reads the `{granted, token, epoch_age_ms}` reply of the acquire script.
+/// Reads the `{granted, token, epoch_age_ms, pttl_ms}` reply of the acquire script.
 pub(crate) fn acquire_reply(
     value: Reply,
     fencing: bool,
     epoch_check: bool,
 ) -> Result<AcquireReply, NodeErrorKind> {
-    const EXPECTED: &str = "an array of three integers {granted, token, epoch_age_ms}";
+    const EXPECTED: &str = "an array of four integers {granted, token, epoch_age_ms, pttl_ms}";
     let Reply::Array(items) = &value else {
         return Err(unexpected(EXPECTED, &value));
     };
-    let [Reply::Int(granted), Reply::Int(token), Reply::Int(age)] = items.as_slice() else {
+    let [Reply::Int(granted), Reply::Int(token), Reply::Int(age), Reply::Int(pttl)] =
+        items.as_slice()
+    else {
         return Err(unexpected(EXPECTED, &value));
     };
     let granted = match granted {
@@ -60,7 +62,18 @@ pub(crate) fn acquire_reply(
         granted,
         token,
         epoch_age,
+        remaining: if granted { None } else { remaining_of_pttl(*pttl) },
     })
+}
+
+/// What a refusal's `PTTL` says about when the holder's key goes: `Some(ttl)`, `Some(ZERO)`
+/// for a key gone meanwhile (-2), `None` for a key without a TTL (-1: it never expires by
+/// itself) or anything else unexpected.
+pub(crate) fn remaining_of_pttl(pttl: i64) -> Option<Duration> {
+    match pttl {
+        -2 => Some(Duration::ZERO),
+        ms => u64::try_from(ms).ok().map(Duration::from_millis),
+    }
 }
 
 /// An [`NodeErrorKind::UnexpectedReply`] that shows (the start of) what came back.
@@ -137,13 +150,19 @@ mod tests {
 
     #[test]
     fn acquire_replies_are_read_strictly() {
-        let ok = Reply::Array(vec![Reply::Int(1), Reply::Int(42), Reply::Int(5)]);
+        let ok = Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(42),
+            Reply::Int(5),
+            Reply::Int(-2),
+        ]);
         assert_eq!(
             acquire_reply(ok.clone(), true, true),
             Ok(AcquireReply {
                 granted: true,
                 token: Some(42),
                 epoch_age: Some(Duration::from_millis(5)),
+                remaining: None,
             })
         );
         assert_eq!(
@@ -152,19 +171,36 @@ mod tests {
                 granted: true,
                 token: None,
                 epoch_age: None,
+                remaining: None,
             })
         );
-        let refused = Reply::Array(vec![Reply::Int(0), Reply::Int(0), Reply::Int(-1)]);
+        let refused = |pttl| {
+            Reply::Array(vec![
+                Reply::Int(0),
+                Reply::Int(0),
+                Reply::Int(-1),
+                Reply::Int(pttl),
+            ])
+        };
         assert_eq!(
-            acquire_reply(refused, true, false).map(|r| r.granted),
-            Ok(false)
+            acquire_reply(refused(1500), true, false).map(|r| (r.granted, r.remaining)),
+            Ok((false, Some(Duration::from_millis(1500))))
+        );
+        // A key gone meanwhile is free now; one without a TTL never frees itself.
+        assert_eq!(
+            acquire_reply(refused(-2), true, false).map(|r| r.remaining),
+            Ok(Some(Duration::ZERO))
+        );
+        assert_eq!(
+            acquire_reply(refused(-1), true, false).map(|r| r.remaining),
+            Ok(None)
         );
         for bad in [
             Reply::Nil,
-            Reply::Array(vec![Reply::Int(1), Reply::Int(0), Reply::Int(0)]),
-            Reply::Array(vec![Reply::Int(2), Reply::Int(1), Reply::Int(0)]),
-            Reply::Array(vec![Reply::Int(1), Reply::Int(1)]),
-            Reply::Array(vec![Reply::Int(1), Reply::Int(-4), Reply::Int(0)]),
+            Reply::Array(vec![Reply::Int(1), Reply::Int(0), Reply::Int(0), Reply::Int(-2)]),
+            Reply::Array(vec![Reply::Int(2), Reply::Int(1), Reply::Int(0), Reply::Int(-2)]),
+            Reply::Array(vec![Reply::Int(1), Reply::Int(1), Reply::Int(0)]),
+            Reply::Array(vec![Reply::Int(1), Reply::Int(-4), Reply::Int(0), Reply::Int(-2)]),
         ] {
             assert!(acquire_reply(bad, true, true).is_err());
         }

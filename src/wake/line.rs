@@ -1,0 +1,249 @@
+//! Who waits for which resource, in arrival order: the bookkeeping behind [`WakeHub`]
+//! (pure, under one mutex, unit-tested without any master).
+//!
+//! [`WakeHub`]: super::WakeHub
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+/// How many recent release ids a channel remembers, to wake once per release although each
+/// master that deleted the key publishes it: a release reaches at most N masters, and a
+/// handful of releases can overlap (a cleanup beside a hand-off).
+const RECENT: usize = 16;
+
+/// How a waiter wants to be woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WakeMode {
+    /// Hand-off: one waiter per release per manager, the longest waiting first (FIFO within
+    /// the process). Only the first in line polls as the fallback.
+    One,
+    /// Observer: every observer on every release (leadership changes, say); each polls.
+    All,
+}
+
+/// One waiter's wake-up state.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) mode: WakeMode,
+    /// A release was signalled to this waiter (permits are stored: a wake while the waiter is
+    /// busy with a round is not lost).
+    pub(crate) woken: Notify,
+    /// Whether a signalled release has not been taken yet (so the next release goes to the
+    /// next in line, and a cancelled waiter passes it on).
+    pub(crate) pending: AtomicBool,
+    /// This waiter became first in line: it takes over the fallback polling.
+    pub(crate) promoted: Notify,
+}
+
+impl Slot {
+    fn new(mode: WakeMode) -> Arc<Self> {
+        Arc::new(Self {
+            mode,
+            woken: Notify::new(),
+            pending: AtomicBool::new(false),
+            promoted: Notify::new(),
+        })
+    }
+
+    /// Signals a release to this waiter.
+    pub(crate) fn wake(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.woken.notify_one();
+    }
+
+    fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Channel {
+    /// Hand-off waiters, oldest first.
+    line: VecDeque<Arc<Slot>>,
+    observers: Vec<Arc<Slot>>,
+    /// Ids of the latest releases seen on this channel.
+    recent: VecDeque<Vec<u8>>,
+}
+
+impl Channel {
+    fn is_empty(&self) -> bool {
+        self.line.is_empty() && self.observers.is_empty()
+    }
+
+    /// Wakes the first hand-off waiter not already signalled, and every observer.
+    fn wake(&self) -> usize {
+        let mut woken = 0;
+        if let Some(first) = self.line.iter().find(|slot| !slot.is_pending()) {
+            first.wake();
+            woken += 1;
+        }
+        for observer in &self.observers {
+            observer.wake();
+            woken += 1;
+        }
+        woken
+    }
+}
+
+/// Every channel (resource) this manager's waiters wait on, with a version that changes
+/// whenever the set of channels does (what the masters' subscriptions must follow).
+#[derive(Debug, Default)]
+pub(crate) struct Lines {
+    channels: HashMap<Arc<str>, Channel>,
+    version: u64,
+}
+
+/// What leaving a line changed.
+#[derive(Debug, Default)]
+pub(crate) struct Left {
+    /// The channel has no waiter left: its subscriptions must go.
+    pub(crate) channel_gone: bool,
+}
+
+impl Lines {
+    /// Joins `channel`'s line; returns the slot and the version at which the channel is wanted.
+    pub(crate) fn join(&mut self, channel: &Arc<str>, mode: WakeMode) -> (Arc<Slot>, u64) {
+        let slot = Slot::new(mode);
+        let entry = match self.channels.get_mut(channel) {
+            Some(entry) => entry,
+            None => {
+                self.version += 1;
+                self.channels.entry(Arc::clone(channel)).or_default()
+            }
+        };
+        match mode {
+            WakeMode::One => entry.line.push_back(Arc::clone(&slot)),
+            WakeMode::All => entry.observers.push(Arc::clone(&slot)),
+        }
+        (slot, self.version)
+    }
+
+    /// Leaves `channel`'s line. A waiter that leaves with a release signalled and not taken
+    /// (`pass_on`, a cancelled waiter) hands that release to the next in line; a new first in
+    /// line is told to take over the polling.
+    pub(crate) fn leave(&mut self, channel: &str, slot: &Arc<Slot>, pass_on: bool) -> Left {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return Left::default();
+        };
+        let was_first = entry.line.front().is_some_and(|s| Arc::ptr_eq(s, slot));
+        entry.line.retain(|s| !Arc::ptr_eq(s, slot));
+        entry.observers.retain(|s| !Arc::ptr_eq(s, slot));
+        if was_first {
+            if let Some(next) = entry.line.front() {
+                next.promoted.notify_one();
+            }
+        }
+        if pass_on && slot.mode == WakeMode::One && slot.is_pending() {
+            if let Some(next) = entry.line.iter().find(|s| !s.is_pending()) {
+                next.wake();
+            }
+        }
+        if entry.is_empty() {
+            self.channels.remove(channel);
+            self.version += 1;
+            return Left { channel_gone: true };
+        }
+        Left::default()
+    }
+
+    /// Whether `slot` polls as the fallback: the first in line, or an observer.
+    pub(crate) fn polls(&self, channel: &str, slot: &Arc<Slot>) -> bool {
+        if slot.mode == WakeMode::All {
+            return true;
+        }
+        self.channels
+            .get(channel)
+            .and_then(|entry| entry.line.front())
+            .is_some_and(|first| Arc::ptr_eq(first, slot))
+    }
+
+    /// A master published the release `id` on `channel`: wakes once per release (the other
+    /// masters' copies of it are ignored). Returns how many waiters were woken.
+    pub(crate) fn released(&mut self, channel: &str, id: &[u8]) -> usize {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return 0;
+        };
+        if entry.recent.iter().any(|seen| seen == id) {
+            return 0;
+        }
+        if entry.recent.len() == RECENT {
+            entry.recent.pop_front();
+        }
+        entry.recent.push_back(id.to_vec());
+        entry.wake()
+    }
+
+    /// A subscription was re-established after its connection broke: a release may have been
+    /// missed meanwhile, so every channel wakes as for one release.
+    pub(crate) fn resync(&self) -> usize {
+        self.channels.values().map(Channel::wake).sum()
+    }
+
+    /// The channels wanted now, and the version of that set.
+    pub(crate) fn wanted(&self) -> (u64, Vec<Arc<str>>) {
+        (self.version, self.channels.keys().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(slot: &Slot) -> bool {
+        slot.is_pending()
+    }
+
+    #[test]
+    fn a_release_wakes_the_oldest_waiter_once_whatever_the_number_of_masters() {
+        let mut lines = Lines::default();
+        let key: Arc<str> = Arc::from("k");
+        let (a, v1) = lines.join(&key, WakeMode::One);
+        let (b, v2) = lines.join(&key, WakeMode::One);
+        assert_eq!(v1, v2, "a second waiter on a channel changes no subscription");
+        // The same release from five masters: one wake.
+        for _ in 0..5 {
+            lines.released("k", b"r1");
+        }
+        assert!(pending(&a) && !pending(&b));
+        // The next release goes to the next waiter not yet signalled.
+        assert_eq!(lines.released("k", b"r2"), 1);
+        assert!(pending(&b));
+        assert_eq!(lines.released("k", b"r3"), 0, "everyone signalled already");
+        assert_eq!(lines.released("other", b"r4"), 0);
+    }
+
+    #[test]
+    fn a_cancelled_waiter_passes_its_wake_on_and_the_last_one_unsubscribes() {
+        let mut lines = Lines::default();
+        let key: Arc<str> = Arc::from("k");
+        let (a, v1) = lines.join(&key, WakeMode::One);
+        let (b, _) = lines.join(&key, WakeMode::One);
+        assert!(lines.polls("k", &a) && !lines.polls("k", &b));
+        lines.released("k", b"r1");
+        assert!(!lines.leave("k", &a, true).channel_gone);
+        assert!(pending(&b), "the wake a took with it went to b");
+        assert!(lines.polls("k", &b), "b took over the polling");
+        assert!(lines.leave("k", &b, true).channel_gone);
+        let (version, wanted) = lines.wanted();
+        assert!(wanted.is_empty());
+        assert!(version > v1);
+    }
+
+    #[test]
+    fn a_granted_waiter_keeps_its_wake_and_observers_all_wake() {
+        let mut lines = Lines::default();
+        let key: Arc<str> = Arc::from("k");
+        let (a, _) = lines.join(&key, WakeMode::One);
+        let (b, _) = lines.join(&key, WakeMode::One);
+        let (o1, _) = lines.join(&key, WakeMode::All);
+        let (o2, _) = lines.join(&key, WakeMode::All);
+        assert_eq!(lines.released("k", b"r1"), 3);
+        assert!(pending(&o1) && pending(&o2) && lines.polls("k", &o2));
+        lines.leave("k", &a, false);
+        assert!(!pending(&b), "a granted waiter does not pass its wake on");
+        assert_eq!(lines.resync(), 3, "b and both observers");
+    }
+}
