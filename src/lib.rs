@@ -228,8 +228,8 @@ mod stats;
 mod traced;
 mod transport;
 mod value;
-
 mod wake;
+
 #[cfg(feature = "testing")]
 pub mod testing;
 

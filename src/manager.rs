@@ -211,13 +211,13 @@ impl Redlock {
                 config,
                 counters: Arc::clone(&self.shared.counters),
                 holds: Arc::clone(&self.shared.holds),
+                wakes: self.shared.wakes.clone(),
             }),
         }
     }
 
     /// Opens every connection to every master now (they are otherwise opened on first use, in
     /// the background), waiting at most the connect timeout: a check of the configuration at
-                wakes: self.shared.wakes.clone(),
     /// start-up, and a way to keep the first locks from waiting for connections.
     ///
     /// # Errors
@@ -437,14 +437,14 @@ impl Redlock {
         };
         let mut attempts = 0u32;
         let mut last = None;
+        // The line this acquisition waits in, once a refusal sent it there.
+        let mut waiter: Option<Waiter> = None;
         loop {
             if matches!(patience, Patience::Until(_)) && Instant::now() >= deadline {
                 return Err(LockError::DeadlinePassed {
                     resource: resource.to_string(),
                     attempts,
                     last: last.map(Box::new),
-        // The line this acquisition waits in, once a refusal sent it there.
-        let mut waiter: Option<Waiter> = None;
                 });
             }
             let outcome = self
@@ -505,13 +505,13 @@ impl Redlock {
         timing: RoundSpec,
         retry: u32,
         started: Instant,
+        report_ttl: bool,
     ) -> Result<LockGuard, RoundFailure> {
         let span = tracing::debug_span!(
             "acquire",
             resource,
             ttl = ?timing.ttl,
             retry,
-        report_ttl: bool,
             outcome = tracing::field::Empty,
             validity_left = tracing::field::Empty,
         );
@@ -534,6 +534,7 @@ impl Redlock {
         resource: &str,
         keys: &LockKeys,
         timing: RoundSpec,
+        report_ttl: bool,
     ) -> Result<LockGuard, RoundFailure> {
         let mut grant =
             round::acquire_reporting(&self.shared.nodes, resource, keys, timing, report_ttl)
@@ -542,7 +543,6 @@ impl Redlock {
         // hold's token, stored on a quorum already (see `holds`): no write-back.
         let rejoined = match grant.token {
             Some(_) => (self.shared.holds).rejoin(&keys.lock, &grant.claim, grant.valid_until),
-        report_ttl: bool,
             None => None,
         };
         if rejoined.is_some() {
@@ -583,13 +583,13 @@ impl Redlock {
         Err(RoundFailure {
             error,
             cleanup: None,
+            free_in: None,
         })
     }
 
     /// Waits (at most one node timeout) for a failed round's cleanup, so that the next round
     /// does not find this client's own leftover keys.
     async fn settle(&self, cleanup: Option<tokio::task::JoinHandle<()>>) {
-            free_in: None,
         if let Some(cleanup) = cleanup {
             let _ = tokio::time::timeout(self.shared.config.node_timeout, cleanup).await;
         }

@@ -29,6 +29,7 @@ use crate::transport::resp::{Command, Decimal, Reply};
 use crate::transport::slot::{ConnectionSlot, LifeCheck};
 use crate::value::Claim;
 
+
 /// One request to a master, about one key.
 enum Request<'a> {
     /// A command's arguments: its name, then the key, then the rest.
@@ -102,6 +103,12 @@ impl RedisNode {
         &self.connections[connection_index(key, self.connections.len())]
     }
 
+    /// The client that opens connections to this master (for the pub/sub connection of
+    /// notified hand-offs).
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.address.client
+    }
+
     /// How many requests to this master failed so far.
     pub(crate) fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
@@ -110,12 +117,6 @@ impl RedisNode {
     /// [`send`](Self::send), traced (node, outcome, latency: never keys or values, and the
     /// node's name has its password redacted) and counted.
     async fn request(
-    /// The client that opens connections to this master (for the pub/sub connection of
-    /// notified hand-offs).
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.address.client
-    }
-
         &self,
         request: Request<'_>,
         cleanup: bool,
@@ -397,6 +398,7 @@ impl Master for RedisNode {
                     granted,
                     token: None,
                     epoch_age: None,
+                    remaining: None,
                 },
                 retried,
             )
@@ -405,7 +407,6 @@ impl Master for RedisNode {
             let retention = Decimal::new(millis(request.fence_retention.max(request.ttl)));
             let proposal = Decimal::new(request.fence_proposal);
             let cap =
-                    remaining: None,
                 Decimal::new(u64::try_from(request.fence_cap.as_micros()).unwrap_or(u64::MAX));
             let fencing = if request.fence_key.is_some() {
                 "1"
