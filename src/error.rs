@@ -213,6 +213,41 @@ pub enum InvalidArgument {
     /// runtime, where its renewal task cannot run.
     #[error("no tokio runtime for the lease's renewal task: expected keep_alive to be called inside one")]
     NoRuntime,
+    /// A slot claim's job or slot name is empty or too long
+    /// ([`MAX_SLOT_NAME`](crate::MAX_SLOT_NAME) bytes at most).
+    #[error("{what} name is {len} bytes: expected 1 to {max}")]
+    SlotName {
+        /// `"job"` or `"slot"`.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The longest accepted.
+        max: usize,
+    },
+    /// A slot record's retention ([`SlotOptions::retention`](crate::SlotOptions::retention))
+    /// is zero.
+    #[error("slot record retention is zero: expected at least the claim ttl")]
+    ZeroRetention,
+    /// A slot record's retention is shorter than the claim TTL, or too long.
+    #[error("slot record retention {retention:?} is out of range: expected from the claim ttl {ttl:?} up to {max:?}")]
+    Retention {
+        /// The retention asked for.
+        retention: Duration,
+        /// The claim TTL.
+        ttl: Duration,
+        /// The longest retention accepted.
+        max: Duration,
+    },
+    /// A minimum hold ([`LockGuard::release_holding`](crate::LockGuard::release_holding),
+    /// [`SlotOptions::hold_at_least`](crate::SlotOptions::hold_at_least)) longer than the
+    /// manager's maximum TTL: restart protection counts on no key living longer.
+    #[error("hold-at-least {hold:?} is too long: expected at most the max ttl {max:?}")]
+    HoldTooLong {
+        /// The hold asked for.
+        hold: Duration,
+        /// The manager's maximum TTL.
+        max: Duration,
+    },
 }
 
 /// The error of every lock operation.

@@ -14,6 +14,9 @@ use crate::shared::Shared;
 use crate::traced::{in_span, record_outcome, record_with};
 use crate::value::Claim;
 
+// Hold at least: a release that keeps the lock until a minimum time after its grant.
+mod hold;
+
 /// A lock held on a quorum of masters, valid until [`valid_until`](Self::valid_until).
 ///
 /// Validity is a promise about the *masters*, measured on this process's monotonic clock plus
@@ -38,6 +41,9 @@ pub struct LockGuard {
     ttl: Duration,
     /// On the lock clock ([`crate::clock`]).
     valid_until: Instant,
+    /// When the acquisition round started (`valid_until − (ttl − drift)` at the grant), on the
+    /// lock clock: what [`release_holding`](Self::release_holding) counts from.
+    granted: Instant,
     fence: Option<u64>,
     /// Set once the guard's keys were handed to a release, so `Drop` does nothing.
     released: bool,
@@ -63,7 +69,13 @@ impl LockGuard {
         ttl: Duration,
         grant: Grant,
     ) -> Self {
+        let validity = ttl.saturating_sub(drift(ttl, shared.config.drift_factor));
+        let granted = grant
+            .valid_until
+            .checked_sub(validity)
+            .unwrap_or(grant.valid_until);
         Self {
+            granted,
             shared,
             resource,
             key,

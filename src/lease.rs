@@ -26,6 +26,7 @@
 
 mod exclusive;
 mod handle;
+mod hold;
 mod options;
 mod task;
 #[cfg(test)]
@@ -47,6 +48,7 @@ use crate::round::spec::round_spec;
 use crate::round::timing::drift;
 
 pub use handle::{LeaseHandle, LeaseStats};
+pub(crate) use hold::check as check_hold;
 use options::Resolved;
 pub use options::{LeaseOptions, DEFAULT_LEASE_TTL};
 use task::{LeaseCounters, Plan, Publisher, ReleaseReply, Renew};
@@ -87,6 +89,8 @@ use task::{LeaseCounters, Plan, Publisher, ReleaseReply, Renew};
 pub struct Lease {
     handle: LeaseHandle,
     commands: oneshot::Sender<ReleaseReply>,
+    /// The minimum hold its release keeps (see [`hold`]); `None` for leases on fakes.
+    hold: Option<Arc<hold::HoldAtLeast>>,
 }
 
 /// [`LockGuard::keep_alive`] refused to start a lease. The guard is handed back, still held.
@@ -203,7 +207,9 @@ impl LockGuard {
         let (drift_factor, round_time) = (config.drift_factor, config.node_timeout);
         let checked = opts
             .resolve(self.ttl())
-            .and_then(|resolved| check_against(config, resolved).map(|()| resolved));
+            .and_then(|resolved| check_against(config, resolved).map(|()| resolved))
+            .and_then(|resolved| hold::check(config, opts.hold()).map(|()| resolved));
+        let max_ttl = config.max_ttl;
         let resolved = match checked {
             Ok(resolved) => resolved,
             Err(error) => {
@@ -238,7 +244,11 @@ impl LockGuard {
         };
         plan.first_renewal = plan.next_renewal(started, valid_until);
         let (resource, fence) = (self.resource().to_owned(), self.fence());
-        Ok(Lease::start(self, &resource, fence, plan, &runtime))
+        let hold = Arc::new(hold::HoldAtLeast::new(opts.hold(), max_ttl));
+        let guard = hold::HoldingGuard::new(self, Arc::clone(&hold));
+        let mut lease = Lease::start(guard, &resource, fence, plan, &runtime);
+        lease.hold = Some(hold);
+        Ok(lease)
     }
 }
 
@@ -301,6 +311,7 @@ impl Lease {
         Self {
             handle: LeaseHandle::new(resource, fence, state, counters),
             commands,
+            hold: None,
         }
     }
 

@@ -118,6 +118,12 @@ impl Redlock {
         &self.shared.config
     }
 
+    /// The state this handle shares with its guards (for the entry points kept in their own
+    /// modules: `lock_all`, elections).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// The number of masters.
     pub fn node_count(&self) -> usize {
         self.shared.nodes.len()

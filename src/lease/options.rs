@@ -37,6 +37,7 @@ pub struct LeaseOptions {
     max_hold: Option<Duration>,
     safety_margin: Option<Duration>,
     cancel_on_loss: bool,
+    hold_at_least: Option<Duration>,
 }
 
 impl Default for LeaseOptions {
@@ -47,6 +48,7 @@ impl Default for LeaseOptions {
             max_hold: None,
             safety_margin: None,
             cancel_on_loss: true,
+            hold_at_least: None,
         }
     }
 }
@@ -136,6 +138,24 @@ impl LeaseOptions {
     pub fn cancel_on_loss(mut self, cancel: bool) -> Self {
         self.cancel_on_loss = cancel;
         self
+    }
+
+    /// Keeps the lock on the masters until `d` after its grant when the lease releases it
+    /// sooner ([`Lease::release`](crate::Lease::release), a dropped lease, the end of
+    /// [`run_exclusive`](crate::Redlock::run_exclusive)), as
+    /// [`LockGuard::release_holding`](crate::LockGuard::release_holding) does: a job that
+    /// finishes early still keeps others out until then. At most the manager's
+    /// [`max_ttl`](crate::RedlockBuilder::max_ttl). Defaults to none (a release deletes the
+    /// lock at once).
+    #[must_use]
+    pub fn hold_at_least(mut self, d: Duration) -> Self {
+        self.hold_at_least = Some(d);
+        self
+    }
+
+    /// The minimum hold, if any.
+    pub(crate) fn hold(&self) -> Option<Duration> {
+        self.hold_at_least
     }
 
     pub(crate) fn cancels_on_loss(&self) -> bool {

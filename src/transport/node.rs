@@ -29,6 +29,10 @@ use crate::transport::resp::{Command, Decimal, Reply};
 use crate::transport::slot::{ConnectionSlot, LifeCheck};
 use crate::value::Claim;
 
+// Slot claims and hold-at-least releases (src/slot/, src/guard/hold.rs): their scripts go
+// through this node's private request path, from a child module.
+mod script;
+
 
 /// One request to a master, about one key.
 enum Request<'a> {

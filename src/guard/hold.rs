@@ -1,0 +1,159 @@
+//! [`LockGuard::release_holding`]: a release that leaves the lock in place until a minimum time
+//! after its grant (ShedLock's `lockAtLeastFor`), for jobs that must not run again within that
+//! time even when they finish early.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use super::LockGuard;
+use crate::clock;
+use crate::error::{InvalidArgument, LockError, NotHeldReason};
+use crate::round::tally::Tally;
+use crate::round::timing::quorum;
+use crate::scripts::RELEASE_HOLDING;
+use crate::traced::{in_span, record_outcome};
+use crate::transport::reply::flag_reply;
+use crate::transport::resp::Decimal;
+
+impl LockGuard {
+    /// Releases the lock but keeps it on the masters until `at_least` after it was granted
+    /// (measured from the start of the acquisition round, on this process's clock); if that
+    /// time has already passed, this is a plain [`release`](Self::release).
+    ///
+    /// On every master that may hold the lock, a compare-and-`PEXPIRE` sets the key to expire
+    /// when the hold ends: the lock stays taken until then (nobody can acquire it), then frees
+    /// itself. Like an extension it never re-creates a key that is gone. The key's TTL is set
+    /// exactly, so a hold that ends after the lock's current TTL lengthens it. Masters expire
+    /// keys by their own clocks: the hold ends within the drift allowance of `at_least`.
+    ///
+    /// Use it for a job that must not start again within a period even when a run finishes
+    /// early (a cron job on hosts whose clocks disagree by a few seconds: hold the lock for the
+    /// job's period minus a margin).
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::InvalidArgument`] ([`InvalidArgument::HoldTooLong`]) when `at_least` is
+    ///   beyond the manager's [`max_ttl`](crate::RedlockBuilder::max_ttl) (restart protection
+    ///   relies on no key living longer); nothing is sent, and the guard is released as usual
+    ///   on drop;
+    /// * otherwise those of [`release`](Self::release).
+    ///
+    /// # Cancel safety
+    ///
+    /// The guard is consumed. If the future is dropped before the outcome is known, the
+    /// requests already written still run on the masters; if none was written, the guard's
+    /// `Drop` releases the lock at once instead (without the hold).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// // A job that runs at most once every 10 minutes across the fleet, however fast it is.
+    /// let guard = locks.try_lock("report", Duration::from_secs(15 * 60)).await?;
+    /// // ... the job ...
+    /// guard.release_holding(Duration::from_secs(10 * 60)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn release_holding(mut self, at_least: Duration) -> Result<(), LockError> {
+        let max = self.shared.config.max_ttl;
+        if at_least > max {
+            return Err(InvalidArgument::HoldTooLong {
+                hold: at_least,
+                max,
+            }
+            .into());
+        }
+        let hold_until = self.granted.checked_add(at_least);
+        let keep = hold_until.map_or(max, |until| until.saturating_duration_since(clock::now()));
+        // Under a millisecond left: nothing to hold, a plain release.
+        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+        if keep_ms == 0 {
+            return self.release().await;
+        }
+        self.shared.holds.leave(&self.key, &self.claim);
+        let still_valid = self.is_valid();
+        let span = tracing::debug_span!(
+            "release",
+            resource = %self.resource,
+            validity_left = ?self.remaining(),
+            hold = ?keep,
+            outcome = tracing::field::Empty,
+        );
+        let outcome = in_span(&span, self.hold_round(keep_ms, still_valid)).await;
+        self.released = true;
+        if outcome.is_ok() {
+            self.shared.counters.released();
+        }
+        self.count_loss(&outcome);
+        record_outcome(&span, outcome.as_ref(), "released");
+        outcome
+    }
+
+    /// One round of the hold script on every master that may hold the key; requests still in
+    /// flight when the outcome is known finish in the background.
+    async fn hold_round(&self, keep_ms: u64, still_valid: bool) -> Result<(), LockError> {
+        let nodes = &self.shared.nodes;
+        let holders = &self.holders;
+        let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
+            .with_confirmed(&holders.confirmed);
+        let mut requests: FuturesUnordered<_> = nodes
+            .iter()
+            .zip(holders.may_hold.iter())
+            .enumerate()
+            .filter(|(_, (_, holds))| **holds)
+            .map(|(i, (node, _))| {
+                let node = Arc::clone(node);
+                let key = Arc::clone(&self.key);
+                let claim = self.claim.clone();
+                async move {
+                    let keep = Decimal::new(keep_ms);
+                    let reentry = claim.reentry.as_ref();
+                    let keys = [
+                        key.as_bytes(),
+                        reentry.map_or(key.as_bytes(), |r| r.holds_key.as_bytes()),
+                    ];
+                    let args: [&[u8]; 3] = [
+                        claim.value.as_str().as_bytes(),
+                        keep.as_bytes(),
+                        reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
+                    ];
+                    // A cleanup: written even if this round stops waiting, behind any late
+                    // request on the key's connection.
+                    let result = node
+                        .run_script(&RELEASE_HOLDING, &keys, &args, true)
+                        .await
+                        .and_then(|(reply, _)| flag_reply(reply));
+                    (i, result)
+                }
+            })
+            .collect();
+        tally.collect(&mut requests).await;
+        if !requests.is_empty() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { while requests.next().await.is_some() {} });
+            }
+        }
+        tracing::debug!(
+            resource = %self.resource,
+            held = tally.yes,
+            not_ours = tally.no,
+            failed = tally.failed,
+            "release holding decided"
+        );
+        if !still_valid {
+            return Err(LockError::NotHeld {
+                resource: self.resource.clone(),
+                reason: NotHeldReason::Expired,
+            });
+        }
+        if tally.won() {
+            return Ok(());
+        }
+        Err(tally.holder_error(nodes, &self.resource))
+    }
+}

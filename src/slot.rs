@@ -1,0 +1,310 @@
+//! Slot claims: run each slot of a periodic job **once** across a fleet.
+//!
+//! A scheduler on several hosts computes the same slot identity from its schedule (the slot's
+//! due time, say `nightly` / `2026-11-30T02:00Z`: never the clock at pickup, so hosts whose
+//! clocks disagree still name the same slot) and calls [`Redlock::claim_slot`]. One of them
+//! gets [`SlotClaim::Claimed`] and runs the job; the others learn that it is
+//! [running elsewhere](SlotClaim::RunningElsewhere), already [completed](SlotClaim::Completed)
+//! (a host that fires late), or [abandoned](SlotClaim::Abandoned) (its runner died).
+//!
+//! Releasing a lock when a job ends is not enough for this: a host whose cron fires a second
+//! later finds the lock free and runs the job again. A slot claim leaves a record.
+//!
+//! # On the masters
+//!
+//! Per slot, each master keeps a **running key** (a lock key holding the claim's random value,
+//! with the claim TTL, renewed by the run's [`Lease`](crate::Lease) and released like any
+//! lock) and a **record** kept for the [retention](SlotOptions::retention): claimed (by whom,
+//! which attempt, which fencing token), completed, or abandoned. One Lua script per master
+//! reads both and claims atomically, so no claim can slip between the check and the write on
+//! a master.
+//!
+//! # Which answer wins
+//!
+//! * **Completed** if any master says so: a completion is only ever written by a run that
+//!   finished, and is returned by [`SlotRun::complete`] only once a quorum holds it, so every
+//!   later quorum contains a master that remembers it. The round stops at the first such
+//!   answer.
+//! * **Claimed** when a quorum granted, with validity left (as for a lock: `ttl − elapsed −
+//!   drift`) and, without [`retry_abandoned`](SlotOptions::retry_abandoned), no master
+//!   reported an abandoned claim. The round is decided at the quorum-th grant, like a lock.
+//! * Otherwise **running elsewhere** when a quorum holds another live claim (or live claims
+//!   and abandoned ones are both seen: a retry is in flight), **abandoned** when only
+//!   abandoned claims are seen, and when only a minority holds a live claim, the round was a
+//!   split vote between racing claimers: each undoes its partial claim and tries again after
+//!   a random delay (up to the manager's [`retry_count`](crate::RedlockBuilder::retry_count));
+//!   a minority that stays is reported as running elsewhere.
+//! * A claim that did not win is undone on every master it may have reached (its running key
+//!   deleted and its record restored), on the same connection behind the claim, so that it
+//!   does not later read as an abandoned run.
+//!
+//! # What "once" means
+//!
+//! Under Redlock's assumptions (independent masters that keep their data, clocks that run at
+//! about the same rate, no process pause past a validity), **at most one runner holds a
+//! slot's claim at a time**, as for any lock, and **a slot recorded as completed is never
+//! claimed again** within the retention: a completion sits on a quorum, a claim needs a
+//! quorum, the two share a master, and that master answers "completed" (which no claim can
+//! override). So with the default policy a slot runs **at most once**.
+//!
+//! **A runner that dies mid-slot** (crash, kill, a dropped [`SlotRun`]) leaves a record that
+//! says "claimed, never completed"; once its claim's TTL runs out, claimers see
+//! [`SlotClaim::Abandoned`]. By default nobody runs the slot again (at-most-once: the job may
+//! have done part or all of its work). With [`retry_abandoned`](SlotOptions::retry_abandoned)
+//! the next claimer claims it again (**at-least-once**): the job may then run twice, and the
+//! **fencing token** ([`SlotRun::fence`], on a fenced manager) tells the runs apart: the retry
+//! carries a higher token, so a store that rejects tokens below the highest it has seen refuses
+//! the first runner if it was only paused and wakes up. A runner that pauses longer than its
+//! claim's validity is exactly such a case even without a crash: only fencing makes its late
+//! writes harmless.
+//!
+//! **A master that restarts** and loses its data forgets the claims and completions it held.
+//! * Without restart protection it can, together with masters that never saw a completion or
+//!   a claim (unreachable at the time), form a quorum that grants the slot again: a completion
+//!   recorded on exactly a quorum survives no data loss. [`SlotRun::complete`] writes the
+//!   completion on every master that answers, so with all N masters up it survives the loss
+//!   of `N − quorum` of them.
+//! * With [restart protection](crate::RedlockBuilder::restart_protection) a restarted master's
+//!   grants do not count for one max TTL, which covers live **claims** (their TTL is at most
+//!   the max TTL) but not **records**, which live for the retention: a completion older than
+//!   the quarantine can still be forgotten by a master that lost it. For records that outlive
+//!   any restart, run the masters with `appendonly yes` and `appendfsync always`.
+//! * A master's answers that a slot was claimed, completed or abandoned are facts about the
+//!   past, which no restart makes untrue: they count from every master, quarantined or not.
+//!   Only its grants (it saw nothing) are discounted.
+//!
+//! A master whose clock jumps forward expires claims early, as it would locks; records expire
+//! too, after the retention.
+
+mod options;
+mod outcome;
+mod round;
+mod run;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::RngExt;
+
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::manager::Redlock;
+use crate::round::spec::round_spec;
+use crate::round::Grant;
+pub use options::{
+    SlotOptions, DEFAULT_SLOT_RETENTION, DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
+};
+pub use outcome::{SlotClaim, SlotRecord, SlotStatus};
+use round::{ClaimSpec, RoundOutcome, Seen, SlotKeys};
+pub use run::SlotRun;
+
+impl Redlock {
+    /// Claims slot `slot` of `job` once across the fleet; see the [module docs](crate::slot)
+    /// for what wins when masters disagree and what "once" means.
+    ///
+    /// On [`SlotClaim::Claimed`] run the job, then [`SlotRun::complete`] it. Fenced when the
+    /// manager is ([`Redlock::fenced`], [`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)):
+    /// [`SlotRun::fence`] then carries a token. Restart protection applies as for locks.
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::InvalidArgument`]: an empty or too long job or slot name, a claim TTL that
+    ///   is zero, too short for its drift or beyond the max TTL, a retention that is zero,
+    ///   shorter than the claim TTL or beyond [`MAX_SLOT_RETENTION`], or invalid lease options
+    ///   or minimum hold; nothing is sent;
+    /// * [`LockError::QuorumUnreachable`]: too many masters failed (each listed: a `WRONGTYPE`
+    ///   key in the way shows here), after the manager's retries;
+    /// * [`LockError::ValidityExhausted`], [`LockError::FenceUnconfirmed`]: the claim won too
+    ///   late, or its token could not be stored on a quorum; it was undone.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future mid-round undoes, in the background, whatever the round may have
+    /// claimed (on the same connections, behind the claims); a claim already handed over is a
+    /// [`SlotRun`], which abandons the slot when dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use quorumlock::{SlotClaim, SlotOptions};
+    ///
+    /// # async fn nightly(_: Option<u64>) {}
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// let slot = "2026-11-30T02:00Z"; // from the schedule, not from the clock at pickup
+    /// match locks.fenced().claim_slot("nightly", slot, &SlotOptions::new()).await? {
+    ///     SlotClaim::Claimed(run) => {
+    ///         nightly(run.fence()).await;
+    ///         run.complete().await?;
+    ///     }
+    ///     SlotClaim::Completed(r) => println!("already ran on {:?}", r.runner),
+    ///     SlotClaim::RunningElsewhere(r) => println!("running on {:?}", r.runner),
+    ///     SlotClaim::Abandoned(r) => println!("{:?} died running it; not retried", r.runner),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn claim_slot(
+        &self,
+        job: &str,
+        slot: &str,
+        opts: &SlotOptions,
+    ) -> Result<SlotClaim, LockError> {
+        let span = tracing::debug_span!("claim_slot", job, slot, outcome = tracing::field::Empty);
+        let outcome = crate::traced::in_span(&span, self.claim_slot_inner(job, slot, opts)).await;
+        let text = match &outcome {
+            Ok(SlotClaim::Claimed(_)) => "claimed",
+            Ok(SlotClaim::Completed(_)) => "completed",
+            Ok(SlotClaim::RunningElsewhere(_)) => "running elsewhere",
+            Ok(SlotClaim::Abandoned(_)) => "abandoned",
+            Err(_) => "error",
+        };
+        span.record("outcome", text);
+        outcome
+    }
+
+    async fn claim_slot_inner(
+        &self,
+        job: &str,
+        slot: &str,
+        opts: &SlotOptions,
+    ) -> Result<SlotClaim, LockError> {
+        let config = self.config();
+        opts.check(job, slot)?;
+        let timing = round_spec(config, opts.ttl)?;
+        let lease_opts = match opts.hold_at_least {
+            Some(hold) => opts.lease.hold_at_least(hold),
+            None => opts.lease,
+        };
+        // Every option is checked before any master is asked.
+        let resolved = lease_opts.resolve(timing.ttl)?;
+        crate::lease::check_against(config, resolved)?;
+        crate::lease::check_hold(config, lease_opts.hold())?;
+        let keys = SlotKeys::new(config, job, slot);
+        let resource = format!("{job}/{slot}");
+        let runner = opts.runner_name();
+        let spec = ClaimSpec {
+            resource: &resource,
+            timing,
+            retention: opts.retention,
+            runner: &runner,
+            retry_abandoned: opts.retry_abandoned,
+        };
+        let shared = Arc::clone(self.shared());
+        let nodes = &shared.nodes;
+        let mut retries_left = config.retry_count;
+        let won = loop {
+            let (outcome, cleanup) = round::claim(nodes, &keys, spec).await;
+            let again = match outcome {
+                RoundOutcome::Won(won) => break won,
+                RoundOutcome::Completed(r) => return Ok(SlotClaim::Completed(r)),
+                RoundOutcome::Running(r) => return Ok(SlotClaim::RunningElsewhere(r)),
+                RoundOutcome::Abandoned(r) => return Ok(SlotClaim::Abandoned(r)),
+                RoundOutcome::Split(r) if retries_left == 0 => {
+                    return Ok(SlotClaim::RunningElsewhere(r))
+                }
+                RoundOutcome::Failed(e) if retries_left == 0 || !e.is_retryable() => return Err(e),
+                RoundOutcome::Split(_) | RoundOutcome::Failed(_) => cleanup,
+            };
+            retries_left -= 1;
+            tokio::time::sleep(jitter(config.retry_delay)).await;
+            // A split vote's claims are undone before the next round, so that it does not
+            // trip over its own.
+            if let Some(cleanup) = again {
+                let _ = tokio::time::timeout(config.node_timeout, cleanup).await;
+            }
+        };
+        // A token the granting masters did not all issue is written back to a quorum first.
+        if let (Some(fence), Some(token), false) = (&keys.fence, won.token, won.token_on_quorum) {
+            let retention = timing.fence_retention.max(timing.ttl);
+            let raised = crate::round::raise_fence(nodes, &resource, fence, token, retention).await;
+            if let Err(error) = raised {
+                round::revert_in_background(nodes, &keys, &won.claim.value, &won.holders.may_hold);
+                return Err(error);
+            }
+        }
+        let value = won.claim.value.clone();
+        let may_hold = Arc::clone(&won.holders.may_hold);
+        let attempt = won.attempt;
+        let guard = LockGuard::new(
+            Arc::clone(&shared),
+            resource.clone(),
+            Arc::clone(&keys.running),
+            timing.ttl,
+            Grant {
+                claim: won.claim,
+                valid_until: won.valid_until,
+                holders: won.holders,
+                token: won.token,
+                token_on_quorum: true,
+            },
+        );
+        // A claim that cannot be handed over is undone (the guard's own release on drop only
+        // deletes the running key; the revert also restores the record).
+        let failed = if guard.is_valid() {
+            match guard.keep_alive(lease_opts) {
+                Ok(lease) => {
+                    return Ok(SlotClaim::Claimed(SlotRun {
+                        lease,
+                        shared,
+                        keys,
+                        value,
+                        job: job.to_string(),
+                        slot: slot.to_string(),
+                        resource,
+                        runner,
+                        retention: opts.retention,
+                        attempt,
+                    }))
+                }
+                Err(rejected) => LockError::from(rejected),
+            }
+        } else {
+            drop(guard);
+            LockError::ValidityExhausted {
+                resource: resource.clone(),
+                elapsed: timing.ttl.saturating_sub(timing.drift()),
+                ttl: timing.ttl,
+                drift: timing.drift(),
+            }
+        };
+        round::revert_in_background(nodes, &keys, &value, &may_hold);
+        Err(failed)
+    }
+
+    /// Reads what a quorum of masters says about slot `slot` of `job` (for status pages),
+    /// changing nothing: [`SlotStatus::Completed`] if any master recorded a completion, else
+    /// [`SlotStatus::Running`] if any holds a live claim, else [`SlotStatus::Abandoned`] if any
+    /// remembers a claim, else [`SlotStatus::Free`]. The record is the one with the most
+    /// attempts among the masters with that answer.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidArgument`] for an empty or too long name;
+    /// [`LockError::QuorumUnreachable`] when fewer than a quorum answered (each failing master
+    /// listed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: cancelling it leaves nothing behind.
+    pub async fn slot_status(&self, job: &str, slot: &str) -> Result<SlotStatus, LockError> {
+        options::check_names(job, slot)?;
+        let keys = SlotKeys::new(self.config(), job, slot);
+        let resource = format!("{job}/{slot}");
+        let (seen, record) = round::status(&self.shared().nodes, &keys, &resource).await?;
+        Ok(match seen {
+            Seen::Free => SlotStatus::Free,
+            Seen::Running => SlotStatus::Running(record),
+            Seen::Completed => SlotStatus::Completed(record),
+            Seen::Abandoned => SlotStatus::Abandoned(record),
+        })
+    }
+}
+
+/// A uniformly random delay in `[0, bound)`: keeps racing claimers apart after a split vote.
+fn jitter(bound: Duration) -> Duration {
+    if bound.is_zero() {
+        return Duration::ZERO;
+    }
+    let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rand::rng().random_range(0..nanos))
+}

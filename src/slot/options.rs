@@ -1,0 +1,211 @@
+//! [`SlotOptions`]: how a slot is claimed, kept and remembered, and the checks that reject
+//! nonsense before any master is asked.
+
+use std::time::Duration;
+
+use crate::error::InvalidArgument;
+use crate::lease::LeaseOptions;
+
+/// The claim TTL [`SlotOptions::new`] starts with: 30 s, like [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL).
+pub const DEFAULT_SLOT_TTL: Duration = Duration::from_secs(30);
+
+/// How long [`SlotOptions::new`] keeps a slot's record: 24 hours.
+pub const DEFAULT_SLOT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest retention accepted: 400 days (a yearly job's slots, with a margin).
+pub const MAX_SLOT_RETENTION: Duration = Duration::from_secs(400 * 24 * 60 * 60);
+
+/// The longest job or slot name accepted, in bytes: names become parts of keys.
+pub const MAX_SLOT_NAME: usize = 1024;
+
+/// How [`Redlock::claim_slot`](crate::Redlock::claim_slot) claims a slot: the running claim's
+/// TTL (renewed by its lease), how long the slot's record is kept, whether a slot whose runner
+/// died may be claimed again, and an optional minimum hold.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::{LeaseOptions, SlotOptions};
+///
+/// // A nightly job: claims renewed every 10 s, records kept a week, retried if its runner dies,
+/// // and never run for more than an hour.
+/// let opts = SlotOptions::new()
+///     .ttl(Duration::from_secs(30))
+///     .retention(Duration::from_secs(7 * 24 * 3600))
+///     .retry_abandoned(true)
+///     .lease(LeaseOptions::new().max_hold(Duration::from_secs(3600)));
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotOptions {
+    pub(crate) ttl: Duration,
+    pub(crate) retention: Duration,
+    pub(crate) retry_abandoned: bool,
+    pub(crate) lease: LeaseOptions,
+    pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) runner: Option<String>,
+}
+
+impl Default for SlotOptions {
+    fn default() -> Self {
+        Self {
+            ttl: DEFAULT_SLOT_TTL,
+            retention: DEFAULT_SLOT_RETENTION,
+            retry_abandoned: false,
+            lease: LeaseOptions::new(),
+            hold_at_least: None,
+            runner: None,
+        }
+    }
+}
+
+impl SlotOptions {
+    /// Every option at its default: claim TTL 30 s, retention 24 h, at-most-once (a slot whose
+    /// runner died is not claimed again), no minimum hold.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The TTL of the running claim (whole milliseconds): its lease renews it while the job
+    /// runs, so it is also how long a slot stays "running" after its runner died before it
+    /// counts as abandoned. Same limits as any lock TTL. Defaults to [`DEFAULT_SLOT_TTL`] (30 s).
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long the slot's record (claimed, completed, abandoned) is kept on the masters after
+    /// its last change: a host that fires this late still sees "completed". At least the claim
+    /// TTL, at most [`MAX_SLOT_RETENTION`]. Defaults to [`DEFAULT_SLOT_RETENTION`] (24 h).
+    #[must_use]
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Whether a slot whose runner died (its claim expired without completion) or gave up
+    /// ([`SlotRun::abandon`](crate::SlotRun::abandon)) may be claimed again: at-least-once
+    /// instead of at-most-once. The new claim carries a higher fencing token on a fenced
+    /// manager, so the job's side effects can tell the runs apart. Defaults to `false`.
+    #[must_use]
+    pub fn retry_abandoned(mut self, yes: bool) -> Self {
+        self.retry_abandoned = yes;
+        self
+    }
+
+    /// How the claim's lease renews it ([`LeaseOptions::max_hold`] caps a run; the lease's TTL
+    /// defaults to the claim TTL). Defaults to [`LeaseOptions::new`].
+    #[must_use]
+    pub fn lease(mut self, opts: LeaseOptions) -> Self {
+        self.lease = opts;
+        self
+    }
+
+    /// Keeps the running claim until `d` after it was granted when the run completes or is
+    /// abandoned sooner (as [`LockGuard::release_holding`](crate::LockGuard::release_holding)):
+    /// with [`retry_abandoned`](Self::retry_abandoned), a run that failed fast is not retried
+    /// before then. At most the manager's [`max_ttl`](crate::RedlockBuilder::max_ttl).
+    /// Defaults to none.
+    #[must_use]
+    pub fn hold_at_least(mut self, d: Duration) -> Self {
+        self.hold_at_least = Some(d);
+        self
+    }
+
+    /// The runner's name recorded with the slot (shown by
+    /// [`slot_status`](crate::Redlock::slot_status) and in [`SlotRecord`](crate::SlotRecord)).
+    /// Defaults to the host name and process id, `host:pid`.
+    #[must_use]
+    pub fn runner(mut self, name: impl Into<String>) -> Self {
+        self.runner = Some(name.into());
+        self
+    }
+
+    /// The runner name to record.
+    pub(crate) fn runner_name(&self) -> String {
+        self.runner.clone().unwrap_or_else(default_runner)
+    }
+
+    /// Checks what does not need a manager: the retention, and the names.
+    pub(crate) fn check(&self, job: &str, slot: &str) -> Result<(), InvalidArgument> {
+        check_names(job, slot)?;
+        if self.retention.is_zero() {
+            return Err(InvalidArgument::ZeroRetention);
+        }
+        if self.retention > MAX_SLOT_RETENTION || self.retention < self.ttl {
+            return Err(InvalidArgument::Retention {
+                retention: self.retention,
+                ttl: self.ttl,
+                max: MAX_SLOT_RETENTION,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Checks a job and a slot name: not empty, not too long.
+pub(crate) fn check_names(job: &str, slot: &str) -> Result<(), InvalidArgument> {
+    for (what, name) in [("job", job), ("slot", slot)] {
+        if name.is_empty() || name.len() > MAX_SLOT_NAME {
+            return Err(InvalidArgument::SlotName {
+                what,
+                len: name.len(),
+                max: MAX_SLOT_NAME,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `host:pid`: the host name from the kernel (or `$HOSTNAME`), `unknown-host` if neither says.
+fn default_runner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{host}:{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_options_and_names_are_rejected() {
+        let ok = SlotOptions::new();
+        assert_eq!(ok.check("job", "slot"), Ok(()));
+        assert!(matches!(
+            ok.check("", "slot"),
+            Err(InvalidArgument::SlotName { what: "job", .. })
+        ));
+        assert!(matches!(
+            ok.check("job", ""),
+            Err(InvalidArgument::SlotName { what: "slot", .. })
+        ));
+        let long = "x".repeat(MAX_SLOT_NAME + 1);
+        assert!(ok.check(&long, "slot").is_err());
+        assert_eq!(
+            SlotOptions::new().retention(Duration::ZERO).check("j", "s"),
+            Err(InvalidArgument::ZeroRetention)
+        );
+        assert!(SlotOptions::new()
+            .retention(Duration::MAX)
+            .check("j", "s")
+            .is_err());
+        // Records must outlive the claim they describe.
+        assert!(SlotOptions::new()
+            .retention(Duration::from_secs(1))
+            .check("j", "s")
+            .is_err());
+        let runner = ok.runner_name();
+        assert!(
+            runner.ends_with(&format!(":{}", std::process::id())),
+            "{runner}"
+        );
+        assert_eq!(SlotOptions::new().runner("a").runner_name(), "a");
+    }
+}
