@@ -1,0 +1,266 @@
+//! An in-memory [`SlotClaims`] on tokio's clock, for the unit tests of the scheduling logic
+//! (several schedulers share one to stand for a fleet). A claimed slot whose run is dropped
+//! without completion stays "running" for one TTL, then reads as abandoned, as on the masters.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use quorumlock::{LeaseHandle, LockError, NotHeldReason};
+use tokio::time::Instant;
+
+use super::{
+    Claim, ClaimTerms, ClaimedSlot, JobLock, LeaseEnd, LeaseView, RunRecord, SlotClaims, SlotState,
+};
+
+#[derive(Debug, Clone)]
+enum Entry {
+    Running {
+        record: RunRecord,
+        /// Set when the run was dropped without completing: its claim ends then.
+        expires: Option<Instant>,
+    },
+    Completed(RunRecord),
+    Abandoned(RunRecord),
+}
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<(String, String), Entry>,
+    next_fence: u64,
+    job_locks: HashSet<String>,
+}
+
+/// The fake masters. Cheap to clone; clones share the state.
+#[derive(Clone, Default)]
+pub(crate) struct FakeClaims {
+    state: Arc<Mutex<State>>,
+    /// While set, every call fails as if no quorum answered.
+    pub(crate) unreachable: Arc<AtomicBool>,
+}
+
+fn unreachable(job: &str) -> LockError {
+    LockError::NotHeld {
+        resource: job.to_string(),
+        reason: NotHeldReason::Expired,
+    }
+}
+
+impl FakeClaims {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The slot's state now.
+    pub(crate) fn state_of(&self, job: &str, slot: &str) -> SlotState {
+        let state = self.lock();
+        current(state.slots.get(&(job.to_string(), slot.to_string())))
+    }
+}
+
+fn current(entry: Option<&Entry>) -> SlotState {
+    match entry {
+        None => SlotState::Free,
+        Some(Entry::Running { record, expires }) => match expires {
+            Some(at) if *at <= Instant::now() => SlotState::Abandoned(record.clone()),
+            _ => SlotState::Running(record.clone()),
+        },
+        Some(Entry::Completed(r)) => SlotState::Completed(r.clone()),
+        Some(Entry::Abandoned(r)) => SlotState::Abandoned(r.clone()),
+    }
+}
+
+impl SlotClaims for FakeClaims {
+    fn claim<'a>(
+        &'a self,
+        job: &'a str,
+        slot: &'a str,
+        terms: &'a ClaimTerms,
+        retry: bool,
+    ) -> BoxFuture<'a, Result<Claim, LockError>> {
+        async move {
+            if self.unreachable.load(Ordering::Relaxed) {
+                return Err(unreachable(job));
+            }
+            let mut state = self.lock();
+            let key = (job.to_string(), slot.to_string());
+            let attempts = match current(state.slots.get(&key)) {
+                SlotState::Free => 1,
+                SlotState::Running(r) => return Ok(Claim::RunningElsewhere(r)),
+                SlotState::Completed(r) => return Ok(Claim::Completed(r)),
+                SlotState::Abandoned(r) if !retry => return Ok(Claim::Abandoned(r)),
+                SlotState::Abandoned(r) => r.attempts + 1,
+            };
+            state.next_fence += 1;
+            let record = RunRecord {
+                runner: Some(terms.runner.clone()),
+                fence: Some(state.next_fence),
+                attempts,
+            };
+            state.slots.insert(
+                key.clone(),
+                Entry::Running {
+                    record: record.clone(),
+                    expires: None,
+                },
+            );
+            Ok(Claim::Claimed(Box::new(FakeRun {
+                claims: self.clone(),
+                key,
+                record,
+                ttl: terms.ttl,
+                runtime_cap: terms.max_runtime.map(|max| Instant::now() + max),
+                finished: Arc::new(AtomicBool::new(false)),
+            })))
+        }
+        .boxed()
+    }
+
+    fn status<'a>(
+        &'a self,
+        job: &'a str,
+        slot: &'a str,
+    ) -> BoxFuture<'a, Result<SlotState, LockError>> {
+        async move {
+            if self.unreachable.load(Ordering::Relaxed) {
+                return Err(unreachable(job));
+            }
+            Ok(self.state_of(job, slot))
+        }
+        .boxed()
+    }
+
+    fn try_job_lock<'a>(
+        &'a self,
+        job: &'a str,
+        _terms: &'a ClaimTerms,
+    ) -> BoxFuture<'a, Result<Option<Box<dyn JobLock>>, LockError>> {
+        async move {
+            if !self.lock().job_locks.insert(job.to_string()) {
+                return Ok(None);
+            }
+            Ok(Some(Box::new(FakeJobLock {
+                claims: self.clone(),
+                job: job.to_string(),
+            }) as Box<dyn JobLock>))
+        }
+        .boxed()
+    }
+}
+
+struct FakeRun {
+    claims: FakeClaims,
+    key: (String, String),
+    record: RunRecord,
+    ttl: Duration,
+    runtime_cap: Option<Instant>,
+    finished: Arc<AtomicBool>,
+}
+
+impl FakeRun {
+    fn finish(&self, to: Entry) {
+        self.finished.store(true, Ordering::Relaxed);
+        let mut state = self.claims.lock();
+        // Only our own claim: a retry may have replaced it.
+        if let Some(Entry::Running { record, .. }) = state.slots.get(&self.key) {
+            if record.fence == self.record.fence {
+                state.slots.insert(self.key.clone(), to);
+            }
+        }
+    }
+}
+
+impl ClaimedSlot for FakeRun {
+    fn fence(&self) -> Option<u64> {
+        self.record.fence
+    }
+
+    fn attempt(&self) -> u32 {
+        self.record.attempts
+    }
+
+    fn lease(&self) -> Box<dyn LeaseView> {
+        Box::new(FakeLease {
+            runtime_cap: self.runtime_cap,
+            finished: Arc::clone(&self.finished),
+        })
+    }
+
+    fn complete(self: Box<Self>) -> BoxFuture<'static, Result<(), LockError>> {
+        self.finish(Entry::Completed(self.record.clone()));
+        async { Ok(()) }.boxed()
+    }
+
+    fn abandon(self: Box<Self>) -> BoxFuture<'static, Result<(), LockError>> {
+        self.finish(Entry::Abandoned(self.record.clone()));
+        async { Ok(()) }.boxed()
+    }
+}
+
+impl Drop for FakeRun {
+    fn drop(&mut self) {
+        if self.finished.load(Ordering::Relaxed) {
+            return;
+        }
+        // The runner died: its claim lives until its TTL runs out.
+        let mut state = self.claims.lock();
+        if let Some(Entry::Running { record, expires }) = state.slots.get_mut(&self.key) {
+            if record.fence == self.record.fence {
+                *expires = Some(Instant::now() + self.ttl);
+            }
+        }
+    }
+}
+
+struct FakeLease {
+    runtime_cap: Option<Instant>,
+    finished: Arc<AtomicBool>,
+}
+
+impl LeaseView for FakeLease {
+    fn is_held(&self) -> bool {
+        !self.finished.load(Ordering::Relaxed)
+            && self.runtime_cap.is_none_or(|cap| Instant::now() < cap)
+    }
+
+    fn ended(&self) -> BoxFuture<'_, LeaseEnd> {
+        async move {
+            match self.runtime_cap {
+                Some(cap) => {
+                    tokio::time::sleep_until(cap).await;
+                    LeaseEnd::RuntimeCap
+                }
+                None => futures::future::pending().await,
+            }
+        }
+        .boxed()
+    }
+
+    fn handle(&self) -> Option<LeaseHandle> {
+        None
+    }
+}
+
+struct FakeJobLock {
+    claims: FakeClaims,
+    job: String,
+}
+
+impl JobLock for FakeJobLock {
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
+        drop(self);
+        async {}.boxed()
+    }
+}
+
+impl Drop for FakeJobLock {
+    fn drop(&mut self) {
+        // A real job lock expires when its holder dies; the fake frees it at once.
+        self.claims.lock().job_locks.remove(&self.job);
+    }
+}

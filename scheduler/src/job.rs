@@ -1,0 +1,301 @@
+//! [`Job`]: a named schedule, the async function that runs each slot, and its policies.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use crate::context::JobContext;
+use crate::error::SchedulerError;
+use crate::policy::{CatchUp, Concurrency, OnAbandoned};
+use crate::schedule::Schedule;
+
+/// What a job's function may fail with: any error (its message is kept in the slot's status).
+pub type JobError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The job function, boxed.
+pub(crate) type JobFn =
+    Arc<dyn Fn(JobContext) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;
+
+/// How long after its due time a slot may still start, unless set: 60 s.
+pub const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(60);
+/// The TTL of a running slot's claim, unless set: 30 s (quorumlock's default slot TTL). A slot
+/// whose runner died reads as abandoned this long after its last renewal.
+pub const DEFAULT_CLAIM_TTL: Duration = Duration::from_secs(30);
+/// How many times a slot may be claimed in all with [`OnAbandoned::Retry`], unless set: 3.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// How many recent slots the status keeps per job, unless set: 20.
+pub const DEFAULT_HISTORY: usize = 20;
+/// The library's limits on slot claims (`MAX_SLOT_NAME`, `MAX_SLOT_RETENTION`), checked here
+/// so that a bad job fails at start-up rather than at its first slot.
+const MAX_NAME: usize = 1024;
+const MAX_RETENTION: Duration = Duration::from_secs(400 * 24 * 60 * 60);
+/// What the default retention adds to the longer of the claim TTL and the starting deadline: 10 min.
+const RETENTION_MARGIN: Duration = Duration::from_secs(600);
+
+/// A periodic job: a name (unique in the fleet: slots are claimed under it), a [`Schedule`], an
+/// async function run once per slot, and its policies. Setters are chained.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock_scheduler::{CatchUp, Concurrency, Job, OnAbandoned};
+///
+/// let job = Job::cron("nightly-report", "0 30 3 * * *", chrono_tz::Europe::Paris, |ctx| async move {
+///     // Check the lease before a side effect, and pass the fencing token with it.
+///     if ctx.is_held() {
+///         println!("slot {} (token {:?})", ctx.slot(), ctx.fence());
+///     }
+///     Ok(())
+/// })?
+/// .starting_deadline(Duration::from_secs(15 * 60))
+/// .catch_up(CatchUp::Latest)
+/// .concurrency(Concurrency::Forbid)
+/// .on_abandoned(OnAbandoned::Retry)
+/// .max_runtime(Duration::from_secs(3600));
+/// # let _ = job;
+/// # Ok::<(), quorumlock_scheduler::SchedulerError>(())
+/// ```
+#[derive(Clone)]
+pub struct Job {
+    pub(crate) name: String,
+    pub(crate) schedule: Schedule,
+    pub(crate) run: JobFn,
+    pub(crate) starting_deadline: Duration,
+    pub(crate) catch_up: CatchUp,
+    pub(crate) concurrency: Concurrency,
+    pub(crate) on_abandoned: OnAbandoned,
+    pub(crate) max_attempts: u32,
+    pub(crate) jitter: Duration,
+    pub(crate) max_runtime: Option<Duration>,
+    pub(crate) claim_ttl: Duration,
+    pub(crate) retention: Option<Duration>,
+    pub(crate) history: usize,
+}
+
+impl Job {
+    /// A job on `schedule` that runs `f` once per slot, every policy at its default.
+    pub fn new<F, Fut, E>(name: impl Into<String>, schedule: Schedule, f: F) -> Self
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<JobError> + 'static,
+    {
+        let run: JobFn = Arc::new(move |ctx| f(ctx).map(|r| r.map_err(Into::into)).boxed());
+        Self {
+            name: name.into(),
+            schedule,
+            run,
+            starting_deadline: DEFAULT_STARTING_DEADLINE,
+            catch_up: CatchUp::default(),
+            concurrency: Concurrency::default(),
+            on_abandoned: OnAbandoned::default(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            jitter: Duration::ZERO,
+            max_runtime: None,
+            claim_ttl: DEFAULT_CLAIM_TTL,
+            retention: None,
+            history: DEFAULT_HISTORY,
+        }
+    }
+
+    /// A job every `period` ([`Schedule::every`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SchedulerError::InvalidPeriod`] for a period out of range.
+    pub fn every<F, Fut, E>(
+        name: impl Into<String>,
+        period: Duration,
+        f: F,
+    ) -> Result<Self, SchedulerError>
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<JobError> + 'static,
+    {
+        Ok(Self::new(name, Schedule::every(period)?, f))
+    }
+
+    /// A job on a cron expression in time zone `tz` ([`Schedule::cron`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SchedulerError::InvalidCron`] for an expression that does not parse.
+    pub fn cron<F, Fut, E>(
+        name: impl Into<String>,
+        expr: &str,
+        tz: Tz,
+        f: F,
+    ) -> Result<Self, SchedulerError>
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<JobError> + 'static,
+    {
+        Ok(Self::new(name, Schedule::cron(expr, tz)?, f))
+    }
+
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The job's schedule.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// How late (after its due time, by the worker's clock) a slot may still start, like
+    /// Kubernetes' `startingDeadlineSeconds`; later it counts as missed. Also how far back a
+    /// starting worker looks for slots to catch up. Defaults to [`DEFAULT_STARTING_DEADLINE`] (60 s).
+    #[must_use]
+    pub fn starting_deadline(mut self, deadline: Duration) -> Self {
+        self.starting_deadline = deadline;
+        self
+    }
+
+    /// What to do with slots that fell due while the worker was not waiting for them. Defaults
+    /// to [`CatchUp::Latest`].
+    #[must_use]
+    pub fn catch_up(mut self, policy: CatchUp) -> Self {
+        self.catch_up = policy;
+        self
+    }
+
+    /// What a slot does while the previous one still runs. Defaults to [`Concurrency::Allow`].
+    #[must_use]
+    pub fn concurrency(mut self, policy: Concurrency) -> Self {
+        self.concurrency = policy;
+        self
+    }
+
+    /// What happens to a slot whose runner died. Defaults to [`OnAbandoned::Skip`] (at most once).
+    #[must_use]
+    pub fn on_abandoned(mut self, policy: OnAbandoned) -> Self {
+        self.on_abandoned = policy;
+        self
+    }
+
+    /// How many claims of one slot are allowed in all with [`OnAbandoned::Retry`] (the first
+    /// run included). At least 1. Defaults to [`DEFAULT_MAX_ATTEMPTS`] (3).
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// A random delay in `[0, jitter)` before each claim, which spreads the claims of many jobs
+    /// and workers due at the same instant. Counted in the lateness. Defaults to none.
+    #[must_use]
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// A cap on a run: the claim's lease stops renewing then (its `max_hold`), the job is
+    /// cancelled, and the slot is abandoned (and retried with [`OnAbandoned::Retry`]). At least
+    /// the claim TTL. Defaults to no cap.
+    #[must_use]
+    pub fn max_runtime(mut self, max: Duration) -> Self {
+        self.max_runtime = Some(max);
+        self
+    }
+
+    /// The TTL of a running slot's claim, renewed while the job runs: how long a slot whose
+    /// runner died stays "running" before another worker may retry it. Defaults to
+    /// [`DEFAULT_CLAIM_TTL`] (30 s).
+    #[must_use]
+    pub fn claim_ttl(mut self, ttl: Duration) -> Self {
+        self.claim_ttl = ttl;
+        self
+    }
+
+    /// How long slot records stay on the masters after their last change. A worker that fires
+    /// late (its clock lags, it was stalled) must still find a completed slot's record, so it
+    /// must be longer than the starting deadline plus the largest clock skew among workers.
+    /// Defaults to the longer of the claim TTL and the starting deadline, plus 10 minutes.
+    #[must_use]
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// How many recent slots [`Scheduler::status`](crate::Scheduler::status) lists for the job.
+    /// Defaults to [`DEFAULT_HISTORY`] (20).
+    #[must_use]
+    pub fn history(mut self, slots: usize) -> Self {
+        self.history = slots;
+        self
+    }
+
+    /// The retention in force.
+    pub(crate) fn effective_retention(&self) -> Duration {
+        self.retention.unwrap_or_else(|| {
+            self.claim_ttl
+                .max(self.starting_deadline)
+                .saturating_add(RETENTION_MARGIN)
+        })
+    }
+
+    /// Checks what the library would reject later, so that a bad job fails at start-up.
+    pub(crate) fn check(&self) -> Result<(), SchedulerError> {
+        let bad = |reason: String| {
+            Err(SchedulerError::InvalidJob {
+                job: self.name.clone(),
+                reason,
+            })
+        };
+        if self.name.is_empty() || self.name.len() > MAX_NAME {
+            return bad(format!("expected a name of 1 to {} bytes", MAX_NAME));
+        }
+        if self.max_attempts == 0 {
+            return bad("expected max_attempts of at least 1".into());
+        }
+        if self.claim_ttl < Duration::from_millis(10) {
+            return bad(format!(
+                "claim TTL {:?} is too short: expected at least 10 ms",
+                self.claim_ttl
+            ));
+        }
+        if let Some(max) = self.max_runtime {
+            if max < self.claim_ttl {
+                return bad(format!(
+                    "max_runtime {max:?} is shorter than the claim TTL {:?}",
+                    self.claim_ttl
+                ));
+            }
+        }
+        let retention = self.effective_retention();
+        if retention < self.claim_ttl || retention > MAX_RETENTION {
+            return bad(format!(
+                "retention {retention:?} out of range: expected between the claim TTL {:?} and {:?}",
+                self.claim_ttl,
+                MAX_RETENTION
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("name", &self.name)
+            .field("schedule", &self.schedule)
+            .field("starting_deadline", &self.starting_deadline)
+            .field("catch_up", &self.catch_up)
+            .field("concurrency", &self.concurrency)
+            .field("on_abandoned", &self.on_abandoned)
+            .field("max_attempts", &self.max_attempts)
+            .field("jitter", &self.jitter)
+            .field("max_runtime", &self.max_runtime)
+            .field("claim_ttl", &self.claim_ttl)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,459 @@
+//! One job on one worker: the loop that sleeps until slots fall due and claims them, the task
+//! that runs a claimed slot, and the watch over a slot another worker runs (to retry it if its
+//! runner dies, with [`OnAbandoned::Retry`]).
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::FutureExt;
+use tokio::sync::watch;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::claims::{Claim, ClaimTerms, ClaimedSlot, JobLock, LeaseEnd, RunRecord, SlotState};
+use crate::clock;
+use crate::context::JobContext;
+use crate::job::Job;
+use crate::plan::{self, lateness, past_deadline};
+use crate::policy::{Concurrency, OnAbandoned};
+use crate::shared::{Phase, Shared};
+use crate::slot::Slot;
+use crate::stats::{Count, Counters};
+use crate::status::{History, SlotEntry, SlotOutcome};
+
+/// A job's state on this worker.
+pub(crate) struct JobState {
+    pub(crate) job: Job,
+    pub(crate) name: Arc<str>,
+    pub(crate) terms: ClaimTerms,
+    pub(crate) counters: Counters,
+    pub(crate) history: Mutex<History>,
+    pub(crate) next_due: Mutex<Option<DateTime<Utc>>>,
+    /// This worker's runs of the job, by slot id: the sender cancels one (Replace).
+    running: Mutex<HashMap<String, watch::Sender<bool>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl JobState {
+    pub(crate) fn new(job: Job, runner: &str) -> Self {
+        let terms = ClaimTerms {
+            ttl: job.claim_ttl,
+            retention: job.effective_retention(),
+            max_runtime: job.max_runtime,
+            runner: runner.to_string(),
+        };
+        Self {
+            name: Arc::from(job.name.as_str()),
+            counters: Counters::new(&job.name),
+            history: Mutex::new(History::new(job.history)),
+            next_due: Mutex::new(None),
+            running: Mutex::default(),
+            terms,
+            job,
+        }
+    }
+
+    fn note(&self, slot: &Slot, outcome: SlotOutcome, record: Option<&RunRecord>) {
+        lock(&self.history).record(SlotEntry {
+            slot: slot.clone(),
+            outcome,
+            runner: record.and_then(|r| r.runner.clone()),
+            fence: record.and_then(|r| r.fence),
+            attempt: record.map_or(0, |r| r.attempts),
+            lateness: None,
+        });
+    }
+}
+
+/// The loop of one job: until the scheduler drains.
+pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
+    let mut phase = shared.phase.subscribe();
+    let spec = &job.job;
+    let mut cursor =
+        plan::initial_cursor(shared.clock.now(), spec.starting_deadline, spec.catch_up);
+    loop {
+        let Some(next) = spec.schedule.next_after(cursor) else {
+            info!(job = %job.name, "no more slots in the schedule");
+            *lock(&job.next_due) = None;
+            return;
+        };
+        *lock(&job.next_due) = Some(next);
+        let wake = next
+            .checked_add_signed(TimeDelta::from_std(jitter(spec.jitter)).unwrap_or_default())
+            .unwrap_or(next);
+        tokio::select! {
+            () = clock::sleep_until(&*shared.clock, wake) => {}
+            () = until(&mut phase, Phase::Draining) => return,
+        }
+        let now = shared.clock.now();
+        let plan = plan::plan(
+            &spec.schedule,
+            cursor,
+            now,
+            spec.starting_deadline,
+            spec.catch_up,
+        );
+        let advanced = plan.cursor > cursor;
+        cursor = plan.cursor;
+        job.counters
+            .add(Count::Missed, plan.dropped + plan.missed.len() as u64);
+        for slot in &plan.missed {
+            debug!(job = %job.name, slot = %slot, "missed: past its starting deadline");
+            job.note(slot, SlotOutcome::Missed, None);
+        }
+        job.counters
+            .add(Count::Superseded, plan.superseded.len() as u64);
+        for slot in &plan.superseded {
+            job.note(slot, SlotOutcome::Superseded, None);
+        }
+        if spec.concurrency == Concurrency::Replace && advanced {
+            // A new slot fell due: this worker's runs of earlier slots give way, whoever runs
+            // the new one (every worker watches the schedule, so the runner of the old slot
+            // does this wherever the new one is claimed).
+            for cancel in lock(&job.running).values() {
+                let _ = cancel.send(true);
+            }
+        }
+        for slot in plan.run {
+            if *phase.borrow() != Phase::Running {
+                return;
+            }
+            claim_and_run(&shared, &job, slot).await;
+        }
+    }
+}
+
+fn jitter(max: Duration) -> Duration {
+    if max.is_zero() {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(rand::random_range(
+        0..u64::try_from(max.as_nanos()).unwrap_or(u64::MAX),
+    ))
+}
+
+/// Resolves once the scheduler's phase reaches `at` (or the scheduler is gone).
+pub(crate) async fn until(phase: &mut watch::Receiver<Phase>, at: Phase) {
+    let _ = phase.wait_for(|p| *p >= at).await;
+}
+
+/// Claims one due slot and starts it, or records why not.
+async fn claim_and_run(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot) {
+    let now = shared.clock.now();
+    if past_deadline(&slot, now, job.job.starting_deadline) {
+        job.counters.bump(Count::Missed);
+        job.note(&slot, SlotOutcome::Missed, None);
+        return;
+    }
+    let late = lateness(&slot, now);
+    let Some(job_lock) = forbid_check(shared, job, &slot).await else {
+        return;
+    };
+    match shared
+        .claims
+        .claim(&job.name, slot.id(), &job.terms, false)
+        .await
+    {
+        Ok(Claim::Claimed(run)) => start_run(shared, job, slot, run, job_lock, Some(late)),
+        Ok(Claim::Completed(r)) => {
+            job.counters.bump(Count::Elsewhere);
+            job.note(&slot, SlotOutcome::CompletedElsewhere, Some(&r));
+            release(job_lock).await;
+        }
+        Ok(Claim::RunningElsewhere(r)) => {
+            job.counters.bump(Count::Elsewhere);
+            job.note(&slot, SlotOutcome::RunningElsewhere, Some(&r));
+            release(job_lock).await;
+            if job.job.on_abandoned == OnAbandoned::Retry {
+                let (shared2, job2) = (Arc::clone(shared), Arc::clone(job));
+                shared.spawn(watch_slot(shared2, job2, slot));
+            }
+        }
+        Ok(Claim::Abandoned(r)) => {
+            release(job_lock).await;
+            retry(shared, job, slot, r).await;
+        }
+        Err(e) => {
+            release(job_lock).await;
+            claim_failed(job, &slot, &e);
+        }
+    }
+}
+
+fn claim_failed(job: &JobState, slot: &Slot, e: &quorumlock::LockError) {
+    warn!(job = %job.name, slot = %slot, error = %e, "claim failed");
+    job.counters.bump(Count::ClaimError);
+    job.note(slot, SlotOutcome::ClaimFailed(e.to_string()), None);
+}
+
+/// With [`Concurrency::Forbid`]: `None` when the slot must be skipped, else the job lock to
+/// hold for the run (`Some(None)` under the other policies).
+async fn forbid_check(
+    shared: &Shared,
+    job: &JobState,
+    slot: &Slot,
+) -> Option<Option<Box<dyn JobLock>>> {
+    if job.job.concurrency != Concurrency::Forbid {
+        return Some(None);
+    }
+    // This worker's own run needs no round trip to be seen.
+    if !lock(&job.running).is_empty() {
+        job.counters.bump(Count::Forbidden);
+        job.note(slot, SlotOutcome::Forbidden, None);
+        return None;
+    }
+    match shared.claims.try_job_lock(&job.name, &job.terms).await {
+        Ok(Some(held)) => Some(Some(held)),
+        Ok(None) => {
+            // The job lock is taken by every worker before claiming, so it is also refused to
+            // the losers of this very slot: tell them apart from a skip by the slot's state (a
+            // winner between its lock and its claim still reads as a skip).
+            match shared.claims.status(&job.name, slot.id()).await {
+                Ok(SlotState::Running(r)) => {
+                    job.counters.bump(Count::Elsewhere);
+                    job.note(slot, SlotOutcome::RunningElsewhere, Some(&r));
+                }
+                Ok(SlotState::Completed(r)) => {
+                    job.counters.bump(Count::Elsewhere);
+                    job.note(slot, SlotOutcome::CompletedElsewhere, Some(&r));
+                }
+                _ => {
+                    job.counters.bump(Count::Forbidden);
+                    job.note(slot, SlotOutcome::Forbidden, None);
+                }
+            }
+            None
+        }
+        Err(e) => {
+            claim_failed(job, slot, &e);
+            None
+        }
+    }
+}
+
+async fn release(job_lock: Option<Box<dyn JobLock>>) {
+    if let Some(held) = job_lock {
+        held.release().await;
+    }
+}
+
+/// A slot found abandoned: claims it again if the policy and its attempts allow.
+async fn retry(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot, record: RunRecord) {
+    let allowed = job.job.on_abandoned == OnAbandoned::Retry
+        && record.attempts < job.job.max_attempts
+        && *shared.phase.borrow() == Phase::Running;
+    if !allowed {
+        job.counters.bump(Count::Abandoned);
+        job.note(&slot, SlotOutcome::Abandoned, Some(&record));
+        return;
+    }
+    let Some(job_lock) = forbid_check(shared, job, &slot).await else {
+        return;
+    };
+    match shared
+        .claims
+        .claim(&job.name, slot.id(), &job.terms, true)
+        .await
+    {
+        Ok(Claim::Claimed(run)) => {
+            info!(job = %job.name, slot = %slot, previous = ?record.runner, "retrying a slot whose runner died");
+            job.counters.bump(Count::Retry);
+            start_run(shared, job, slot, run, job_lock, None);
+        }
+        Ok(Claim::Completed(r)) => {
+            job.note(&slot, SlotOutcome::CompletedElsewhere, Some(&r));
+            release(job_lock).await;
+        }
+        Ok(Claim::RunningElsewhere(r)) => {
+            // Another worker retried first.
+            job.note(&slot, SlotOutcome::RunningElsewhere, Some(&r));
+            release(job_lock).await;
+        }
+        Ok(Claim::Abandoned(r)) => {
+            job.counters.bump(Count::Abandoned);
+            job.note(&slot, SlotOutcome::Abandoned, Some(&r));
+            release(job_lock).await;
+        }
+        Err(e) => {
+            release(job_lock).await;
+            claim_failed(job, &slot, &e);
+        }
+    }
+}
+
+/// Watches a slot another worker runs until it completes or is abandoned (then retries it).
+async fn watch_slot(shared: Arc<Shared>, job: Arc<JobState>, slot: Slot) {
+    let mut phase = shared.phase.subscribe();
+    // A dead runner's claim reads as abandoned one TTL after its last renewal: half a TTL
+    // between looks finds it within 1.5 TTL, at two reads per TTL per watching worker.
+    let every = (job.terms.ttl / 2).max(Duration::from_millis(50));
+    let give_up = tokio::time::Instant::now() + job.terms.retention;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = until(&mut phase, Phase::Draining) => return,
+        }
+        if tokio::time::Instant::now() > give_up {
+            return;
+        }
+        match shared.claims.status(&job.name, slot.id()).await {
+            Ok(SlotState::Running(_)) => {}
+            Ok(SlotState::Completed(r)) => {
+                job.note(&slot, SlotOutcome::CompletedElsewhere, Some(&r));
+                return;
+            }
+            Ok(SlotState::Abandoned(r)) => return retry(&shared, &job, slot, r).await,
+            // The record is gone (past its retention): nothing left to decide.
+            Ok(SlotState::Free) => return,
+            Err(e) => {
+                debug!(job = %job.name, slot = %slot, error = %e, "status read failed; watching on")
+            }
+        }
+    }
+}
+
+/// Why a run ended.
+enum Ended {
+    Returned(Result<(), String>),
+    Lease(LeaseEnd),
+    Replaced,
+    Shutdown,
+}
+
+/// Starts a claimed slot's run in its own task.
+fn start_run(
+    shared: &Arc<Shared>,
+    job: &Arc<JobState>,
+    slot: Slot,
+    run: Box<dyn ClaimedSlot>,
+    job_lock: Option<Box<dyn JobLock>>,
+    late: Option<Duration>,
+) {
+    let (replace_tx, replace_rx) = watch::channel(false);
+    lock(&job.running).insert(slot.id().to_string(), replace_tx);
+    job.counters.bump(Count::Run);
+    if let Some(late) = late {
+        job.counters.lateness(late);
+    }
+    let record = RunRecord {
+        runner: Some(shared.worker.to_string()),
+        fence: run.fence(),
+        attempts: run.attempt(),
+    };
+    let mut entry = SlotEntry {
+        slot: slot.clone(),
+        outcome: SlotOutcome::Running,
+        runner: record.runner.clone(),
+        fence: record.fence,
+        attempt: record.attempts,
+        lateness: late,
+    };
+    lock(&job.history).record(entry.clone());
+    let in_flight = InFlight::enter(shared, job, slot.id());
+    let span = info_span!("slot", job = %job.name, slot = %slot, fence = ?record.fence, attempt = record.attempts);
+    let (shared2, job2) = (Arc::clone(shared), Arc::clone(job));
+    shared.spawn(
+        async move {
+            let _in_flight = in_flight;
+            let lease: Arc<dyn crate::claims::LeaseView> = Arc::from(run.lease());
+            let ctx = JobContext {
+                job: Arc::clone(&job2.name),
+                worker: Arc::clone(&shared2.worker),
+                slot,
+                fence: record.fence,
+                attempt: record.attempts,
+                lateness: late.unwrap_or_default(),
+                lease: Arc::clone(&lease),
+            };
+            info!(lateness = ?late, "run starts");
+            let ended = run_until_ended(&shared2, &job2, ctx, &*lease, replace_rx).await;
+            let (outcome, count, complete) = match ended {
+                Ended::Returned(Ok(())) => (SlotOutcome::Succeeded, Count::Succeeded, true),
+                Ended::Returned(Err(e)) => (SlotOutcome::Failed(e), Count::Failed, true),
+                Ended::Lease(LeaseEnd::RuntimeCap) => {
+                    (SlotOutcome::TimedOut, Count::TimedOut, false)
+                }
+                Ended::Lease(LeaseEnd::Lost(why)) => {
+                    (SlotOutcome::Cancelled(why), Count::Cancelled, false)
+                }
+                // Completed, not abandoned: the next slot took over, and a retry would run the
+                // replaced slot again.
+                Ended::Replaced => (SlotOutcome::Replaced, Count::Replaced, true),
+                Ended::Shutdown => (
+                    SlotOutcome::Cancelled("shutdown".into()),
+                    Count::Cancelled,
+                    false,
+                ),
+            };
+            let recorded = if complete {
+                run.complete().await
+            } else {
+                run.abandon().await
+            };
+            match &recorded {
+                Ok(()) => info!(outcome = ?outcome, completed = complete, "run ends"),
+                // A completion that could not be recorded leaves the claim to expire: with
+                // Retry, the slot may then run again (at least once, with a higher token).
+                Err(e) => warn!(outcome = ?outcome, error = %e, "run ended; recording it failed"),
+            }
+            release(job_lock).await;
+            job2.counters.bump(count);
+            entry.outcome = outcome;
+            lock(&job2.history).record(entry);
+        }
+        .instrument(span),
+    );
+}
+
+async fn run_until_ended(
+    shared: &Shared,
+    job: &JobState,
+    ctx: JobContext,
+    lease: &dyn crate::claims::LeaseView,
+    mut replaced: watch::Receiver<bool>,
+) -> Ended {
+    let mut phase = shared.phase.subscribe();
+    let work = AssertUnwindSafe((job.job.run)(ctx)).catch_unwind();
+    tokio::select! {
+        result = work => Ended::Returned(match result {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("the job panicked".to_string()),
+        }),
+        end = lease.ended() => Ended::Lease(end),
+        _ = replaced.wait_for(|r| *r) => Ended::Replaced,
+        () = until(&mut phase, Phase::Cancelling) => Ended::Shutdown,
+    }
+}
+
+/// Counts a run in flight for the shutdown, and forgets it on every exit path (a panic or an
+/// abort included).
+struct InFlight {
+    shared: Arc<Shared>,
+    job: Arc<JobState>,
+    slot: String,
+}
+
+impl InFlight {
+    fn enter(shared: &Arc<Shared>, job: &Arc<JobState>, slot: &str) -> Self {
+        shared.in_flight.send_modify(|n| *n += 1);
+        Self {
+            shared: Arc::clone(shared),
+            job: Arc::clone(job),
+            slot: slot.to_string(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        lock(&self.job.running).remove(&self.slot);
+        self.shared
+            .in_flight
+            .send_modify(|n| *n = n.saturating_sub(1));
+    }
+}

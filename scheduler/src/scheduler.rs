@@ -1,0 +1,284 @@
+//! [`Scheduler`]: the jobs of one worker, started together, observed through stats and status,
+//! and stopped gracefully.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::TimeDelta;
+#[cfg(any())] // SLOT-API
+use quorumlock::Redlock;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+#[cfg(any())] // SLOT-API
+use crate::claims::redlock::RedlockClaims;
+use crate::claims::{SlotClaims, SlotState};
+use crate::clock::{SystemClock, WallClock};
+use crate::error::SchedulerError;
+use crate::job::Job;
+use crate::runner::{job_loop, JobState};
+use crate::shared::{Phase, Shared};
+use crate::stats::JobStats;
+use crate::status::JobStatus;
+
+/// How long a shutdown waits, after cancelling the runs still going at the end of the grace
+/// period, for them to record their slots as abandoned (one quorum round each) before it aborts
+/// them (their claims then expire by themselves).
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// Builds a [`Scheduler`]: the masters, this worker's name, and its jobs.
+#[must_use = "a builder does nothing until started"]
+pub struct SchedulerBuilder {
+    claims: Arc<dyn SlotClaims>,
+    clock: Option<Arc<dyn WallClock>>,
+    skew: TimeDelta,
+    worker: Option<String>,
+    jobs: Vec<Job>,
+}
+
+/// A worker of the fleet: runs its jobs' slots that no other worker has run, until shut down.
+/// Every worker of a job must use the same masters and the same job name and schedule.
+///
+/// Dropping it stops everything at once, like a crash: running jobs are cancelled and their
+/// claims dropped, which abandons their slots (retried elsewhere under
+/// [`OnAbandoned::Retry`](crate::OnAbandoned::Retry)). [`shutdown`](Self::shutdown) is the
+/// graceful way.
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    jobs: Vec<Arc<JobState>>,
+}
+
+/// What a [`Scheduler::shutdown`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Runs that were going when the shutdown began.
+    pub running: usize,
+    /// Of those, runs cancelled at the end of the grace period.
+    pub cancelled: usize,
+}
+
+impl Scheduler {
+    /// A builder over `locks`' masters. Claims are made on a [fenced](Redlock::fenced) handle, so
+    /// every run gets a fencing token.
+    #[cfg(any())] // SLOT-API
+    pub fn builder(locks: &Redlock) -> SchedulerBuilder {
+        SchedulerBuilder::with_claims(Arc::new(RedlockClaims {
+            locks: locks.fenced(),
+        }))
+    }
+
+    /// This worker's name, as recorded with its claims.
+    pub fn worker(&self) -> &str {
+        &self.shared.worker
+    }
+
+    /// One job's counters on this worker, `None` for a name that is not configured.
+    pub fn stats(&self, job: &str) -> Option<JobStats> {
+        self.job(job).map(|j| j.counters.snapshot())
+    }
+
+    /// Every job's recent slots as this worker saw them (who ran them, with which token), its
+    /// next due slot and its counters, in configuration order.
+    pub fn status(&self) -> Vec<JobStatus> {
+        self.jobs
+            .iter()
+            .map(|j| JobStatus {
+                name: j.name.to_string(),
+                schedule: j.job.schedule.to_string(),
+                next_due: *j.next_due.lock().unwrap_or_else(PoisonError::into_inner),
+                recent: j
+                    .history
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .list(),
+                stats: j.counters.snapshot(),
+            })
+            .collect()
+    }
+
+    /// What a quorum of masters says about a slot of a job (by its [`Slot::id`](crate::Slot::id)),
+    /// wherever it ran.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedulerError::UnknownJob`] for a job not configured here; [`SchedulerError::Claim`]
+    /// when no quorum answered.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn slot_state(&self, job: &str, slot: &str) -> Result<SlotState, SchedulerError> {
+        let state = self
+            .job(job)
+            .ok_or_else(|| SchedulerError::UnknownJob(job.to_string()))?;
+        self.shared
+            .claims
+            .status(&state.name, slot)
+            .await
+            .map_err(|source| SchedulerError::Claim {
+                job: job.to_string(),
+                slot: slot.to_string(),
+                source: Box::new(source),
+            })
+    }
+
+    /// How many runs this worker has going now.
+    pub fn running(&self) -> usize {
+        *self.shared.in_flight.borrow()
+    }
+
+    /// Stops claiming slots at once, lets the running jobs finish for up to `grace`, then
+    /// cancels the rest (their slots are recorded as abandoned, so another worker may retry
+    /// them under [`OnAbandoned::Retry`](crate::OnAbandoned::Retry)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the scheduler: what still runs is aborted, as by `Drop`.
+    pub async fn shutdown(self, grace: Duration) -> ShutdownReport {
+        let running = self.running();
+        info!(worker = %self.shared.worker, running, ?grace, "shutting down");
+        self.shared.phase.send_replace(Phase::Draining);
+        let mut in_flight = self.shared.in_flight.subscribe();
+        let drained = tokio::time::timeout(grace, in_flight.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        let mut cancelled = 0;
+        if !drained {
+            cancelled = self.running();
+            warn!(
+                cancelled,
+                "grace period over: cancelling the runs still going"
+            );
+            self.shared.phase.send_replace(Phase::Cancelling);
+            if tokio::time::timeout(CANCEL_WAIT, in_flight.wait_for(|n| *n == 0))
+                .await
+                .is_err()
+            {
+                warn!("runs did not record their end in time: aborting them");
+            }
+        }
+        // Drop aborts whatever is left (loops and watchers have returned by now).
+        ShutdownReport { running, cancelled }
+    }
+
+    fn job(&self, name: &str) -> Option<&Arc<JobState>> {
+        self.jobs.iter().find(|j| &*j.name == name)
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.shared.abort_all();
+    }
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("worker", &self.shared.worker)
+            .field(
+                "jobs",
+                &self.jobs.iter().map(|j| &*j.name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl SchedulerBuilder {
+    #[allow(dead_code)] // SLOT-API
+    pub(crate) fn with_claims(claims: Arc<dyn SlotClaims>) -> Self {
+        Self {
+            claims,
+            clock: None,
+            skew: TimeDelta::zero(),
+            worker: None,
+            jobs: Vec::new(),
+        }
+    }
+
+    /// The wall clock (tests: a virtual one on tokio's paused clock).
+    #[cfg(test)]
+    pub(crate) fn clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// This worker's name, recorded with its claims and shown in the status of every worker.
+    /// Defaults to `host:pid:xxxx` (the host name, the process id and 4 random hex digits, so
+    /// that two schedulers of one process differ).
+    pub fn worker(mut self, name: impl Into<String>) -> Self {
+        self.worker = Some(name.into());
+        self
+    }
+
+    /// Adds a job.
+    pub fn job(mut self, job: Job) -> Self {
+        self.jobs.push(job);
+        self
+    }
+
+    /// Shifts the wall clock this worker reads by `skew` (positive: it runs ahead), as a skewed
+    /// host's clock would: for demonstrations and tests of clock skew. Slots keep their ids (they
+    /// come from the schedule); a worker ahead by `s` claims them `s` early, one behind `s` late.
+    /// Defaults to none.
+    pub fn clock_skew(mut self, skew: TimeDelta) -> Self {
+        self.skew = skew;
+        self
+    }
+
+    /// Checks the jobs and starts one task per job on the current tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedulerError::InvalidJob`] or [`SchedulerError::DuplicateJob`] for a bad job;
+    /// [`SchedulerError::NoRuntime`] outside a tokio runtime.
+    pub fn start(self) -> Result<Scheduler, SchedulerError> {
+        for (i, job) in self.jobs.iter().enumerate() {
+            job.check()?;
+            if self.jobs[..i].iter().any(|other| other.name == job.name) {
+                return Err(SchedulerError::DuplicateJob(job.name.clone()));
+            }
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(SchedulerError::NoRuntime);
+        }
+        let worker: Arc<str> = Arc::from(self.worker.unwrap_or_else(default_worker));
+        let clock = self
+            .clock
+            .unwrap_or_else(|| Arc::new(SystemClock { offset: self.skew }));
+        let shared = Arc::new(Shared {
+            claims: self.claims,
+            clock,
+            worker: Arc::clone(&worker),
+            phase: watch::Sender::new(Phase::Running),
+            in_flight: watch::Sender::new(0),
+            tasks: Mutex::new(JoinSet::new()),
+        });
+        let jobs: Vec<Arc<JobState>> = self
+            .jobs
+            .into_iter()
+            .map(|job| Arc::new(JobState::new(job, &worker)))
+            .collect();
+        for job in &jobs {
+            info!(worker = %worker, job = %job.name, schedule = %job.job.schedule, "job scheduled");
+            shared.spawn(job_loop(Arc::clone(&shared), Arc::clone(job)));
+        }
+        Ok(Scheduler { shared, jobs })
+    }
+}
+
+fn default_worker() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!(
+        "{host}:{}:{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}

@@ -1,0 +1,486 @@
+//! The scheduling logic on tokio's paused clock, against the in-memory fake masters: several
+//! schedulers sharing one fake stand for a fleet.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::time::{sleep, Instant};
+
+use crate::claims::fake::FakeClaims;
+use crate::claims::SlotState;
+use crate::clock::VirtualClock;
+use crate::{
+    CatchUp, Concurrency, Job, JobContext, OnAbandoned, Scheduler, SchedulerBuilder,
+    SchedulerError, SlotOutcome,
+};
+
+/// Who ran which slot: slot id → (worker, fence, attempt) per execution.
+type Runs = Arc<Mutex<BTreeMap<String, Vec<(String, Option<u64>, u32)>>>>;
+
+fn base() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2024-01-01T00:00:00.500Z")
+        .expect("valid")
+        .with_timezone(&Utc)
+}
+
+fn builder(claims: &FakeClaims, worker: &str, skew_ms: i64) -> SchedulerBuilder {
+    SchedulerBuilder::with_claims(Arc::new(claims.clone()))
+        .clock(Arc::new(VirtualClock {
+            base: base() + TimeDelta::milliseconds(skew_ms),
+            start: Instant::now(),
+        }))
+        .worker(worker)
+}
+
+/// A 1 s job that records its runs and works for `work`.
+fn job(runs: &Runs, work: Duration) -> Job {
+    let runs = Arc::clone(runs);
+    Job::every("tick", Duration::from_secs(1), move |ctx: JobContext| {
+        let runs = Arc::clone(&runs);
+        async move {
+            runs.lock()
+                .expect("runs")
+                .entry(ctx.slot().id().to_string())
+                .or_default()
+                .push((ctx.worker().to_string(), ctx.fence(), ctx.attempt()));
+            sleep(work).await;
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .expect("valid job")
+    .claim_ttl(Duration::from_secs(1))
+}
+
+fn counts(runs: &Runs) -> Vec<usize> {
+    runs.lock().expect("runs").values().map(Vec::len).collect()
+}
+
+/// Three workers, one 1 s job: each slot runs exactly once.
+#[tokio::test(start_paused = true)]
+async fn each_slot_runs_once_across_three_workers() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let workers: Vec<Scheduler> = ["a", "b", "c"]
+        .iter()
+        .map(|w| {
+            builder(&claims, w, 0)
+                .job(job(&runs, Duration::from_millis(100)).catch_up(CatchUp::None))
+                .start()
+                .expect("start")
+        })
+        .collect();
+    sleep(Duration::from_millis(5_200)).await;
+    // Slots at +0.5, 1.5, ... 4.5 s of virtual time.
+    assert_eq!(counts(&runs), vec![1; 5], "{runs:?}");
+    let elsewhere: u64 = workers
+        .iter()
+        .map(|w| w.stats("tick").expect("job").elsewhere)
+        .sum();
+    let ran: u64 = workers
+        .iter()
+        .map(|w| w.stats("tick").expect("job").runs)
+        .sum();
+    assert_eq!((ran, elsewhere), (5, 10));
+    for w in workers {
+        assert_eq!(w.shutdown(Duration::from_secs(1)).await.cancelled, 0);
+    }
+}
+
+/// Skewed clocks name the same slots: three workers 0.3 s apart still run each slot once.
+#[tokio::test(start_paused = true)]
+async fn skewed_clocks_do_not_create_new_slots() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let _workers: Vec<Scheduler> = [("a", -300), ("b", 0), ("c", 300)]
+        .iter()
+        .map(|(w, skew)| {
+            builder(&claims, w, *skew)
+                .job(job(&runs, Duration::from_millis(50)).catch_up(CatchUp::None))
+                .start()
+                .expect("start")
+        })
+        .collect();
+    sleep(Duration::from_millis(5_900)).await;
+    let runs = runs.lock().expect("runs");
+    assert!(runs.len() >= 5, "{runs:?}");
+    assert!(runs.values().all(|r| r.len() == 1), "{runs:?}");
+    assert!(
+        runs.keys().all(|id| id.ends_with(".000Z")),
+        "slot ids come from the schedule: {runs:?}"
+    );
+}
+
+/// A worker dropped mid-slot: with Retry another worker reruns it with a higher token.
+#[tokio::test(start_paused = true)]
+async fn a_dead_runner_s_slot_is_retried_with_a_higher_token() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let dying = builder(&claims, "dying", 0)
+        .job(
+            job(&runs, Duration::from_secs(60))
+                .catch_up(CatchUp::None)
+                .on_abandoned(OnAbandoned::Retry),
+        )
+        .start()
+        .expect("start");
+    // The survivor starts a little later, so the dying worker claims the first slot.
+    sleep(Duration::from_millis(600)).await;
+    let survivor = builder(&claims, "survivor", 0)
+        .job(
+            job(&runs, Duration::from_millis(10))
+                .catch_up(CatchUp::None)
+                .on_abandoned(OnAbandoned::Retry),
+        )
+        .start()
+        .expect("start");
+    let first = "2024-01-01T00:00:01.000Z".to_string();
+    sleep(Duration::from_millis(1_000)).await;
+    drop(dying);
+    sleep(Duration::from_secs(3)).await;
+    let runs = runs.lock().expect("runs");
+    let slot = &runs[&first];
+    assert_eq!(slot.len(), 2, "{runs:?}");
+    assert_eq!(slot[0].0, "dying");
+    assert_eq!((slot[1].0.as_str(), slot[1].2), ("survivor", 2));
+    assert!(
+        slot[1].1 > slot[0].1,
+        "the retry's token is higher: {slot:?}"
+    );
+    // The dying worker also claimed the second slot (Allow): both are rerun, every other slot
+    // ran once, on the survivor.
+    let stats = survivor.stats("tick").expect("job");
+    assert_eq!(stats.retries, 2);
+    for (id, r) in runs.iter() {
+        match r.as_slice() {
+            [(dead, t1, 1), (alive, t2, 2)] => {
+                assert_eq!(
+                    (dead.as_str(), alive.as_str()),
+                    ("dying", "survivor"),
+                    "{id}"
+                );
+                assert!(t2 > t1, "{id}: {r:?}");
+            }
+            [(alive, _, 1)] => assert_eq!(alive, "survivor", "{id}"),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+}
+
+/// With Skip, a dead runner's slot is not run again.
+#[tokio::test(start_paused = true)]
+async fn a_dead_runner_s_slot_is_not_retried_with_skip() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let dying = builder(&claims, "dying", 0)
+        .job(job(&runs, Duration::from_secs(60)).catch_up(CatchUp::None))
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(600)).await;
+    let _survivor = builder(&claims, "survivor", 0)
+        .job(job(&runs, Duration::from_millis(10)).catch_up(CatchUp::None))
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(1_000)).await;
+    drop(dying);
+    sleep(Duration::from_secs(3)).await;
+    let first = "2024-01-01T00:00:01.000Z";
+    assert_eq!(runs.lock().expect("runs")[first].len(), 1);
+    assert!(matches!(
+        claims.state_of("tick", first),
+        SlotState::Abandoned(_)
+    ));
+}
+
+/// Catch-up at start-up: none runs nothing from before, latest the newest slot within the
+/// starting deadline, all every one of them.
+#[tokio::test(start_paused = true)]
+async fn catch_up_at_start_up() {
+    for (policy, expected) in [
+        (CatchUp::None, vec![]),
+        (CatchUp::Latest, vec!["2024-01-01T00:00:00.000Z"]),
+        (
+            CatchUp::All,
+            vec!["2023-12-31T23:59:59.000Z", "2024-01-01T00:00:00.000Z"],
+        ),
+    ] {
+        let claims = FakeClaims::default();
+        let runs = Runs::default();
+        // Started at 00:00:00.500 with a 1.8 s deadline: 23:59:59 and 00:00:00 are within it.
+        let w = builder(&claims, "w", 0)
+            .job(
+                job(&runs, Duration::ZERO)
+                    .catch_up(policy)
+                    .starting_deadline(Duration::from_millis(1_800)),
+            )
+            .start()
+            .expect("start");
+        sleep(Duration::from_millis(400)).await;
+        let ran: Vec<String> = runs.lock().expect("runs").keys().cloned().collect();
+        assert_eq!(ran, expected, "{policy:?}");
+        let stats = w.stats("tick").expect("job");
+        assert_eq!(
+            stats.superseded,
+            u64::from(policy == CatchUp::Latest),
+            "{policy:?}"
+        );
+    }
+}
+
+/// Forbid: while a run goes on (on another worker), the next slots are skipped fleet-wide.
+#[tokio::test(start_paused = true)]
+async fn forbid_skips_slots_while_the_previous_one_runs() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let workers: Vec<Scheduler> = ["a", "b"]
+        .iter()
+        .map(|w| {
+            builder(&claims, w, 0)
+                .job(
+                    job(&runs, Duration::from_millis(2_500))
+                        .catch_up(CatchUp::None)
+                        .concurrency(Concurrency::Forbid),
+                )
+                .start()
+                .expect("start")
+        })
+        .collect();
+    sleep(Duration::from_millis(4_200)).await;
+    // 0.5 runs until 3.0; 1.5 and 2.5 are forbidden; 3.5 runs.
+    let ran: Vec<String> = runs.lock().expect("runs").keys().cloned().collect();
+    assert_eq!(
+        ran,
+        vec!["2024-01-01T00:00:01.000Z", "2024-01-01T00:00:04.000Z"]
+    );
+    let forbidden: u64 = workers
+        .iter()
+        .map(|w| w.stats("tick").expect("job").forbidden)
+        .sum();
+    assert_eq!(forbidden, 4, "both workers skip 1.5 and 2.5");
+}
+
+/// Allow: runs overlap.
+#[tokio::test(start_paused = true)]
+async fn allow_lets_runs_overlap() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let w = builder(&claims, "w", 0)
+        .job(job(&runs, Duration::from_millis(2_500)).catch_up(CatchUp::None))
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(2_700)).await;
+    assert_eq!(counts(&runs), vec![1, 1, 1]);
+    assert_eq!(w.running(), 3);
+}
+
+/// Replace: the next slot cancels the running one, which is recorded completed (not retried).
+#[tokio::test(start_paused = true)]
+async fn replace_cancels_the_previous_run() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let w = builder(&claims, "w", 0)
+        .job(
+            job(&runs, Duration::from_secs(60))
+                .catch_up(CatchUp::None)
+                .concurrency(Concurrency::Replace)
+                .on_abandoned(OnAbandoned::Retry),
+        )
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(2_700)).await;
+    assert_eq!(w.running(), 1);
+    let stats = w.stats("tick").expect("job");
+    assert_eq!((stats.runs, stats.replaced), (3, 2));
+    assert!(matches!(
+        claims.state_of("tick", "2024-01-01T00:00:01.000Z"),
+        SlotState::Completed(_)
+    ));
+    let status = w.status();
+    let outcomes: Vec<SlotOutcome> = status[0].recent.iter().map(|e| e.outcome.clone()).collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            SlotOutcome::Replaced,
+            SlotOutcome::Replaced,
+            SlotOutcome::Running
+        ]
+    );
+}
+
+/// Graceful shutdown waits for a running job that ends within the grace period.
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_a_running_job() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let w = builder(&claims, "w", 0)
+        .job(job(&runs, Duration::from_millis(700)).catch_up(CatchUp::None))
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(600)).await;
+    assert_eq!(w.running(), 1);
+    let started = Instant::now();
+    let report = w.shutdown(Duration::from_secs(5)).await;
+    assert_eq!((report.running, report.cancelled), (1, 0));
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "waited for the job"
+    );
+    assert!(matches!(
+        claims.state_of("tick", "2024-01-01T00:00:01.000Z"),
+        SlotState::Completed(_)
+    ));
+    // Nothing claimed after the shutdown began.
+    assert_eq!(counts(&runs), vec![1]);
+}
+
+/// Past its grace period, shutdown cancels the run and abandons the slot.
+#[tokio::test(start_paused = true)]
+async fn shutdown_cancels_after_the_grace_period() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let w = builder(&claims, "w", 0)
+        .job(job(&runs, Duration::from_secs(60)).catch_up(CatchUp::None))
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(600)).await;
+    let started = Instant::now();
+    let report = w.shutdown(Duration::from_secs(2)).await;
+    assert_eq!((report.running, report.cancelled), (1, 1));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(matches!(
+        claims.state_of("tick", "2024-01-01T00:00:01.000Z"),
+        SlotState::Abandoned(_)
+    ));
+}
+
+/// The runtime cap cancels the job and abandons the slot.
+#[tokio::test(start_paused = true)]
+async fn the_runtime_cap_stops_a_run() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let w = builder(&claims, "w", 0)
+        .job(
+            job(&runs, Duration::from_secs(60))
+                .catch_up(CatchUp::None)
+                .max_runtime(Duration::from_millis(1_500)),
+        )
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(2_200)).await;
+    let stats = w.stats("tick").expect("job");
+    assert_eq!((stats.runs, stats.timed_out), (2, 1));
+    let first = &w.status()[0].recent[0];
+    assert_eq!(first.outcome, SlotOutcome::TimedOut);
+    assert!(matches!(
+        claims.state_of("tick", first.slot.id()),
+        SlotState::Abandoned(_)
+    ));
+}
+
+/// Jitter delays claims by less than the jitter; lateness is measured from the due time.
+#[tokio::test(start_paused = true)]
+async fn jitter_bounds_lateness() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    let w = builder(&claims, "w", 0)
+        .job(
+            job(&runs, Duration::ZERO)
+                .catch_up(CatchUp::None)
+                .jitter(Duration::from_millis(300)),
+        )
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(10_400)).await;
+    let stats = w.stats("tick").expect("job");
+    assert_eq!(stats.lateness.count, 10);
+    assert!(stats.lateness.max < Duration::from_millis(300), "{stats:?}");
+    assert!(
+        stats.lateness.max > Duration::ZERO,
+        "jitter was applied: {stats:?}"
+    );
+}
+
+/// A failing job is recorded completed (not retried) with its error in the status.
+#[tokio::test(start_paused = true)]
+async fn a_failing_job_is_completed_with_its_error() {
+    let claims = FakeClaims::default();
+    let w = builder(&claims, "w", 0)
+        .job(
+            Job::every("fails", Duration::from_secs(1), |_ctx| async {
+                Err::<(), _>("boom")
+            })
+            .expect("valid")
+            .catch_up(CatchUp::None)
+            .on_abandoned(OnAbandoned::Retry),
+        )
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(600)).await;
+    let entry = &w.status()[0].recent[0];
+    assert_eq!(entry.outcome, SlotOutcome::Failed("boom".into()));
+    assert_eq!(entry.runner.as_deref(), Some("w"));
+    assert!(matches!(
+        claims.state_of("fails", entry.slot.id()),
+        SlotState::Completed(_)
+    ));
+    assert_eq!(w.stats("fails").expect("job").failed, 1);
+}
+
+/// Claims that fail are counted and listed; the scheduler goes on.
+#[tokio::test(start_paused = true)]
+async fn unreachable_masters_are_counted_not_fatal() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    claims
+        .unreachable
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let w = builder(&claims, "w", 0)
+        .job(job(&runs, Duration::ZERO).catch_up(CatchUp::None))
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(1_600)).await;
+    assert_eq!(w.stats("tick").expect("job").claim_errors, 2);
+    claims
+        .unreachable
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(counts(&runs), vec![1]);
+    assert!(matches!(
+        w.status()[0].recent[0].outcome,
+        SlotOutcome::ClaimFailed(_)
+    ));
+}
+
+#[test]
+fn bad_configurations_are_errors() {
+    let claims = FakeClaims::default();
+    let ok = || job(&Runs::default(), Duration::ZERO);
+    // Outside a runtime.
+    assert!(matches!(
+        builder(&claims, "w", 0).job(ok()).start(),
+        Err(SchedulerError::NoRuntime)
+    ));
+    assert!(matches!(
+        builder(&claims, "w", 0).job(ok()).job(ok()).start(),
+        Err(SchedulerError::DuplicateJob(_))
+    ));
+    for bad in [
+        ok().max_attempts(0),
+        ok().claim_ttl(Duration::ZERO),
+        ok().max_runtime(Duration::from_millis(10)),
+        ok().retention(Duration::from_millis(10)),
+        Job::new(
+            "",
+            crate::Schedule::every(Duration::from_secs(1)).expect("valid"),
+            |_| async { Ok::<_, JobErrorAlias>(()) },
+        ),
+    ] {
+        assert!(matches!(
+            builder(&claims, "w", 0).job(bad).start(),
+            Err(SchedulerError::InvalidJob { .. })
+        ));
+    }
+}
+
+type JobErrorAlias = crate::JobError;
