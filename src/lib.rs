@@ -225,6 +225,7 @@ mod round;
 mod scripts;
 mod shared;
 mod slot;
+mod slot;
 mod stats;
 mod traced;
 mod transport;
@@ -252,6 +253,10 @@ pub use manager::Redlock;
 #[doc(hidden)]
 pub use mutation::Mutation;
 pub use owner::Owner;
+pub use slot::{
+    SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
+    DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
+};
 pub use slot::{
     SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
     DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,

@@ -1,0 +1,404 @@
+//! Slot claims on real masters: a slot runs once across racing managers, a completion is seen
+//! by late claimers, a runner that dies leaves the slot abandoned (and retried, with a higher
+//! fencing token, only by policy), a minority of masters down changes nothing, a claim that did
+//! not win is undone, and bad input or a key of the wrong type gives clear errors.
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::testing::{RedisCluster, RedisMaster};
+use quorumlock::{
+    InvalidArgument, LockError, NodeErrorKind, Redlock, SlotClaim, SlotOptions, SlotStatus,
+    DEFAULT_KEY_PREFIX,
+};
+use support::{builder, cluster, count_keys, manager, pttl, wait_until, PATIENCE};
+
+/// The running key of `(job, slot)` with the default prefix.
+fn running_key(job: &str, slot: &str) -> String {
+    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
+}
+
+/// The record key of `(job, slot)` with the default prefix.
+fn record_key(job: &str, slot: &str) -> String {
+    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}", job.len())
+}
+
+/// A field of `(job, slot)`'s record on `master`.
+fn record_field(master: &RedisMaster, job: &str, slot: &str, field: &str) -> Option<String> {
+    match master
+        .query(&["HGET", &record_key(job, slot), field])
+        .expect("HGET")
+    {
+        quorumlock::testing::Reply::Bulk(bytes) => Some(String::from_utf8_lossy(&bytes).into()),
+        _ => None,
+    }
+}
+
+/// A fenced manager over `cluster` (its own connections).
+fn fenced(cluster: &RedisCluster) -> Redlock {
+    builder(&cluster.urls())
+        .fencing(true)
+        .build()
+        .expect("build manager")
+}
+
+/// Short claims, so that a dead runner's claim expires quickly.
+fn short() -> SlotOptions {
+    SlotOptions::new().ttl(Duration::from_millis(1500))
+}
+
+/// Three managers (separate connections, as on three hosts) racing for each of many slots:
+/// exactly one claims each slot, and the others are told it runs elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_slot_is_claimed_once_by_three_racing_managers() {
+    let cluster = cluster(3);
+    let hosts: Vec<Redlock> = (0..3).map(|_| manager(&cluster)).collect();
+    for host in &hosts {
+        host.connect().await.expect("connect");
+    }
+    for i in 0..20 {
+        let slot = format!("2026-11-30T02:{i:02}Z");
+        let opts = SlotOptions::new().runner(format!("slot-{i}"));
+        let claims = futures::future::join_all(
+            hosts
+                .iter()
+                .map(|host| host.claim_slot("nightly", &slot, &opts)),
+        )
+        .await;
+        let mut runs = Vec::new();
+        for claim in claims {
+            match claim.expect("claim") {
+                SlotClaim::Claimed(run) => runs.push(run),
+                SlotClaim::RunningElsewhere(_) => {}
+                other => panic!("slot {slot}: unexpected {other:?}"),
+            }
+        }
+        assert_eq!(runs.len(), 1, "slot {slot}: {} runners", runs.len());
+        let run = runs.pop().expect("one run");
+        assert_eq!((run.job(), run.slot(), run.attempt()), ("nightly", &*slot, 1));
+        assert!(run.lease().is_held());
+        run.complete().await.expect("complete");
+    }
+}
+
+/// A host that fires after the run completed sees `Completed` (with who ran it), even with
+/// `retry_abandoned`, and the status says so; before, the status is free, then running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_claimer_sees_the_completion() {
+    let cluster = cluster(3);
+    let (early, late) = (manager(&cluster), manager(&cluster));
+    assert_eq!(
+        early.slot_status("report", "s1").await.expect("status"),
+        SlotStatus::Free
+    );
+    let run = early
+        .claim_slot("report", "s1", &SlotOptions::new().runner("host-a"))
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed");
+    match late.slot_status("report", "s1").await.expect("status") {
+        SlotStatus::Running(record) => assert_eq!(record.runner.as_deref(), Some("host-a")),
+        other => panic!("expected running, got {other:?}"),
+    }
+    run.complete().await.expect("complete");
+    for opts in [SlotOptions::new(), SlotOptions::new().retry_abandoned(true)] {
+        match late.claim_slot("report", "s1", &opts).await.expect("claim") {
+            SlotClaim::Completed(record) => {
+                assert_eq!(record.runner.as_deref(), Some("host-a"));
+                assert_eq!(record.attempts, 1);
+                assert!(record.updated.is_some());
+            }
+            other => panic!("expected completed, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        late.slot_status("report", "s1").await.expect("status"),
+        SlotStatus::Completed(_)
+    ));
+    // The running key is gone and the record is kept for the retention (24 h by default).
+    for master in &cluster {
+        assert_eq!(pttl(master, &running_key("report", "s1")), -2);
+        let left = pttl(master, &record_key("report", "s1"));
+        assert!(left > 23 * 3600 * 1000, "record ttl {left} ms");
+    }
+    // Another slot of the same job is free.
+    assert!(late
+        .claim_slot("report", "s2", &SlotOptions::new())
+        .await
+        .expect("claim")
+        .is_claimed());
+}
+
+/// A runner whose process dies mid-slot (its runtime gone: no release, no renewal) leaves the
+/// slot running until the claim expires, then abandoned; only a claimer with
+/// `retry_abandoned` claims it again, as attempt 2 with a higher fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_runner_leaves_the_slot_abandoned_and_a_retry_gets_a_higher_token() {
+    let cluster = cluster(3);
+    let urls = cluster.urls();
+    // The dying runner: its own runtime on its own thread, shut down under the claim.
+    let first_token = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let locks = builder(&urls).fencing(true).build().expect("build");
+        let run = runtime
+            .block_on(locks.claim_slot("etl", "s", &short().runner("doomed")))
+            .expect("claim")
+            .into_run()
+            .expect("claimed");
+        let token = run.fence().expect("fenced");
+        // The process dies: nothing is released, nothing renewed.
+        std::mem::forget(run);
+        drop(runtime);
+        token
+    })
+    .join()
+    .expect("runner thread");
+
+    let locks = fenced(&cluster);
+    match locks.claim_slot("etl", "s", &short()).await.expect("claim") {
+        SlotClaim::RunningElsewhere(record) => {
+            assert_eq!(record.runner.as_deref(), Some("doomed"));
+            assert_eq!(record.token, Some(first_token));
+        }
+        other => panic!("expected running elsewhere while the claim lives, got {other:?}"),
+    }
+    wait_until("the dead runner's claim expired", PATIENCE, || {
+        cluster
+            .iter()
+            .all(|m| pttl(m, &running_key("etl", "s")) == -2)
+    })
+    .await;
+    match locks.claim_slot("etl", "s", &short()).await.expect("claim") {
+        SlotClaim::Abandoned(record) => {
+            assert_eq!(record.runner.as_deref(), Some("doomed"));
+            assert_eq!(record.attempts, 1);
+        }
+        other => panic!("expected abandoned, got {other:?}"),
+    }
+    assert!(matches!(
+        locks.slot_status("etl", "s").await.expect("status"),
+        SlotStatus::Abandoned(_)
+    ));
+    let retry = locks
+        .claim_slot("etl", "s", &short().retry_abandoned(true))
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed again");
+    assert_eq!(retry.attempt(), 2);
+    let token = retry.fence().expect("fenced");
+    assert!(token > first_token, "retry token {token} <= {first_token}");
+    retry.complete().await.expect("complete");
+    match locks.claim_slot("etl", "s", &short().retry_abandoned(true)).await {
+        Ok(SlotClaim::Completed(record)) => assert_eq!(record.attempts, 2),
+        other => panic!("expected completed, got {other:?}"),
+    }
+}
+
+/// A run dropped without completing (a task that panicked) and one abandoned on purpose read
+/// as abandoned at once: the claim is released, the record kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_and_abandoned_runs_read_as_abandoned() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let dropped = locks
+        .claim_slot("job", "dropped", &SlotOptions::new())
+        .await
+        .expect("claim");
+    assert!(dropped.is_claimed());
+    drop(dropped);
+    let abandoned = locks
+        .claim_slot("job", "abandoned", &SlotOptions::new())
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed");
+    abandoned.abandon().await.expect("abandon");
+    for slot in ["dropped", "abandoned"] {
+        wait_until("the claim is released", PATIENCE, || {
+            cluster
+                .iter()
+                .all(|m| pttl(m, &running_key("job", slot)) == -2)
+        })
+        .await;
+        let claim = locks
+            .claim_slot("job", slot, &SlotOptions::new())
+            .await
+            .expect("claim");
+        assert!(
+            matches!(claim, SlotClaim::Abandoned(_)),
+            "{slot}: expected abandoned, got {claim:?}"
+        );
+    }
+    // A claim decided at the quorum-th grant may never reach the last master: a quorum of
+    // records is what counts.
+    let states = |slot: &str| -> Vec<Option<String>> {
+        cluster
+            .iter()
+            .map(|m| record_field(m, "job", slot, "state"))
+            .collect()
+    };
+    let count = |slot: &str, want: &str| {
+        states(slot)
+            .iter()
+            .filter(|s| s.as_deref() == Some(want))
+            .count()
+    };
+    assert!(count("abandoned", "abandoned") >= 2, "{:?}", states("abandoned"));
+    assert!(count("dropped", "running") >= 2, "{:?}", states("dropped"));
+}
+
+/// With one master of three down, claims, completions and late claimers work as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_master_down_changes_nothing() {
+    let mut cluster = cluster(3);
+    cluster.get_mut(2).expect("master").kill().expect("kill");
+    let (a, b) = (manager(&cluster), manager(&cluster));
+    let run = a
+        .claim_slot("job", "s", &SlotOptions::new())
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed");
+    assert!(matches!(
+        b.claim_slot("job", "s", &SlotOptions::new()).await,
+        Ok(SlotClaim::RunningElsewhere(_))
+    ));
+    run.complete().await.expect("complete on a quorum");
+    assert!(matches!(
+        b.claim_slot("job", "s", &SlotOptions::new().retry_abandoned(true))
+            .await,
+        Ok(SlotClaim::Completed(_))
+    ));
+    // Two masters down: no quorum, a clear error naming the dead masters.
+    cluster.get_mut(1).expect("master").kill().expect("kill");
+    match b.claim_slot("job", "t", &SlotOptions::new()).await {
+        Err(LockError::QuorumUnreachable { failures, .. }) => assert_eq!(failures.len(), 2),
+        other => panic!("expected unreachable, got {other:?}"),
+    }
+}
+
+/// A claim that reaches only a minority (a quorum holds another claim) is undone there: its
+/// running key deleted and its record removed, so that it never reads as an abandoned run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_did_not_win_is_undone() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    // Another runner's live claim on two masters.
+    for master in cluster.iter().take(2) {
+        master
+            .command(&["SET", &running_key("job", "s"), "someone", "PX", "60000"])
+            .expect("SET");
+    }
+    match locks.claim_slot("job", "s", &SlotOptions::new()).await {
+        Ok(SlotClaim::RunningElsewhere(_)) => {}
+        other => panic!("expected running elsewhere, got {other:?}"),
+    }
+    let third = cluster.get(2).expect("master");
+    wait_until("the partial claim is undone", PATIENCE, || {
+        count_keys(third) == 0
+    })
+    .await;
+    // Once the other claim is gone without a record, the slot is free, not abandoned.
+    for master in cluster.iter().take(2) {
+        master
+            .command(&["DEL", &running_key("job", "s")])
+            .expect("DEL");
+    }
+    assert!(locks
+        .claim_slot("job", "s", &SlotOptions::new())
+        .await
+        .expect("claim")
+        .is_claimed());
+}
+
+/// Bad input is rejected before any master is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_rejected_without_writing() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let long = "x".repeat(quorumlock::MAX_SLOT_NAME + 1);
+    let cases: Vec<(&str, &str, SlotOptions)> = vec![
+        ("", "s", SlotOptions::new()),
+        ("job", "", SlotOptions::new()),
+        (&long, "s", SlotOptions::new()),
+        ("job", "s", SlotOptions::new().ttl(Duration::ZERO)),
+        ("job", "s", SlotOptions::new().ttl(Duration::MAX)),
+        ("job", "s", SlotOptions::new().retention(Duration::ZERO)),
+        ("job", "s", SlotOptions::new().retention(Duration::MAX)),
+        (
+            "job",
+            "s",
+            SlotOptions::new().retention(Duration::from_secs(1)),
+        ),
+        (
+            "job",
+            "s",
+            SlotOptions::new().hold_at_least(Duration::MAX),
+        ),
+        (
+            "job",
+            "s",
+            SlotOptions::new().lease(quorumlock::LeaseOptions::new().renew_every(Duration::ZERO)),
+        ),
+    ];
+    for (job, slot, opts) in cases {
+        match locks.claim_slot(job, slot, &opts).await {
+            Err(LockError::InvalidArgument(error)) => {
+                let text = error.to_string();
+                assert!(text.contains("expected"), "{text}");
+            }
+            other => panic!("{job:.10}/{slot}/{opts:?}: expected invalid, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        locks.slot_status("", "s").await,
+        Err(LockError::InvalidArgument(InvalidArgument::SlotName { what: "job", .. }))
+    ));
+    for master in &cluster {
+        assert_eq!(count_keys(master), 0, "nothing was written");
+    }
+}
+
+/// A record key holding a list gives `WRONGTYPE` errors naming every master, never a claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_the_wrong_type_is_a_clear_error() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    for master in &cluster {
+        master
+            .command(&["LPUSH", &record_key("job", "s"), "x"])
+            .expect("LPUSH");
+    }
+    for outcome in [
+        locks
+            .claim_slot("job", "s", &SlotOptions::new())
+            .await
+            .map(|_| ()),
+        locks.slot_status("job", "s").await.map(|_| ()),
+    ] {
+        match outcome {
+            Err(LockError::QuorumUnreachable { failures, .. }) => {
+                // Decided once a quorum is impossible: at least two of three failures.
+                assert!(failures.len() >= 2, "{failures:?}");
+                for failure in &failures {
+                    match failure.kind() {
+                        NodeErrorKind::Server(text) => {
+                            assert!(text.contains("WRONGTYPE"), "{text}")
+                        }
+                        other => panic!("expected a server error, got {other:?}"),
+                    }
+                }
+            }
+            other => panic!("expected WRONGTYPE errors, got {other:?}"),
+        }
+    }
+    for master in &cluster {
+        assert_eq!(pttl(master, &running_key("job", "s")), -2, "no claim left");
+    }
+}
