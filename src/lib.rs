@@ -226,6 +226,7 @@ mod scripts;
 mod shared;
 mod slot;
 mod slot;
+mod slot;
 mod stats;
 mod traced;
 mod transport;
@@ -253,6 +254,10 @@ pub use manager::Redlock;
 #[doc(hidden)]
 pub use mutation::Mutation;
 pub use owner::Owner;
+pub use slot::{
+    SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
+    DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
+};
 pub use slot::{
     SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
     DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,

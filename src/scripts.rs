@@ -38,9 +38,11 @@ mod extend;
 mod fence;
 mod hold;
 mod hold;
+mod hold;
 mod mutants;
 mod release;
 mod restart;
+mod slot;
 mod slot;
 mod slot;
 
@@ -49,9 +51,11 @@ pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT};
 pub(crate) use fence::RAISE_FENCE;
 pub(crate) use hold::RELEASE_HOLDING;
 pub(crate) use hold::RELEASE_HOLDING;
+pub(crate) use hold::RELEASE_HOLDING;
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
 pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
+pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
 pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
 pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
 

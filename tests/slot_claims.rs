@@ -12,7 +12,7 @@ use quorumlock::{
     InvalidArgument, LockError, NodeErrorKind, Redlock, SlotClaim, SlotOptions, SlotStatus,
     DEFAULT_KEY_PREFIX,
 };
-use support::{builder, cluster, count_keys, manager, pttl, wait_until, PATIENCE};
+use support::{builder, cluster, count_keys, manager, pttl, wait_until, warm_up, PATIENCE};
 
 /// The running key of `(job, slot)` with the default prefix.
 fn running_key(job: &str, slot: &str) -> String {
@@ -285,22 +285,29 @@ async fn a_minority_master_down_changes_nothing() {
 
 /// A claim that reaches only a minority (a quorum holds another claim) is undone there: its
 /// running key deleted and its record removed, so that it never reads as an abandoned run.
+/// One of the other claim's masters is paused, so the round waits for its timeout and the
+/// free master's grant is certain to have landed before the round is decided.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_did_not_win_is_undone() {
-    let cluster = cluster(3);
+    let mut cluster = cluster(3);
     let locks = manager(&cluster);
+    warm_up(&locks, &cluster).await;
     // Another runner's live claim on two masters.
     for master in cluster.iter().take(2) {
         master
             .command(&["SET", &running_key("job", "s"), "someone", "PX", "60000"])
             .expect("SET");
     }
-    match locks.claim_slot("job", "s", &SlotOptions::new()).await {
+    cluster.get_mut(0).expect("master").pause().expect("pause");
+    let claim = locks.claim_slot("job", "s", &SlotOptions::new()).await;
+    cluster.get_mut(0).expect("master").resume().expect("resume");
+    match claim {
         Ok(SlotClaim::RunningElsewhere(_)) => {}
         other => panic!("expected running elsewhere, got {other:?}"),
     }
     let third = cluster.get(2).expect("master");
-    wait_until("the partial claim is undone", PATIENCE, || {
+    assert!(support::calls(third, "hset") > 0, "the free master was claimed");
+    wait_until("the partial claims are undone", PATIENCE, || {
         count_keys(third) == 0
     })
     .await;
