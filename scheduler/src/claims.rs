@@ -4,9 +4,6 @@
 //! tokio's clock ([`fake`]). Like the library's own master trait, it keeps the logic testable
 //! on a virtual clock.
 
-// SLOT-API: until the library exports slot claims, only the fake uses this seam.
-#![allow(dead_code)]
-
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -14,7 +11,6 @@ use quorumlock::{LeaseHandle, LockError};
 
 #[cfg(test)]
 pub(crate) mod fake;
-#[cfg(any())] // SLOT-API: until the library exports slot claims
 pub(crate) mod redlock;
 
 /// How a job claims its slots.

@@ -30,10 +30,6 @@ pub const DEFAULT_CLAIM_TTL: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// How many recent slots the status keeps per job, unless set: 20.
 pub const DEFAULT_HISTORY: usize = 20;
-/// The library's limits on slot claims (`MAX_SLOT_NAME`, `MAX_SLOT_RETENTION`), checked here
-/// so that a bad job fails at start-up rather than at its first slot.
-const MAX_NAME: usize = 1024;
-const MAX_RETENTION: Duration = Duration::from_secs(400 * 24 * 60 * 60);
 /// What the default retention adds to the longer of the claim TTL and the starting deadline: 10 min.
 const RETENTION_MARGIN: Duration = Duration::from_secs(600);
 
@@ -243,7 +239,8 @@ impl Job {
         })
     }
 
-    /// Checks what the library would reject later, so that a bad job fails at start-up.
+    /// Checks what the library would reject later (its limits on slot claims), so that a bad job
+    /// fails at start-up rather than at its first slot.
     pub(crate) fn check(&self) -> Result<(), SchedulerError> {
         let bad = |reason: String| {
             Err(SchedulerError::InvalidJob {
@@ -251,8 +248,11 @@ impl Job {
                 reason,
             })
         };
-        if self.name.is_empty() || self.name.len() > MAX_NAME {
-            return bad(format!("expected a name of 1 to {} bytes", MAX_NAME));
+        if self.name.is_empty() || self.name.len() > quorumlock::MAX_SLOT_NAME {
+            return bad(format!(
+                "expected a name of 1 to {} bytes",
+                quorumlock::MAX_SLOT_NAME
+            ));
         }
         if self.max_attempts == 0 {
             return bad("expected max_attempts of at least 1".into());
@@ -272,11 +272,11 @@ impl Job {
             }
         }
         let retention = self.effective_retention();
-        if retention < self.claim_ttl || retention > MAX_RETENTION {
+        if retention < self.claim_ttl || retention > quorumlock::MAX_SLOT_RETENTION {
             return bad(format!(
                 "retention {retention:?} out of range: expected between the claim TTL {:?} and {:?}",
                 self.claim_ttl,
-                MAX_RETENTION
+                quorumlock::MAX_SLOT_RETENTION
             ));
         }
         Ok(())

@@ -5,13 +5,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::TimeDelta;
-#[cfg(any())] // SLOT-API
 use quorumlock::Redlock;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-#[cfg(any())] // SLOT-API
 use crate::claims::redlock::RedlockClaims;
 use crate::claims::{SlotClaims, SlotState};
 use crate::clock::{SystemClock, WallClock};
@@ -62,7 +60,6 @@ pub struct ShutdownReport {
 impl Scheduler {
     /// A builder over `locks`' masters. Claims are made on a [fenced](Redlock::fenced) handle, so
     /// every run gets a fencing token.
-    #[cfg(any())] // SLOT-API
     pub fn builder(locks: &Redlock) -> SchedulerBuilder {
         SchedulerBuilder::with_claims(Arc::new(RedlockClaims {
             locks: locks.fenced(),
@@ -187,7 +184,6 @@ impl std::fmt::Debug for Scheduler {
 }
 
 impl SchedulerBuilder {
-    #[allow(dead_code)] // SLOT-API
     pub(crate) fn with_claims(claims: Arc<dyn SlotClaims>) -> Self {
         Self {
             claims,

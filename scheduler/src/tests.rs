@@ -25,11 +25,12 @@ fn base() -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
-fn builder(claims: &FakeClaims, worker: &str, skew_ms: i64) -> SchedulerBuilder {
+/// A worker of the fleet whose wall clock read [`base`] (plus `skew_ms`) at `t0`.
+fn builder(claims: &FakeClaims, t0: Instant, worker: &str, skew_ms: i64) -> SchedulerBuilder {
     SchedulerBuilder::with_claims(Arc::new(claims.clone()))
         .clock(Arc::new(VirtualClock {
             base: base() + TimeDelta::milliseconds(skew_ms),
-            start: Instant::now(),
+            start: t0,
         }))
         .worker(worker)
 }
@@ -61,11 +62,12 @@ fn counts(runs: &Runs) -> Vec<usize> {
 #[tokio::test(start_paused = true)]
 async fn each_slot_runs_once_across_three_workers() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
     let workers: Vec<Scheduler> = ["a", "b", "c"]
         .iter()
         .map(|w| {
-            builder(&claims, w, 0)
+            builder(&claims, t0, w, 0)
                 .job(job(&runs, Duration::from_millis(100)).catch_up(CatchUp::None))
                 .start()
                 .expect("start")
@@ -92,11 +94,12 @@ async fn each_slot_runs_once_across_three_workers() {
 #[tokio::test(start_paused = true)]
 async fn skewed_clocks_do_not_create_new_slots() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
     let _workers: Vec<Scheduler> = [("a", -300), ("b", 0), ("c", 300)]
         .iter()
         .map(|(w, skew)| {
-            builder(&claims, w, *skew)
+            builder(&claims, t0, w, *skew)
                 .job(job(&runs, Duration::from_millis(50)).catch_up(CatchUp::None))
                 .start()
                 .expect("start")
@@ -116,8 +119,9 @@ async fn skewed_clocks_do_not_create_new_slots() {
 #[tokio::test(start_paused = true)]
 async fn a_dead_runner_s_slot_is_retried_with_a_higher_token() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
-    let dying = builder(&claims, "dying", 0)
+    let dying = builder(&claims, t0, "dying", 0)
         .job(
             job(&runs, Duration::from_secs(60))
                 .catch_up(CatchUp::None)
@@ -125,9 +129,9 @@ async fn a_dead_runner_s_slot_is_retried_with_a_higher_token() {
         )
         .start()
         .expect("start");
-    // The survivor starts a little later, so the dying worker claims the first slot.
-    sleep(Duration::from_millis(600)).await;
-    let survivor = builder(&claims, "survivor", 0)
+    // The survivor's clock lags 50 ms, so the dying worker claims the first slots.
+
+    let survivor = builder(&claims, t0, "survivor", -50)
         .job(
             job(&runs, Duration::from_millis(10))
                 .catch_up(CatchUp::None)
@@ -136,7 +140,7 @@ async fn a_dead_runner_s_slot_is_retried_with_a_higher_token() {
         .start()
         .expect("start");
     let first = "2024-01-01T00:00:01.000Z".to_string();
-    sleep(Duration::from_millis(1_000)).await;
+    sleep(Duration::from_millis(1_600)).await;
     drop(dying);
     sleep(Duration::from_secs(3)).await;
     let runs = runs.lock().expect("runs");
@@ -172,13 +176,14 @@ async fn a_dead_runner_s_slot_is_retried_with_a_higher_token() {
 #[tokio::test(start_paused = true)]
 async fn a_dead_runner_s_slot_is_not_retried_with_skip() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
-    let dying = builder(&claims, "dying", 0)
+    let dying = builder(&claims, t0, "dying", 0)
         .job(job(&runs, Duration::from_secs(60)).catch_up(CatchUp::None))
         .start()
         .expect("start");
     sleep(Duration::from_millis(600)).await;
-    let _survivor = builder(&claims, "survivor", 0)
+    let _survivor = builder(&claims, t0, "survivor", 0)
         .job(job(&runs, Duration::from_millis(10)).catch_up(CatchUp::None))
         .start()
         .expect("start");
@@ -191,6 +196,19 @@ async fn a_dead_runner_s_slot_is_not_retried_with_skip() {
         claims.state_of("tick", first),
         SlotState::Abandoned(_)
     ));
+    // A worker that starts now and catches up on every slot within a long deadline finds it
+    // abandoned, and leaves it so.
+    let late = builder(&claims, t0, "late", 0)
+        .job(
+            job(&runs, Duration::from_millis(10))
+                .catch_up(CatchUp::All)
+                .starting_deadline(Duration::from_secs(10)),
+        )
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(runs.lock().expect("runs")[first].len(), 1);
+    assert!(late.stats("tick").expect("job").abandoned >= 1);
 }
 
 /// Catch-up at start-up: none runs nothing from before, latest the newest slot within the
@@ -206,9 +224,10 @@ async fn catch_up_at_start_up() {
         ),
     ] {
         let claims = FakeClaims::default();
+        let t0 = Instant::now();
         let runs = Runs::default();
         // Started at 00:00:00.500 with a 1.8 s deadline: 23:59:59 and 00:00:00 are within it.
-        let w = builder(&claims, "w", 0)
+        let w = builder(&claims, t0, "w", 0)
             .job(
                 job(&runs, Duration::ZERO)
                     .catch_up(policy)
@@ -232,11 +251,12 @@ async fn catch_up_at_start_up() {
 #[tokio::test(start_paused = true)]
 async fn forbid_skips_slots_while_the_previous_one_runs() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
     let workers: Vec<Scheduler> = ["a", "b"]
         .iter()
         .map(|w| {
-            builder(&claims, w, 0)
+            builder(&claims, t0, w, 0)
                 .job(
                     job(&runs, Duration::from_millis(2_500))
                         .catch_up(CatchUp::None)
@@ -264,8 +284,9 @@ async fn forbid_skips_slots_while_the_previous_one_runs() {
 #[tokio::test(start_paused = true)]
 async fn allow_lets_runs_overlap() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
-    let w = builder(&claims, "w", 0)
+    let w = builder(&claims, t0, "w", 0)
         .job(job(&runs, Duration::from_millis(2_500)).catch_up(CatchUp::None))
         .start()
         .expect("start");
@@ -278,8 +299,9 @@ async fn allow_lets_runs_overlap() {
 #[tokio::test(start_paused = true)]
 async fn replace_cancels_the_previous_run() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
-    let w = builder(&claims, "w", 0)
+    let w = builder(&claims, t0, "w", 0)
         .job(
             job(&runs, Duration::from_secs(60))
                 .catch_up(CatchUp::None)
@@ -312,8 +334,9 @@ async fn replace_cancels_the_previous_run() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_waits_for_a_running_job() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
-    let w = builder(&claims, "w", 0)
+    let w = builder(&claims, t0, "w", 0)
         .job(job(&runs, Duration::from_millis(700)).catch_up(CatchUp::None))
         .start()
         .expect("start");
@@ -338,8 +361,9 @@ async fn shutdown_waits_for_a_running_job() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_cancels_after_the_grace_period() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
-    let w = builder(&claims, "w", 0)
+    let w = builder(&claims, t0, "w", 0)
         .job(job(&runs, Duration::from_secs(60)).catch_up(CatchUp::None))
         .start()
         .expect("start");
@@ -358,8 +382,9 @@ async fn shutdown_cancels_after_the_grace_period() {
 #[tokio::test(start_paused = true)]
 async fn the_runtime_cap_stops_a_run() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
-    let w = builder(&claims, "w", 0)
+    let w = builder(&claims, t0, "w", 0)
         .job(
             job(&runs, Duration::from_secs(60))
                 .catch_up(CatchUp::None)
@@ -382,8 +407,9 @@ async fn the_runtime_cap_stops_a_run() {
 #[tokio::test(start_paused = true)]
 async fn jitter_bounds_lateness() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
-    let w = builder(&claims, "w", 0)
+    let w = builder(&claims, t0, "w", 0)
         .job(
             job(&runs, Duration::ZERO)
                 .catch_up(CatchUp::None)
@@ -405,7 +431,8 @@ async fn jitter_bounds_lateness() {
 #[tokio::test(start_paused = true)]
 async fn a_failing_job_is_completed_with_its_error() {
     let claims = FakeClaims::default();
-    let w = builder(&claims, "w", 0)
+    let t0 = Instant::now();
+    let w = builder(&claims, t0, "w", 0)
         .job(
             Job::every("fails", Duration::from_secs(1), |_ctx| async {
                 Err::<(), _>("boom")
@@ -431,11 +458,12 @@ async fn a_failing_job_is_completed_with_its_error() {
 #[tokio::test(start_paused = true)]
 async fn unreachable_masters_are_counted_not_fatal() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let runs = Runs::default();
     claims
         .unreachable
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    let w = builder(&claims, "w", 0)
+    let w = builder(&claims, t0, "w", 0)
         .job(job(&runs, Duration::ZERO).catch_up(CatchUp::None))
         .start()
         .expect("start");
@@ -455,14 +483,15 @@ async fn unreachable_masters_are_counted_not_fatal() {
 #[test]
 fn bad_configurations_are_errors() {
     let claims = FakeClaims::default();
+    let t0 = Instant::now();
     let ok = || job(&Runs::default(), Duration::ZERO);
     // Outside a runtime.
     assert!(matches!(
-        builder(&claims, "w", 0).job(ok()).start(),
+        builder(&claims, t0, "w", 0).job(ok()).start(),
         Err(SchedulerError::NoRuntime)
     ));
     assert!(matches!(
-        builder(&claims, "w", 0).job(ok()).job(ok()).start(),
+        builder(&claims, t0, "w", 0).job(ok()).job(ok()).start(),
         Err(SchedulerError::DuplicateJob(_))
     ));
     for bad in [
@@ -477,7 +506,7 @@ fn bad_configurations_are_errors() {
         ),
     ] {
         assert!(matches!(
-            builder(&claims, "w", 0).job(bad).start(),
+            builder(&claims, t0, "w", 0).job(bad).start(),
             Err(SchedulerError::InvalidJob { .. })
         ));
     }

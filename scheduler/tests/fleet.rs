@@ -1,0 +1,381 @@
+//! The scheduler on real masters: separate workers (each with its own manager, as separate
+//! hosts would have) share 3 local `redis-server` masters started by the test. Jobs write to a
+//! fenced store (it rejects a token lower than the highest it has seen for the job) that counts
+//! executions per slot.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use chrono::TimeDelta;
+use quorumlock::testing::RedisCluster;
+use quorumlock::Redlock;
+use quorumlock_scheduler::{
+    CatchUp, Job, JobContext, OnAbandoned, Scheduler, SlotOutcome, SlotState,
+};
+
+/// Generous for a loaded 2-core box: conditions that take a second or two normally.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// One execution of a slot, as the store accepted it.
+#[derive(Debug, Clone)]
+struct Exec {
+    worker: String,
+    fence: u64,
+    attempt: u32,
+}
+
+/// The fenced store: executions per slot, the highest token seen, the writes it rejected.
+#[derive(Debug, Default)]
+struct Store {
+    runs: BTreeMap<String, Vec<Exec>>,
+    highest: u64,
+    rejected: Vec<String>,
+    /// Slots whose job function returned (not cancelled).
+    finished: Vec<String>,
+}
+
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Store>>);
+
+impl Shared {
+    fn get(&self) -> MutexGuard<'_, Store> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records an execution if its token is not stale.
+    fn write(&self, ctx: &JobContext) -> Result<(), String> {
+        let fence = ctx.fence().ok_or("the scheduler's claims are fenced")?;
+        let mut store = self.get();
+        if fence < store.highest {
+            let why = format!(
+                "{} on {}: stale token {fence} < {}",
+                ctx.slot(),
+                ctx.worker(),
+                store.highest
+            );
+            store.rejected.push(why.clone());
+            return Err(why);
+        }
+        store.highest = fence;
+        // Keyed by the due instant, not by the scheduler's slot id: a scheduler that named one
+        // due instant in two ways would run it twice, and this catches it.
+        store.runs.entry(due(ctx)).or_default().push(Exec {
+            worker: ctx.worker().to_string(),
+            fence,
+            attempt: ctx.attempt(),
+        });
+        Ok(())
+    }
+}
+
+/// The slot's due instant as RFC 3339 UTC (what its id should be).
+fn due(ctx: &JobContext) -> String {
+    ctx.slot()
+        .due()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A 1 s job that writes to `store`, then works `work` (forever on a worker named `dying`).
+fn job(store: &Shared, work: Duration) -> Job {
+    let store = store.clone();
+    Job::every("tick", Duration::from_secs(1), move |ctx: JobContext| {
+        let store = store.clone();
+        async move {
+            if !ctx.is_held() {
+                return Err("claim lost before the write".to_string());
+            }
+            store.write(&ctx)?;
+            let work = if ctx.worker() == "dying" {
+                Duration::from_secs(3600)
+            } else {
+                work
+            };
+            tokio::time::sleep(work).await;
+            store.get().finished.push(due(&ctx));
+            Ok(())
+        }
+    })
+    .expect("valid job")
+    .catch_up(CatchUp::None)
+    // Short, so a dead runner's slot is abandoned soon; long enough that renewals on a loaded
+    // box never miss it.
+    .claim_ttl(Duration::from_secs(2))
+}
+
+fn manager(cluster: &RedisCluster) -> Redlock {
+    Redlock::builder()
+        .nodes(cluster.urls())
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .expect("build manager")
+}
+
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(start.elapsed() < PATIENCE, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_until_async<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !condition().await {
+        assert!(start.elapsed() < PATIENCE, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Three workers with their own managers run a 1 s job: every slot runs exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_run_each_slot_exactly_once() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let store = Shared::default();
+    let workers: Vec<Scheduler> = ["a", "b", "c"]
+        .into_iter()
+        .map(|w| {
+            Scheduler::builder(&manager(&cluster))
+                .worker(w)
+                .job(job(&store, Duration::from_millis(50)))
+                .start()
+                .expect("start")
+        })
+        .collect();
+    wait_until("4 slots have run", || store.get().finished.len() >= 4).await;
+    let states: Vec<_> = {
+        let store = store.get();
+        store.runs.keys().cloned().collect()
+    };
+    for w in workers {
+        let report = w.shutdown(Duration::from_secs(10)).await;
+        assert_eq!(report.cancelled, 0);
+    }
+    let store = store.get();
+    assert!(store.rejected.is_empty(), "{:?}", store.rejected);
+    for (slot, execs) in &store.runs {
+        assert_eq!(execs.len(), 1, "slot {slot} ran {execs:?}");
+    }
+    // What the masters say agrees with who ran each slot.
+    let check = Scheduler::builder(&manager(&cluster))
+        .worker("check")
+        .job(job(&Shared::default(), Duration::ZERO))
+        .start()
+        .expect("start");
+    for slot in states {
+        match check.slot_state("tick", &slot).await.expect("status") {
+            SlotState::Completed(r) => assert_eq!(
+                r.runner.as_deref(),
+                Some(store.runs[&slot][0].worker.as_str())
+            ),
+            other => panic!("slot {slot}: {other:?}"),
+        }
+    }
+}
+
+/// Runs `dying`'s scheduler in a runtime of its own, on its own thread; returns a function
+/// that kills it (the runtime shut down under its running job: nothing of it runs again, and its
+/// claim expires, as when a process dies).
+fn start_dying(cluster: &RedisCluster, job: Job) -> impl FnOnce() {
+    let urls = cluster.urls();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let thread = std::thread::spawn(move || {
+        let scheduler = runtime.block_on(async {
+            let locks = Redlock::builder()
+                .nodes(urls)
+                .node_timeout(Duration::from_millis(250))
+                .build()
+                .expect("build manager");
+            Scheduler::builder(&locks)
+                .worker("dying")
+                .job(job)
+                .start()
+                .expect("start")
+        });
+        let _ = stop_rx.recv();
+        std::mem::forget(scheduler); // its Drop would abort tasks politely: a death does not
+        runtime.shutdown_background();
+    });
+    move || {
+        let _ = stop_tx.send(());
+        thread.join().expect("dying thread");
+    }
+}
+
+/// The slot `dying` runs, once it runs one.
+async fn slot_run_by_dying(store: &Shared) -> (String, u64) {
+    wait_until("the dying worker runs a slot", || {
+        store
+            .get()
+            .runs
+            .values()
+            .flatten()
+            .any(|e| e.worker == "dying")
+    })
+    .await;
+    let store = store.get();
+    let (slot, execs) = store
+        .runs
+        .iter()
+        .find(|(_, e)| e.iter().any(|e| e.worker == "dying"))
+        .expect("found above");
+    (slot.clone(), execs[0].fence)
+}
+
+/// A worker dies mid-slot: with Retry, another worker reruns the slot with a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_runner_s_slot_is_rerun_elsewhere_with_a_higher_token() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let store = Shared::default();
+    let kill = start_dying(
+        &cluster,
+        job(&store, Duration::ZERO).on_abandoned(OnAbandoned::Retry),
+    );
+    // The survivor's clock lags 300 ms: the dying worker claims every slot first.
+    let survivor = Scheduler::builder(&manager(&cluster))
+        .worker("survivor")
+        .clock_skew(TimeDelta::milliseconds(-300))
+        .job(job(&store, Duration::from_millis(10)).on_abandoned(OnAbandoned::Retry))
+        .start()
+        .expect("start");
+    let (slot, dead_fence) = slot_run_by_dying(&store).await;
+    kill();
+    wait_until("the survivor reruns the dead runner's slot", || {
+        store.get().runs[&slot]
+            .iter()
+            .any(|e| e.worker == "survivor")
+    })
+    .await;
+    let store = store.get();
+    let execs = &store.runs[&slot];
+    let retry = execs
+        .iter()
+        .find(|e| e.worker == "survivor")
+        .expect("found above");
+    assert!(retry.fence > dead_fence, "{execs:?}");
+    assert!(retry.attempt >= 2, "{execs:?}");
+    assert!(survivor.stats("tick").expect("job").retries >= 1);
+    let entry = survivor.status()[0]
+        .recent
+        .iter()
+        .find(|e| e.slot.id() == slot)
+        .cloned()
+        .expect("listed");
+    assert_eq!(entry.runner.as_deref(), Some("survivor"));
+}
+
+/// A worker dies mid-slot: with Skip (the default), no worker reruns it, even one that looks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_runner_s_slot_is_not_rerun_with_skip() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let store = Shared::default();
+    let kill = start_dying(&cluster, job(&store, Duration::ZERO));
+    let survivor = Scheduler::builder(&manager(&cluster))
+        .worker("survivor")
+        .clock_skew(TimeDelta::milliseconds(-300))
+        .job(job(&store, Duration::from_millis(10)))
+        .start()
+        .expect("start");
+    let (slot, _) = slot_run_by_dying(&store).await;
+    kill();
+    wait_until_async("the dead runner's claim expired", || async {
+        matches!(
+            survivor.slot_state("tick", &slot).await,
+            Ok(SlotState::Abandoned(_))
+        )
+    })
+    .await;
+    // A worker that starts now and catches up on every slot within a long deadline finds the
+    // slot abandoned, and leaves it so.
+    let late = Scheduler::builder(&manager(&cluster))
+        .worker("late")
+        .job(
+            job(&store, Duration::ZERO)
+                .catch_up(CatchUp::All)
+                .starting_deadline(Duration::from_secs(60)),
+        )
+        .start()
+        .expect("start");
+    wait_until("the late worker saw the abandoned slot", || {
+        late.status()[0]
+            .recent
+            .iter()
+            .any(|e| e.slot.id() == slot && e.outcome == SlotOutcome::Abandoned)
+    })
+    .await;
+    let store = store.get();
+    assert_eq!(store.runs[&slot].len(), 1, "{:?}", store.runs[&slot]);
+}
+
+/// Graceful shutdown stops claiming and waits for the running job to finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_waits_for_a_running_job() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let store = Shared::default();
+    let worker = Scheduler::builder(&manager(&cluster))
+        .worker("w")
+        .job(job(&store, Duration::from_millis(1_500)))
+        .start()
+        .expect("start");
+    wait_until("a run started", || !store.get().runs.is_empty()).await;
+    let slot = store.get().runs.keys().next().cloned().expect("one");
+    let started = Instant::now();
+    let report = worker.shutdown(Duration::from_secs(15)).await;
+    assert_eq!((report.running, report.cancelled), (1, 0));
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "it waited for the job"
+    );
+    let store_now = store.get();
+    assert!(store_now.finished.contains(&slot), "the job ran to its end");
+    assert_eq!(
+        store_now.runs.len(),
+        1,
+        "nothing claimed after the shutdown began"
+    );
+    drop(store_now);
+    let check = Scheduler::builder(&manager(&cluster))
+        .job(job(&Shared::default(), Duration::ZERO))
+        .start()
+        .expect("start");
+    assert!(matches!(
+        check.slot_state("tick", &slot).await,
+        Ok(SlotState::Completed(_))
+    ));
+}
+
+/// Past its grace period, shutdown cancels the job and records the slot abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_past_the_grace_period_abandons_the_slot() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let store = Shared::default();
+    let worker = Scheduler::builder(&manager(&cluster))
+        .worker("w")
+        .job(job(&store, Duration::from_secs(3600)))
+        .start()
+        .expect("start");
+    wait_until("a run started", || !store.get().runs.is_empty()).await;
+    let slot = store.get().runs.keys().next().cloned().expect("one");
+    let report = worker.shutdown(Duration::from_millis(200)).await;
+    assert_eq!((report.running, report.cancelled), (1, 1));
+    let check = Scheduler::builder(&manager(&cluster))
+        .job(job(&Shared::default(), Duration::ZERO))
+        .start()
+        .expect("start");
+    assert!(matches!(
+        check.slot_state("tick", &slot).await,
+        Ok(SlotState::Abandoned(_))
+    ));
+}
