@@ -158,9 +158,12 @@ async fn three_workers_run_each_slot_exactly_once() {
         let report = w.shutdown(Duration::from_secs(10)).await;
         assert_eq!(report.cancelled, 0);
     }
-    let store = store.get();
-    assert!(store.rejected.is_empty(), "{:?}", store.rejected);
-    for (slot, execs) in &store.runs {
+    let runs = {
+        let store = store.get();
+        assert!(store.rejected.is_empty(), "{:?}", store.rejected);
+        store.runs.clone()
+    };
+    for (slot, execs) in &runs {
         assert_eq!(execs.len(), 1, "slot {slot} ran {execs:?}");
     }
     // What the masters say agrees with who ran each slot.
@@ -171,10 +174,9 @@ async fn three_workers_run_each_slot_exactly_once() {
         .expect("start");
     for slot in states {
         match check.slot_state("tick", &slot).await.expect("status") {
-            SlotState::Completed(r) => assert_eq!(
-                r.runner.as_deref(),
-                Some(store.runs[&slot][0].worker.as_str())
-            ),
+            SlotState::Completed(r) => {
+                assert_eq!(r.runner.as_deref(), Some(runs[&slot][0].worker.as_str()))
+            }
             other => panic!("slot {slot}: {other:?}"),
         }
     }
@@ -338,14 +340,15 @@ async fn graceful_shutdown_waits_for_a_running_job() {
         started.elapsed() >= Duration::from_millis(500),
         "it waited for the job"
     );
-    let store_now = store.get();
-    assert!(store_now.finished.contains(&slot), "the job ran to its end");
-    assert_eq!(
-        store_now.runs.len(),
-        1,
-        "nothing claimed after the shutdown began"
-    );
-    drop(store_now);
+    {
+        let store = store.get();
+        assert!(store.finished.contains(&slot), "the job ran to its end");
+        assert_eq!(
+            store.runs.len(),
+            1,
+            "nothing claimed after the shutdown began"
+        );
+    }
     let check = Scheduler::builder(&manager(&cluster))
         .job(job(&Shared::default(), Duration::ZERO))
         .start()
