@@ -224,9 +224,7 @@ mod restart_protection;
 mod round;
 mod scripts;
 mod shared;
-mod slot;
-mod slot;
-mod slot;
+pub mod slot;
 mod stats;
 mod traced;
 mod transport;
@@ -254,14 +252,6 @@ pub use manager::Redlock;
 #[doc(hidden)]
 pub use mutation::Mutation;
 pub use owner::Owner;
-pub use slot::{
-    SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
-    DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
-};
-pub use slot::{
-    SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
-    DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
-};
 pub use slot::{
     SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
     DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,

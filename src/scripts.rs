@@ -37,26 +37,18 @@ mod acquire;
 mod extend;
 mod fence;
 mod hold;
-mod hold;
-mod hold;
 mod mutants;
 mod release;
 mod restart;
-mod slot;
-mod slot;
 mod slot;
 
 pub(crate) use acquire::ACQUIRE;
 pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT};
 pub(crate) use fence::RAISE_FENCE;
 pub(crate) use hold::RELEASE_HOLDING;
-pub(crate) use hold::RELEASE_HOLDING;
-pub(crate) use hold::RELEASE_HOLDING;
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
 pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
-pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
-pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
 pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.

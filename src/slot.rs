@@ -96,6 +96,7 @@ pub use options::{
 };
 pub use outcome::{SlotClaim, SlotRecord, SlotStatus};
 use round::{ClaimSpec, RoundOutcome, Seen, SlotKeys};
+use run::RunInfo;
 pub use run::SlotRun;
 
 impl Redlock {
@@ -245,15 +246,17 @@ impl Redlock {
                 Ok(lease) => {
                     return Ok(SlotClaim::Claimed(SlotRun {
                         lease,
-                        shared,
-                        keys,
-                        value,
-                        job: job.to_string(),
-                        slot: slot.to_string(),
-                        resource,
-                        runner,
-                        retention: opts.retention,
-                        attempt,
+                        info: Box::new(RunInfo {
+                            shared,
+                            keys,
+                            value,
+                            job: job.to_string(),
+                            slot: slot.to_string(),
+                            resource,
+                            runner,
+                            retention: opts.retention,
+                            attempt,
+                        }),
                     }))
                 }
                 Err(rejected) => LockError::from(rejected),

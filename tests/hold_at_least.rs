@@ -161,7 +161,10 @@ async fn a_hold_beyond_the_max_ttl_is_refused() {
         .expect("lock");
     match guard.release_holding(Duration::from_secs(61)).await {
         Err(LockError::InvalidArgument(InvalidArgument::HoldTooLong { hold, max })) => {
-            assert_eq!((hold, max), (Duration::from_secs(61), Duration::from_secs(60)));
+            assert_eq!(
+                (hold, max),
+                (Duration::from_secs(61), Duration::from_secs(60))
+            );
         }
         other => panic!("expected HoldTooLong, got {other:?}"),
     }
@@ -172,6 +175,8 @@ async fn a_hold_beyond_the_max_ttl_is_refused() {
     let opts = LeaseOptions::new().hold_at_least(Duration::from_secs(61));
     assert!(matches!(
         locks.run_exclusive("capped", opts, |_| async {}).await,
-        Err(LockError::InvalidArgument(InvalidArgument::HoldTooLong { .. }))
+        Err(LockError::InvalidArgument(
+            InvalidArgument::HoldTooLong { .. }
+        ))
     ));
 }

@@ -21,7 +21,10 @@ fn running_key(job: &str, slot: &str) -> String {
 
 /// The record key of `(job, slot)` with the default prefix.
 fn record_key(job: &str, slot: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}", job.len())
+    format!(
+        "{DEFAULT_KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}",
+        job.len()
+    )
 }
 
 /// A field of `(job, slot)`'s record on `master`.
@@ -76,7 +79,10 @@ async fn each_slot_is_claimed_once_by_three_racing_managers() {
         }
         assert_eq!(runs.len(), 1, "slot {slot}: {} runners", runs.len());
         let run = runs.pop().expect("one run");
-        assert_eq!((run.job(), run.slot(), run.attempt()), ("nightly", &*slot, 1));
+        assert_eq!(
+            (run.job(), run.slot(), run.attempt()),
+            ("nightly", &*slot, 1)
+        );
         assert!(run.lease().is_held());
         run.complete().await.expect("complete");
     }
@@ -194,7 +200,10 @@ async fn a_dead_runner_leaves_the_slot_abandoned_and_a_retry_gets_a_higher_token
     let token = retry.fence().expect("fenced");
     assert!(token > first_token, "retry token {token} <= {first_token}");
     retry.complete().await.expect("complete");
-    match locks.claim_slot("etl", "s", &short().retry_abandoned(true)).await {
+    match locks
+        .claim_slot("etl", "s", &short().retry_abandoned(true))
+        .await
+    {
         Ok(SlotClaim::Completed(record)) => assert_eq!(record.attempts, 2),
         other => panic!("expected completed, got {other:?}"),
     }
@@ -249,7 +258,11 @@ async fn dropped_and_abandoned_runs_read_as_abandoned() {
             .filter(|s| s.as_deref() == Some(want))
             .count()
     };
-    assert!(count("abandoned", "abandoned") >= 2, "{:?}", states("abandoned"));
+    assert!(
+        count("abandoned", "abandoned") >= 2,
+        "{:?}",
+        states("abandoned")
+    );
     assert!(count("dropped", "running") >= 2, "{:?}", states("dropped"));
 }
 
@@ -300,13 +313,20 @@ async fn a_claim_that_did_not_win_is_undone() {
     }
     cluster.get_mut(0).expect("master").pause().expect("pause");
     let claim = locks.claim_slot("job", "s", &SlotOptions::new()).await;
-    cluster.get_mut(0).expect("master").resume().expect("resume");
+    cluster
+        .get_mut(0)
+        .expect("master")
+        .resume()
+        .expect("resume");
     match claim {
         Ok(SlotClaim::RunningElsewhere(_)) => {}
         other => panic!("expected running elsewhere, got {other:?}"),
     }
     let third = cluster.get(2).expect("master");
-    assert!(support::calls(third, "hset") > 0, "the free master was claimed");
+    assert!(
+        support::calls(third, "hset") > 0,
+        "the free master was claimed"
+    );
     wait_until("the partial claims are undone", PATIENCE, || {
         count_keys(third) == 0
     })
@@ -343,11 +363,7 @@ async fn bad_input_is_rejected_without_writing() {
             "s",
             SlotOptions::new().retention(Duration::from_secs(1)),
         ),
-        (
-            "job",
-            "s",
-            SlotOptions::new().hold_at_least(Duration::MAX),
-        ),
+        ("job", "s", SlotOptions::new().hold_at_least(Duration::MAX)),
         (
             "job",
             "s",
@@ -365,7 +381,10 @@ async fn bad_input_is_rejected_without_writing() {
     }
     assert!(matches!(
         locks.slot_status("", "s").await,
-        Err(LockError::InvalidArgument(InvalidArgument::SlotName { what: "job", .. }))
+        Err(LockError::InvalidArgument(InvalidArgument::SlotName {
+            what: "job",
+            ..
+        }))
     ));
     for master in &cluster {
         assert_eq!(count_keys(master), 0, "nothing was written");

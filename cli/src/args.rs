@@ -18,9 +18,13 @@ use crate::exit;
     after_long_help = concat!(
         exit::exit_codes_help!(),
         "\n\nExamples:\n",
-        "  # a cron job on several hosts that must run once per slot:\n",
+        "  # a cron job on several hosts that must run once per slot (the slot names the\n",
+        "  # minute it was due, so a host whose cron fires late sees it already ran):\n",
         "  export QUORUMLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379\n",
-        "  quorumlock exec --resource nightly-report --ttl 30s --no-wait -- ./report.sh\n",
+        "  quorumlock exec --resource nightly-report --once \"$(date +%Y%m%d%H%M)\" -- ./report.sh\n",
+        "\n",
+        "  # at most one run every 10 minutes, however fast each run is:\n",
+        "  quorumlock exec --resource sync --no-wait --hold-at-least 10m -- ./sync.sh\n",
         "\n",
         "  # who holds it, per node:\n",
         "  quorumlock status --resource nightly-report\n",
@@ -78,6 +82,12 @@ pub(crate) enum Command {
     /// interactive terminal); SIGINT, SIGTERM and SIGHUP sent to quorumlock are forwarded to
     /// that group. If the lock is lost, the group gets SIGTERM, then
     /// SIGKILL after --kill-after, and quorumlock exits 76. The lock is released on the way out.
+    ///
+    /// With --once SLOT, the command runs only if slot SLOT of the resource (the job) has not
+    /// run anywhere: a completed slot is recorded on the masters (for --retention), and a later
+    /// exec of the same slot exits 79 without running the command. A command that exits
+    /// non-zero (or is killed) records the slot as abandoned, and a later exec exits 80 unless
+    /// given --retry-abandoned. The command also gets QUORUMLOCK_SLOT and QUORUMLOCK_ATTEMPT.
     #[command(after_help = exit::exit_codes_help!())]
     Exec(ExecArgs),
 
@@ -129,10 +139,32 @@ pub(crate) struct ExecArgs {
     pub(crate) wait: Option<Duration>,
 
     /// Do not wait for a holder: fail (exit 75) after a few quick retries, within about a
-    /// second (the retries break ties between hosts that start at the same moment). What a cron
-    /// job on several hosts wants.
+    /// second (the retries break ties between hosts that start at the same moment).
     #[arg(long)]
     pub(crate) no_wait: bool,
+
+    /// Run the command only if slot SLOT (e.g. "$(date +%Y%m%d%H%M)", the time the job was
+    /// due) of the resource has not run anywhere, and record its completion; never waits.
+    /// Exit 79 without running the command if the slot completed or runs elsewhere, 80 if a
+    /// runner claimed it and failed or died. What a cron job on several hosts wants: a plain
+    /// --no-wait lock is free again once the first run ends, so a host whose cron fires a
+    /// second late would run the job again.
+    #[arg(long, value_name = "SLOT", conflicts_with = "wait")]
+    pub(crate) once: Option<String>,
+
+    /// With --once: run a slot whose last run failed (non-zero exit) or whose runner died,
+    /// instead of exiting 80 (at-least-once; QUORUMLOCK_FENCE then tells the runs apart).
+    #[arg(long, requires = "once")]
+    pub(crate) retry_abandoned: bool,
+
+    /// With --once: how long the slot's record (completed, abandoned) is kept on the masters.
+    #[arg(long, default_value = "24h", value_parser = duration::positive)]
+    pub(crate) retention: Duration,
+
+    /// Keep the lock after the command ends until this long after it was granted, so that no
+    /// other host can take it sooner (ShedLock's lockAtLeastFor). At most the max TTL.
+    #[arg(long, value_name = "DURATION", value_parser = duration::positive)]
+    pub(crate) hold_at_least: Option<Duration>,
 
     /// Stop renewing after this long; the command is then terminated as if the lock was lost.
     #[arg(long, value_parser = duration::positive)]

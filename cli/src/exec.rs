@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use quorumlock::{LeaseOptions, LockError, LockGuard, Redlock};
+use quorumlock::{LockError, LockGuard, Redlock};
 use tokio::process::Command;
 
 use crate::args::ExecArgs;
 use crate::duration::{deadline_after, show};
 use crate::exit;
+use crate::once::{self, Held};
 use crate::signals::{self, Forwarded};
 
 /// How far ahead each `lock_until` of an unbounded wait looks; it is simply called again.
@@ -30,35 +31,24 @@ pub(crate) async fn run(locks: &Redlock, args: ExecArgs) -> u8 {
             return exit::USAGE;
         }
     };
-    let guard = tokio::select! {
-        acquired = acquire(locks, &args) => match acquired {
-            Ok(guard) => guard,
-            Err(error) => return not_acquired(&args.resource, &error),
+    let held = tokio::select! {
+        held = hold(locks, &args) => match held {
+            Ok(held) => held,
+            Err(code) => return code,
         },
         signal = signals.next() => {
             eprintln!("quorumlock: {signal} while waiting for the lock on {:?}; the command did not run", args.resource);
             return signals::exit_code(signal);
         }
     };
-    let fence = guard.fence();
-    let mut opts = LeaseOptions::new();
-    if let Some(max_hold) = args.max_hold {
-        opts = opts.max_hold(max_hold);
-    }
-    let lease = match guard.keep_alive(opts) {
-        Ok(lease) => lease,
-        Err(rejected) => {
-            eprintln!("quorumlock: {rejected}");
-            let _ = rejected.into_guard().release().await;
-            return exit::USAGE;
-        }
-    };
+    let fence = held.fence();
+    let lease = held.handle();
 
     let (program, rest) = match args.command.split_first() {
         Some(split) => split,
         None => {
             eprintln!("quorumlock: no command given: expected `-- COMMAND [ARGS...]`");
-            let _ = lease.release().await;
+            held.finish(&args, false).await;
             return exit::USAGE;
         }
     };
@@ -72,11 +62,16 @@ pub(crate) async fn run(locks: &Redlock, args: ExecArgs) -> u8 {
     if let Some(fence) = fence {
         command.env("QUORUMLOCK_FENCE", fence.to_string());
     }
+    if let Held::Slot(run) = &held {
+        command
+            .env("QUORUMLOCK_SLOT", run.slot())
+            .env("QUORUMLOCK_ATTEMPT", run.attempt().to_string());
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
             let name = program.to_string_lossy();
-            let _ = lease.release().await;
+            held.finish(&args, false).await;
             return if error.kind() == ErrorKind::NotFound {
                 eprintln!("quorumlock: command not found: {name:?}");
                 exit::NOT_FOUND
@@ -120,21 +115,38 @@ pub(crate) async fn run(locks: &Redlock, args: ExecArgs) -> u8 {
     if lost.is_some() {
         // The lock is gone: nothing the command started may keep running.
         reap_group(group, kill_at).await;
-        let _ = lease.release().await;
+        held.finish(&args, false).await;
         return exit::LOCK_LOST;
     }
-    if let Err(error) = lease.release().await {
-        eprintln!(
-            "quorumlock: releasing the lock on {:?} failed (it expires after {}): {error}",
-            args.resource,
-            show(args.ttl)
-        );
-    }
+    // A slot is completed only by a command that exited 0; any other end abandons it, so that
+    // --retry-abandoned can run it again.
+    let succeeded = matches!(&status, Ok(status) if status.success());
+    held.finish(&args, succeeded).await;
     match status {
         Ok(status) => child_code(status),
         Err(error) => {
             eprintln!("quorumlock: lost track of the command: {error}");
             exit::CANNOT_EXECUTE
+        }
+    }
+}
+
+/// Takes what the command runs under: the slot of `--once`, or the lock, kept alive by a
+/// lease (with `--max-hold` and `--hold-at-least`). `Err` is the exit code when the command
+/// must not run (the reason printed).
+async fn hold(locks: &Redlock, args: &ExecArgs) -> Result<Held, u8> {
+    if let Some(slot) = &args.once {
+        return once::claim(locks, args, slot).await.map(Held::Slot);
+    }
+    let guard = acquire(locks, args)
+        .await
+        .map_err(|error| not_acquired(&args.resource, &error))?;
+    match guard.keep_alive(once::lease_options(args)) {
+        Ok(lease) => Ok(Held::Lock(lease)),
+        Err(rejected) => {
+            eprintln!("quorumlock: {rejected}");
+            let _ = rejected.into_guard().release().await;
+            Err(exit::USAGE)
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `quorumlock`: a cluster-wide `flock` on Redlock. Run `quorumlock --help`.
 //!
 //! * `exec` holds a lock while a command runs, renewing it, and terminates the command if the
-//!   lock is lost;
+//!   lock is lost; with `--once SLOT` it runs each slot of a job once across hosts (`once`);
 //! * `status` shows what each node holds for a resource;
 //! * `provision` marks fresh nodes as usable under restart protection.
 //!
@@ -11,6 +11,7 @@ mod args;
 mod duration;
 mod exec;
 mod exit;
+mod once;
 mod provision;
 mod signals;
 mod status;

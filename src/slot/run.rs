@@ -28,6 +28,12 @@ use crate::value::LockValue;
 #[must_use = "dropping a slot run abandons the slot; complete() it once the job ran"]
 pub struct SlotRun {
     pub(crate) lease: Lease,
+    // Boxed: a run travels inside `SlotClaim`, whose other variants are small.
+    pub(crate) info: Box<RunInfo>,
+}
+
+/// What a run needs besides its lease.
+pub(crate) struct RunInfo {
     pub(crate) shared: Arc<Shared>,
     pub(crate) keys: SlotKeys,
     pub(crate) value: LockValue,
@@ -42,9 +48,9 @@ pub struct SlotRun {
 impl fmt::Debug for SlotRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlotRun")
-            .field("job", &self.job)
-            .field("slot", &self.slot)
-            .field("attempt", &self.attempt)
+            .field("job", &self.info.job)
+            .field("slot", &self.info.slot)
+            .field("attempt", &self.info.attempt)
             .field("fence", &self.fence())
             .field("held", &self.lease.is_held())
             .finish_non_exhaustive()
@@ -54,12 +60,12 @@ impl fmt::Debug for SlotRun {
 impl SlotRun {
     /// The job this slot belongs to.
     pub fn job(&self) -> &str {
-        &self.job
+        &self.info.job
     }
 
     /// The slot's identity, as claimed.
     pub fn slot(&self) -> &str {
-        &self.slot
+        &self.info.slot
     }
 
     /// The fencing token of this claim on a fenced manager ([`Redlock::fenced`](crate::Redlock::fenced)
@@ -77,7 +83,7 @@ impl SlotRun {
     /// Which claim of the slot this is: 1 for the first, more when abandoned runs were
     /// retried ([`retry_abandoned`](crate::SlotOptions::retry_abandoned)).
     pub fn attempt(&self) -> u32 {
-        self.attempt
+        self.info.attempt
     }
 
     /// The claim's lease: [`is_held`](LeaseHandle::is_held), [`lost`](LeaseHandle::lost).
@@ -105,11 +111,11 @@ impl SlotRun {
     /// The run is consumed. If the future is dropped, completion may have been recorded on
     /// some masters or none, and the lease is dropped (the claim released in the background).
     pub async fn complete(self) -> Result<(), LockError> {
-        let span = tracing::info_span!("complete_slot", job = %self.job, slot = %self.slot, attempt = self.attempt);
+        let span = tracing::info_span!("complete_slot", job = %self.info.job, slot = %self.info.slot, attempt = self.info.attempt);
         let mut outcome = Ok(());
         for attempt in 0..3u32 {
             if attempt > 0 {
-                tokio::time::sleep(self.shared.config.node_timeout).await;
+                tokio::time::sleep(self.info.shared.config.node_timeout).await;
             }
             outcome = crate::traced::in_span(&span, self.finish(Ending::Completed)).await;
             match &outcome {
@@ -118,9 +124,11 @@ impl SlotRun {
             }
         }
         match &outcome {
-            Ok(()) => tracing::info!(job = %self.job, slot = %self.slot, "slot completed"),
+            Ok(()) => {
+                tracing::info!(job = %self.info.job, slot = %self.info.slot, "slot completed")
+            }
             Err(error) => {
-                tracing::warn!(job = %self.job, slot = %self.slot, %error, "slot completion not recorded on a quorum")
+                tracing::warn!(job = %self.info.job, slot = %self.info.slot, %error, "slot completion not recorded on a quorum")
             }
         }
         self.release().await;
@@ -142,28 +150,28 @@ impl SlotRun {
     /// The run is consumed; if the future is dropped, the claim is released in the background.
     pub async fn abandon(self) -> Result<(), LockError> {
         let outcome = self.finish(Ending::Abandoned).await;
-        tracing::info!(job = %self.job, slot = %self.slot, ok = outcome.is_ok(), "slot abandoned");
+        tracing::info!(job = %self.info.job, slot = %self.info.slot, ok = outcome.is_ok(), "slot abandoned");
         self.release().await;
         outcome
     }
 
     async fn finish(&self, ending: Ending) -> Result<(), LockError> {
         let spec = FinishSpec {
-            resource: &self.resource,
+            resource: &self.info.resource,
             ending,
-            value: &self.value,
-            runner: &self.runner,
-            retention: self.retention,
+            value: &self.info.value,
+            runner: &self.info.runner,
+            retention: self.info.retention,
             token: self.fence(),
-            attempt: self.attempt,
+            attempt: self.info.attempt,
         };
-        round::finish(&self.shared.nodes, &self.keys, spec).await
+        round::finish(&self.info.shared.nodes, &self.info.keys, spec).await
     }
 
     /// Releases the claim through its lease (with the lease's minimum hold, if any).
     async fn release(self) {
         if let Err(error) = self.lease.release().await {
-            tracing::debug!(job = %self.job, slot = %self.slot, %error, "releasing the slot claim failed; it expires after its ttl");
+            tracing::debug!(job = %self.info.job, slot = %self.info.slot, %error, "releasing the slot claim failed; it expires after its ttl");
         }
     }
 }
