@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jepsen_lite::proxy::{Mode, Modes, Proxy};
-use quorumlock::testing::RedisCluster;
+use quorumlock::testing::{Mode, Modes, Proxy, RedisCluster};
 use tokio::time::timeout;
 
 use crate::peers::{Locker, TTL};

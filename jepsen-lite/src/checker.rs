@@ -457,6 +457,65 @@ fn check_liveness(events: &[Event], bound_ns: u64) -> LivenessReport {
     }
 }
 
+/// Liveness after a client crashed while holding: how long until the resource it held was
+/// granted again.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CrashLiveness {
+    /// Crashes while holding.
+    pub crashes: usize,
+    /// Those judged (no fault on around them, see [`crash_liveness`]).
+    pub checked: usize,
+    /// Judged crashes after which the lock was not granted again within the bound: the
+    /// crashing lease, and how long it took (`None`: never).
+    pub late: Vec<(String, Option<f64>)>,
+    /// The longest wait among the judged crashes, ms.
+    pub max_wait_ms: Option<f64>,
+}
+
+/// For each `crash` event of a client (it exits holding a lock), the first later grant of the
+/// same resource must come within `bound_ns`. Only crashes for which `quiet(from, to)` says no
+/// fault was on from the crash to the bound are judged: a fault on a majority may rightly keep
+/// everyone out.
+pub fn crash_liveness(
+    events: &[Event],
+    bound_ns: u64,
+    quiet: impl Fn(u64, u64) -> bool,
+) -> CrashLiveness {
+    let mut report = CrashLiveness::default();
+    for crash in events
+        .iter()
+        .filter(|e| e.f == "crash" && e.kind == Kind::Info)
+    {
+        report.crashes += 1;
+        let t = crash.time_ns;
+        if !quiet(t, t.saturating_add(bound_ns)) {
+            continue;
+        }
+        report.checked += 1;
+        let resource = crash.str_field("resource").unwrap_or_default();
+        let next = events
+            .iter()
+            .filter(|e| {
+                e.f == "acquire"
+                    && e.kind == Kind::Ok
+                    && e.time_ns > t
+                    && e.str_field("resource") == Some(resource)
+            })
+            .map(|e| e.time_ns - t)
+            .min();
+        let wait_ms = next.map(|d| ms(i128::from(d)));
+        if let Some(w) = wait_ms {
+            report.max_wait_ms = Some(report.max_wait_ms.map_or(w, |m: f64| m.max(w)));
+        }
+        if next.is_none_or(|d| d > bound_ns) {
+            report
+                .late
+                .push((crash.str_field("lease").unwrap_or("?").to_string(), wait_ms));
+        }
+    }
+    report
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -784,5 +843,43 @@ mod tests {
         let rep = h.check();
         assert!(rep.liveness.ok);
         assert_eq!(rep.liveness.first_acquire_after_ms, Some(1900.0));
+    }
+
+    /// A crash followed by a grant of its resource within the bound passes; a later one, or
+    /// none, is late; a crash under a fault is not judged.
+    #[test]
+    fn crash_liveness_bounds_the_next_grant() {
+        let crash = |t: u64| {
+            Event::at(
+                m(t),
+                Process::Client(0),
+                Kind::Info,
+                "crash",
+                json!({"lease": format!("0-{t}"), "resource": "r"}),
+            )
+        };
+        let grant = |t: u64, r: &str| {
+            Event::at(
+                m(t),
+                Process::Client(1),
+                Kind::Ok,
+                "acquire",
+                json!({"lease": format!("1-{t}"), "resource": r}),
+            )
+        };
+        let quiet = |_: u64, _: u64| true;
+        let ok = crash_liveness(&[crash(1000), grant(2500, "r")], m(3000), quiet);
+        assert_eq!((ok.crashes, ok.checked, ok.late.len()), (1, 1, 0));
+        // Another resource's grant does not count.
+        let late = crash_liveness(
+            &[crash(1000), grant(2500, "r1"), grant(4500, "r")],
+            m(3000),
+            quiet,
+        );
+        assert_eq!(late.late.len(), 1);
+        let never = crash_liveness(&[crash(1000)], m(3000), quiet);
+        assert_eq!(never.late, vec![("0-1000".to_string(), None)]);
+        let faulty = crash_liveness(&[crash(1000)], m(3000), |_, _| false);
+        assert_eq!((faulty.checked, faulty.late.len()), (0, 0));
     }
 }

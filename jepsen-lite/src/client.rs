@@ -51,6 +51,18 @@ pub struct ClientConfig {
     /// Restart protection on (max TTL = the lock TTL); every client provisions at start.
     #[serde(default)]
     pub restart_protection: bool,
+    /// Provision the masters for restart protection at start (not a client started again
+    /// after a crash: that would hide a master's restart).
+    #[serde(default = "yes")]
+    pub provision: bool,
+    /// How many times this client number was started before (after crashes): its leases and
+    /// set elements must not collide with those of its earlier processes.
+    #[serde(default)]
+    pub generation: u32,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A lock held by a guard or kept alive by a lease.
@@ -122,6 +134,35 @@ pub struct CycleSpec {
     /// Hand the guard to the library's auto-extension (a lease) right after acquiring.
     #[serde(default)]
     pub keep_alive: bool,
+    /// A loop draws each cycle's resource from these (the register is touched only under the
+    /// first: one register protected by one lock).
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// A loop draws each cycle's way of acquiring (single rounds retried here, `lock_until`,
+    /// a reentrant or a fenced handle), whether it extends and whether it keeps the lock alive
+    /// with a lease.
+    #[serde(default)]
+    pub mix: bool,
+    /// The chance that a cycle stops its own process (`SIGSTOP`) right after its grant, before
+    /// its first access: Kleppmann's pause. The controller continues it after more than a TTL.
+    #[serde(default)]
+    pub pause_after_grant: f64,
+    /// The chance that a cycle crashes its process (exit without release) while holding.
+    #[serde(default)]
+    pub crash_while_holding: f64,
+}
+
+/// How a mixed cycle acquires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    /// Single `try_lock` rounds, retried by the client (it knows the winning round's start).
+    Rounds,
+    /// The library's own `lock_until`.
+    LockUntil,
+    /// `lock_until` on a reentrant handle.
+    Reentrant,
+    /// `lock_until` on a fenced handle.
+    Fenced,
 }
 
 /// What the controller sends.
@@ -163,6 +204,7 @@ struct Ctx {
     commands: mpsc::UnboundedReceiver<Command>,
     seq: u64,
     rng: rand::rngs::StdRng,
+    owner: quorumlock::Owner,
 }
 
 fn note(name: &str, ok: bool, detail: impl Into<String>) {
@@ -225,7 +267,7 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     let locks = builder.build()?;
-    if cfg.restart_protection {
+    if cfg.restart_protection && cfg.provision {
         // The masters are brand new: without this they would all sit out one max TTL.
         locks.provision().await?;
     }
@@ -255,6 +297,7 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         commands,
         seq: 0,
         rng,
+        owner: quorumlock::Owner::new(),
     };
     // Warm up the connections (every one: a resource always uses the same connection to a
     // master, and the scripted resource need not share the warm-up's), so that the first
@@ -328,10 +371,40 @@ impl Ctx {
         }
     }
 
-    /// One cycle; true if it acquired.
+    /// One cycle; true if it acquired. A mixed loop draws this cycle's resource and method.
     async fn cycle(&mut self, spec: &CycleSpec, looping: bool) -> bool {
-        let lease = format!("{}-{}", self.cfg.id, self.seq);
-        let op_id = u64::from(self.cfg.id) * 1_000_000 + self.seq;
+        let mut method = Method::Rounds;
+        let drawn;
+        let spec = if spec.mix || !spec.resources.is_empty() {
+            let mut s = spec.clone();
+            if !spec.resources.is_empty() {
+                let i = self.rng.random_range(0..spec.resources.len());
+                s.resource = spec.resources[i].clone();
+                // One register, protected by the first resource's lock only.
+                s.access = spec.access && i == 0;
+            }
+            if spec.mix {
+                method = [
+                    Method::Rounds,
+                    Method::LockUntil,
+                    Method::Reentrant,
+                    Method::Fenced,
+                ][self.rng.random_range(0..4)];
+                s.keep_alive = self.rng.random_bool(0.2);
+                s.extend = !s.keep_alive && self.rng.random_bool(0.3);
+            }
+            drawn = s;
+            &drawn
+        } else {
+            spec
+        };
+        let generation = self.cfg.generation;
+        let lease = if generation == 0 {
+            format!("{}-{}", self.cfg.id, self.seq)
+        } else {
+            format!("{}.{generation}-{}", self.cfg.id, self.seq)
+        };
+        let op_id = (u64::from(self.cfg.id) + 1000 * u64::from(generation)) * 1_000_000 + self.seq;
         self.seq += 1;
         let ttl = Duration::from_millis(self.cfg.ttl_ms);
         let deadline = Instant::now() + Duration::from_millis(spec.acquire_deadline_ms);
@@ -347,19 +420,18 @@ impl Ctx {
         // One round per `try_lock`, retried here as `lock_until` would: so that `t_start` is the
         // start of the round that won, from which the checker bounds the reported validity
         // (`t_start + ttl − drift`) without trusting the library.
-        let (t_start, attempt) = loop {
-            let t_start = now_ns();
-            match self.locks.try_lock(&spec.resource, ttl).await {
-                Err(e) if e.is_retryable() && Instant::now() < deadline => {
-                    let bound = self.cfg.retry_delay_ms.max(1);
-                    let jitter = Duration::from_millis(self.rng.random_range(0..bound));
-                    tokio::time::sleep(
-                        jitter.min(deadline.saturating_duration_since(Instant::now())),
-                    )
-                    .await;
-                }
-                other => break (t_start, other),
-            }
+        let (t_start, attempt) = if method == Method::Rounds {
+            self.rounds(spec, ttl, deadline).await
+        } else {
+            let locks = match method {
+                Method::Reentrant => self.locks.reentrant(self.owner.clone()),
+                Method::Fenced => self.locks.fenced(),
+                _ => self.locks.clone(),
+            };
+            let attempt = locks.lock_until(&spec.resource, ttl, deadline).await;
+            // The winning round started before the call returned: bounding the validity from
+            // here is looser than from the round's start, never wrong.
+            (now_ns(), attempt)
         };
         let guard = match attempt {
             Ok(g) => g,
@@ -398,9 +470,28 @@ impl Ctx {
         if !looping {
             note("acquired", true, &lease);
         }
+        if looping && spec.pause_after_grant > 0.0 && self.rng.random_bool(spec.pause_after_grant) {
+            // Kleppmann's pause: the grant is in hand, the first access not yet made.
+            self.log(Kind::Info, "pause", json!({"lease": lease}), None);
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
         let guard = self
             .critical_section(spec, guard, &lease, op_id, looping)
             .await;
+        if looping
+            && spec.crash_while_holding > 0.0
+            && self.rng.random_bool(spec.crash_while_holding)
+        {
+            // No release, no drop: the lock is left to expire. Another client must get it
+            // within one TTL (and a margin) of this moment.
+            self.log(
+                Kind::Info,
+                "crash",
+                json!({"lease": lease, "resource": spec.resource}),
+                None,
+            );
+            std::process::exit(3);
+        }
         if spec.release {
             self.log(Kind::Invoke, "release", json!({"lease": lease}), None);
             match guard.release().await {
@@ -424,6 +515,30 @@ impl Ctx {
             std::mem::forget(guard);
         }
         true
+    }
+
+    /// Single `try_lock` rounds until one wins, the error is final or the deadline passes;
+    /// the start of the last round with its result.
+    async fn rounds(
+        &mut self,
+        spec: &CycleSpec,
+        ttl: Duration,
+        deadline: Instant,
+    ) -> (u64, Result<LockGuard, LockError>) {
+        loop {
+            let t_start = now_ns();
+            match self.locks.try_lock(&spec.resource, ttl).await {
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    let bound = self.cfg.retry_delay_ms.max(1);
+                    let jitter = Duration::from_millis(self.rng.random_range(0..bound));
+                    tokio::time::sleep(
+                        jitter.min(deadline.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
+                }
+                other => return (t_start, other),
+            }
+        }
     }
 
     async fn critical_section(
@@ -517,7 +632,9 @@ impl Ctx {
                 }
             }
         }
-        if let Held::Lease(_) = &guard {
+        // A lease whose validity ran out (its process was paused past it) extends nothing:
+        // `now + 0` would stretch the claim to the moment it was read.
+        if matches!(guard, Held::Lease(_)) && !guard.remaining().is_zero() {
             let v = guard.valid_until_ns();
             self.log(
                 Kind::Ok,

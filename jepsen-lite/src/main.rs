@@ -26,6 +26,30 @@ struct Cli {
     command: Cmd,
 }
 
+#[derive(clap::Args)]
+/// What a soak runs.
+struct SoakArgs {
+    /// How long, minutes.
+    #[arg(long)]
+    minutes: f64,
+    /// At most this many runs (seeds).
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// The first run's seed (the next runs take the following ones; default: random).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Each run's length, seconds.
+    #[arg(long, default_value_t = 30)]
+    run_seconds: u64,
+    /// Masters, a comma-separated list cycled through.
+    #[arg(long, default_value = "1,3,5,7", value_delimiter = ',')]
+    nodes: Vec<usize>,
+    /// Fencing and restart protection off: reports the violation rate (runs are expected
+    /// to break, so the exit status says nothing).
+    #[arg(long)]
+    unprotected: bool,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one scenario.
@@ -58,6 +82,11 @@ enum Cmd {
         #[arg(long)]
         allow_skip: bool,
     },
+    /// Composed random runs back to back for `--minutes`, cycling over N = 1, 3, 5, 7 masters
+    /// (fencing and restart protection on unless --unprotected); prints grants, faults by kind,
+    /// violations by checker and the seed of every run that did not pass. Exits 1 unless every
+    /// run passed.
+    Soak(SoakArgs),
     /// List the scenarios.
     List,
     /// A lock client (started by the controller).
@@ -185,6 +214,8 @@ async fn one(
             why: format!("the run did not complete: {e}"),
             fenced: String::new(),
             dir: out.join(format!("{}-{seed}", sc.name)),
+            faults: Default::default(),
+            violations: Vec::new(),
         },
     }
 }
@@ -324,6 +355,7 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
             println!("seed {seed}; report {}", path.display());
             i32::from(!outcomes.iter().all(|o| acceptable(o, allow_skip)))
         }
+        Cmd::Soak(args) => soak(args, &out, clocks.as_ref()).await,
         Cmd::Client { .. } => 2,
     }
 }
@@ -332,4 +364,75 @@ fn spinner() -> ProgressBar {
     let pb = ProgressBar::new_spinner();
     pb.enable_steady_tick(Duration::from_millis(200));
     pb
+}
+
+async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) -> i32 {
+    let SoakArgs {
+        minutes,
+        seeds,
+        seed,
+        run_seconds,
+        nodes,
+        unprotected,
+    } = args;
+    let first = seed_or_random(seed);
+    let scenarios: Vec<scenario::Scenario> = nodes
+        .iter()
+        .filter_map(|n| {
+            let name = if unprotected {
+                format!("composed-n{n}-unprotected")
+            } else {
+                format!("composed-n{n}")
+            };
+            scenario::find(&name).or_else(|| {
+                // Any N: the N = 5 scenario on n masters.
+                scenario::find(if unprotected {
+                    "composed-n5-unprotected"
+                } else {
+                    "composed-n5"
+                })
+                .map(|s| scenario::Scenario { nodes: *n, ..s })
+            })
+        })
+        .collect();
+    if scenarios.is_empty() || minutes.is_nan() || minutes <= 0.0 {
+        eprintln!("jepsen-lite: soak needs --minutes above 0 and at least one --nodes value");
+        return 2;
+    }
+    println!(
+        "jepsen-lite: soak for {minutes} min, {run_seconds} s runs, N = {nodes:?}, first seed {first}{}",
+        if unprotected { ", fencing and restart protection OFF" } else { "" }
+    );
+    let end = std::time::Instant::now() + Duration::from_secs_f64(minutes * 60.0);
+    let mut summary = jepsen_lite::soak::Summary::default();
+    let mut i = 0u64;
+    while std::time::Instant::now() < end && seeds.is_none_or(|s| i < s) {
+        let sc = &scenarios[usize::try_from(i).unwrap_or(0) % scenarios.len()];
+        let s = first.wrapping_add(i);
+        let pb = spinner();
+        let o = one(
+            sc,
+            s,
+            Duration::from_secs(run_seconds),
+            out,
+            clocks,
+            Some(pb.clone()),
+        )
+        .await;
+        pb.finish_and_clear();
+        println!(
+            "{:<26} N={} seed {s:<8} {:<13} {}",
+            o.scenario,
+            sc.nodes,
+            format!("{:?}", o.verdict),
+            o.observed
+        );
+        summary.add(&o);
+        i += 1;
+    }
+    print!("{summary}");
+    println!(
+        "replay one: jepsen-lite run --scenario NAME --seed S --duration {run_seconds} (N other than 1, 3, 5, 7: soak --nodes N --seed S --seeds 1)"
+    );
+    i32::from(!unprotected && !summary.failing.is_empty())
 }

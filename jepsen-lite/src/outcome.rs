@@ -58,4 +58,10 @@ pub struct Outcome {
     pub fenced: String,
     /// Where the files are.
     pub dir: PathBuf,
+    /// Faults injected, by kind.
+    #[serde(default)]
+    pub faults: std::collections::BTreeMap<String, usize>,
+    /// Violations by checker (a composed run).
+    #[serde(default)]
+    pub violations: Vec<(String, usize)>,
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::checker;
 use crate::history::{Event, Kind, Process};
+use crate::nemesis::Verb;
 use crate::outcome::{Outcome, Verdict};
 use crate::resource::{Access, Op};
 use crate::scenario::Scenario;
@@ -18,11 +19,11 @@ fn esc(s: &str) -> String {
 
 /// Jepsen's nemesis colours by fault verb.
 fn band_colour(f: &str) -> &'static str {
-    match f {
-        "kill" | "restart" => "#E9A4A0",
-        "pause" | "pause-client" => "#A0B1E9",
-        "partition" | "hold" => "#E9DCA0",
-        "clock-bump" | "clock-rate" => "#A0E9E3",
+    match Verb::parse(f) {
+        Some(Verb::Kill | Verb::Restart | Verb::CrashClient) => "#E9A4A0",
+        Some(Verb::Pause | Verb::PauseClient) => "#A0B1E9",
+        Some(Verb::Partition | Verb::Hold) => "#E9DCA0",
+        Some(Verb::ClockBump | Verb::ClockRate | Verb::ClockStrobe) => "#A0E9E3",
         _ => "#D1E8A0",
     }
 }
@@ -63,20 +64,12 @@ pub fn timeline_svg(events: &[Event], accesses: &[Access]) -> String {
         .filter(|e| e.process == Process::nemesis())
         .collect();
     for (i, e) in nem.iter().enumerate() {
-        if matches!(
-            e.f.as_str(),
-            "heal" | "partition-end" | "resume" | "resume-client" | "release"
-        ) {
+        if is_fault_end(&e.f) {
             continue;
         }
         let end = nem[i + 1..]
             .iter()
-            .find(|n| {
-                matches!(
-                    n.f.as_str(),
-                    "heal" | "partition-end" | "resume" | "resume-client" | "release"
-                )
-            })
+            .find(|n| is_fault_end(&n.f))
             .map_or(t1, |n| n.time_ns);
         let _ = write!(
             s,
@@ -361,10 +354,7 @@ pub fn latency_svg(events: &[Event]) -> Result<String, String> {
 }
 
 fn is_fault_end(f: &str) -> bool {
-    matches!(
-        f,
-        "heal" | "partition-end" | "resume" | "resume-client" | "release"
-    )
+    Verb::parse(f).is_some_and(Verb::ends_band)
 }
 
 fn band_rgb(f: &str) -> plotters::style::RGBColor {

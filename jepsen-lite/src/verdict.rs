@@ -7,8 +7,10 @@
 //! Otherwise it fails (a fault that did not take effect) or is inconclusive (too little
 //! happened to judge), and both fail the matrix.
 
+use crate::checker::{self, Report};
 use crate::evidence::Evidence;
 use crate::history::{Event, Kind, Process};
+use crate::nemesis::Verb;
 use crate::outcome::Verdict;
 use crate::scenario::{Expect, Minimum, RandomFault, Restart, Scenario, Script};
 
@@ -29,8 +31,8 @@ pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
         // A must-break scenario (a mutant among them) is judged by what broke.
         return Ok("no pivotal step: must break".to_string());
     }
-    if let Script::Random(fault) = sc.script {
-        if fault == RandomFault::None {
+    if sc.script == Script::Composed || matches!(sc.script, Script::Random(_)) {
+        if sc.script == Script::Random(RandomFault::None) {
             return Ok("no pivotal step: no faults".to_string());
         }
         // A random run proves something only if locks were granted while a fault was on, not
@@ -63,26 +65,156 @@ pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
     }
 }
 
-/// How many acquisitions succeeded while a random fault was on: between a nemesis event that
-/// starts one (`partition`, `pause`, `delay`, `loss`) and the next that ends them
-/// (`partition-end`, `heal`).
+/// How many acquisitions succeeded while a random fault was on: in a [`fault_windows`]
+/// window.
 pub fn granted_under_fault(events: &[Event]) -> usize {
-    let mut events: Vec<&Event> = events.iter().collect();
-    events.sort_by_key(|e| e.time_ns);
-    let mut faulty = false;
-    let mut granted = 0;
-    for e in events {
-        if e.process == Process::nemesis() {
-            match e.f.as_str() {
-                "partition" | "pause" | "delay" | "loss" => faulty = true,
-                "partition-end" | "heal" => faulty = false,
-                _ => {}
+    let windows = fault_windows(events, |_| true);
+    events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter(|e| {
+            windows
+                .iter()
+                .any(|&(a, b)| a <= e.time_ns && e.time_ns < b)
+        })
+        .count()
+}
+
+/// The windows in which a fault of a random run was on: from a nemesis event that starts one
+/// (and that `which` picks) to the next that ends them all (`partition-end`, `heal`), or the end
+/// of the history.
+pub fn fault_windows(events: &[Event], which: impl Fn(Verb) -> bool) -> Vec<(u64, u64)> {
+    let mut nemesis: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.process == Process::nemesis())
+        .collect();
+    nemesis.sort_by_key(|e| e.time_ns);
+    let mut windows = Vec::new();
+    let mut open: Option<u64> = None;
+    for e in nemesis {
+        let Some(verb) = Verb::parse(&e.f) else {
+            continue;
+        };
+        if verb.starts_fault() && which(verb) {
+            open.get_or_insert(e.time_ns);
+        } else if verb.ends_all() {
+            if let Some(start) = open.take() {
+                windows.push((start, e.time_ns));
             }
-        } else if faulty && e.f == "acquire" && e.kind == Kind::Ok {
-            granted += 1;
         }
     }
-    granted
+    if let Some(start) = open {
+        windows.push((start, u64::MAX));
+    }
+    windows
+}
+
+/// Whether a fault is outside Redlock's model for the claims themselves: a master's wall clock
+/// jumping or running fast frees a lock early on it, so two claims may overlap. Client pauses,
+/// delays and crashes with restart protection break only effects, which fencing catches.
+pub fn out_of_model(verb: Verb) -> bool {
+    matches!(verb, Verb::ClockBump | Verb::ClockStrobe | Verb::ClockRate)
+}
+
+/// What a composed run observed: `Hold` when nothing broke that its safeguards should have
+/// kept (with fencing and restart protection: no lost update or interleaving on the fenced
+/// register, tokens monotone and never accepted out of order, no overstated validity, claims
+/// overlapping only within a TTL of a clock fault, and the lock granted again within the bound
+/// after each client that crashed holding it, unless a master was down or sitting out its
+/// restart then, or, on a single master, any fault was on); else `Break` with the
+/// violations by checker and their rate per thousand grants.
+pub fn composed_observation(
+    report: &Report,
+    events: &[Event],
+    ttl_ns: u64,
+    fenced: bool,
+    liveness_bound_ns: u64,
+    nodes: usize,
+) -> (Expect, String, Vec<(String, usize)>) {
+    let clock = fault_windows(events, out_of_model);
+    let explained = |at: u64| {
+        clock
+            .iter()
+            .any(|&(a, b)| a <= at && at <= b.saturating_add(ttl_ns))
+    };
+    let unexplained = report
+        .claims
+        .overlaps
+        .iter()
+        .filter(|o| !explained(o.at_ns))
+        .count();
+    // A master that crashed is out from its kill until one max TTL (the TTL here) after its
+    // restart, under restart protection; with the generator's minority budget, only then (or
+    // on a single master, under any fault) can a quorum be out of everyone's reach.
+    let mut down: Vec<(u64, u64)> = Vec::new();
+    let mut killed: Vec<(u64, u64)> = Vec::new();
+    for e in events.iter().filter(|e| e.process == Process::nemesis()) {
+        let node = e.u64_field("node").unwrap_or(u64::MAX);
+        match Verb::parse(&e.f) {
+            Some(Verb::Kill) => killed.push((node, e.time_ns)),
+            Some(Verb::Restart) => {
+                if let Some(i) = killed.iter().position(|&(n, _)| n == node) {
+                    let (_, at) = killed.remove(i);
+                    down.push((at, e.time_ns.saturating_add(ttl_ns)));
+                }
+            }
+            _ => {}
+        }
+    }
+    down.extend(killed.iter().map(|&(_, at)| (at, u64::MAX)));
+    if nodes == 1 {
+        down.extend(fault_windows(events, |_| true));
+    }
+    let quiet = |from: u64, to: u64| !down.iter().any(|&(a, b)| a <= to && from <= b);
+    let liveness = checker::crash_liveness(events, liveness_bound_ns, quiet);
+    let (effects, lost) = if fenced {
+        (&report.effects_fenced, &report.lost_fenced)
+    } else {
+        (&report.effects_unfenced, &report.lost_unfenced)
+    };
+    let mut violations: Vec<(&str, usize)> = vec![
+        ("claims", unexplained),
+        ("overstated", report.claims.overstated.len()),
+        ("effects", effects.overlaps.len()),
+        ("lost", usize::from(lost.lost_any())),
+        ("liveness after crash", liveness.late.len()),
+    ];
+    if fenced {
+        violations.push(("token order", report.tokens.order_violations.len()));
+        violations.push((
+            "token accepted out of order",
+            report.tokens.accepted_decreases,
+        ));
+    }
+    violations.retain(|&(_, n)| n > 0);
+    let grants = report.claims.claims.max(1);
+    let context = format!(
+        "{} grants, {} claim overlaps within a TTL of a clock fault, {} rejected by fencing, {}/{} crash recoveries judged",
+        report.claims.claims,
+        report.claims.overlaps.len() - unexplained,
+        report.effects_fenced.rejections,
+        liveness.checked,
+        liveness.crashes
+    );
+    let by_checker = violations
+        .iter()
+        .map(|&(c, n)| (c.to_string(), n))
+        .collect();
+    if violations.is_empty() {
+        (Expect::Hold, format!("hold ({context})"), by_checker)
+    } else {
+        let total: usize = violations.iter().map(|&(_, n)| n).sum();
+        let list: Vec<String> = violations.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        (
+            Expect::Break,
+            format!(
+                "break: {} ({:.1} per 1000 grants; {context})",
+                list.join(", "),
+                total as f64 * 1000.0 / grants as f64
+            ),
+            by_checker,
+        )
+    }
 }
 
 /// A verdict and, when it is not a pass, why.

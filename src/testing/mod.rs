@@ -43,6 +43,7 @@ mod master;
 mod options;
 mod port;
 mod process;
+pub mod proxy;
 mod resp;
 mod startup;
 
@@ -50,6 +51,7 @@ pub use cluster::RedisCluster;
 pub use error::TestingError;
 pub use master::RedisMaster;
 pub use options::{MasterOptions, Persistence};
+pub use proxy::{Mode, Modes, Proxy};
 pub use resp::Reply;
 
 #[cfg(test)]

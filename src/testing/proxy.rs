@@ -1,4 +1,5 @@
-//! The fault proxy: one TCP listener per (client, node) link, with a mode per direction.
+//! The fault proxy: one TCP listener per (client, node) link, with a mode per direction (used
+//! by the jepsen-lite harness and the benchmark; needs a running tokio runtime).
 //!
 //! `tc netem` is missing from this kernel, so delays, holds and partitions are made here, in
 //! user space. Each client reaches node `n` only through its own link, which makes per-client
@@ -13,7 +14,6 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,8 +24,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// What a link does with the bytes of one direction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Forward at once.
     Pass,
@@ -42,7 +41,7 @@ pub enum Mode {
 }
 
 /// The modes of both directions of a link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Modes {
     /// Client → node (requests).
     pub to_node: Mode,
@@ -92,6 +91,9 @@ impl Effects {
 }
 
 /// Every link of a run: `clients × nodes` listeners on loopback.
+///
+/// Links are addressed by (client, node) index; an index out of range is a bug in the test
+/// that uses the proxy, and the accessors panic on it, like slice indexing.
 pub struct Proxy {
     links: Vec<Vec<Link>>,
 }

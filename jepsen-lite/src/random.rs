@@ -1,0 +1,180 @@
+//! The play of a random run: every client loops on its own while the generator's steps go
+//! through the nemesis, and a watcher continues clients that paused themselves after a grant
+//! (Kleppmann's pause, after more than a TTL) and starts again clients that crashed while
+//! holding.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::client::{Command, CycleSpec};
+use crate::env::{Env, Error};
+use crate::generator::{self, Mix, Shape};
+use crate::nemesis::{iptables, Verb};
+use crate::scenario::{RandomFault, Script};
+
+/// The mix of a random script (`None` for a scripted one).
+pub fn mix(script: Script) -> Option<Mix> {
+    match script {
+        Script::Random(fault) => Some(Mix::Single(fault)),
+        Script::Composed => Some(Mix::Composed),
+        _ => None,
+    }
+}
+
+/// Clients stopped by themselves, and when to continue them.
+#[derive(Default)]
+struct Watch {
+    paused: Vec<(usize, Instant)>,
+}
+
+/// Plays a random run for `duration`: loops, fault steps until 3 s before the end, a heal,
+/// and the loops' end.
+///
+/// # Errors
+///
+/// When a fault cannot be injected or lifted, or a client does not finish.
+pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Error> {
+    let ttl_ms = env.sc.ttl_ms;
+    let composed = mix == Mix::Composed;
+    let spec = CycleSpec {
+        acquire_deadline_ms: 2000,
+        sleep_ms: ttl_ms / 10,
+        min_remaining_ms: Some(ttl_ms / 2),
+        resources: if composed {
+            env.sc.resources()
+        } else {
+            Vec::new()
+        },
+        mix: composed,
+        pause_after_grant: if composed { 0.004 } else { 0.0 },
+        crash_while_holding: if composed { 0.003 } else { 0.0 },
+        ..env.spec("r")
+    };
+    let loops_end = Instant::now() + duration;
+    for c in 0..env.clients.len() {
+        env.clients[c]
+            .send(&Command::Loop {
+                duration_ms: ms(duration),
+                spec: spec.clone(),
+            })
+            .await?;
+    }
+    let shape = Shape {
+        nodes: env.masters.len(),
+        clients: env.clients.len(),
+        ttl: env.ttl(),
+        persistence: (0..env.masters.len())
+            .map(|n| env.masters.persistence(n))
+            .collect(),
+        iptables: composed && iptables::available(),
+        loss: composed && iptables::statistic_available(),
+        clocks: env.nemesis.clocks.is_some(),
+    };
+    let mut watch = Watch::default();
+    let faults_until = Instant::now() + duration.saturating_sub(Duration::from_secs(3));
+    while mix != Mix::Single(RandomFault::None) && Instant::now() < faults_until {
+        let step = generator::step(&mut env.rng, mix, &shape);
+        if composed {
+            env.with_nemesis(|n, t| {
+                n.begin_step(t);
+                Ok(())
+            })?;
+        }
+        for fault in &step.faults {
+            env.inject(fault)?;
+        }
+        let labels: Vec<String> = step.faults.iter().map(|f| f.label()).collect();
+        env.phase(&labels.join(", "));
+        watch_for(env, &mut watch, step.hold, &spec, loops_end).await?;
+        env.with_nemesis(|n, t| n.end_step(t))?;
+        env.phase("quiet");
+        watch_for(env, &mut watch, step.quiet, &spec, loops_end).await?;
+    }
+    env.heal()?;
+    env.phase("clients finishing");
+    // The loops run for the whole duration; the wait below covers only their last cycle.
+    let rest = loops_end.saturating_duration_since(Instant::now());
+    watch_for(env, &mut watch, rest, &spec, loops_end).await?;
+    for (c, _) in std::mem::take(&mut watch.paused) {
+        env.clients[c].signal(nix::sys::signal::Signal::SIGCONT);
+        env.nemesis.record(Verb::ResumeClient, json!({"client": c}));
+    }
+    for c in 0..env.clients.len() {
+        env.wait(c, "done").await?;
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Waits `how_long`, every 50 ms continuing clients whose own pause has lasted past the TTL
+/// and starting again clients that crashed (each recorded, the pause with its proof).
+async fn watch_for(
+    env: &mut Env,
+    watch: &mut Watch,
+    how_long: Duration,
+    spec: &CycleSpec,
+    loops_end: Instant,
+) -> Result<(), Error> {
+    let until = Instant::now() + how_long;
+    loop {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        watch.paused.retain(|&(c, at)| {
+            let keep = at > now;
+            if !keep {
+                due.push(c);
+            }
+            keep
+        });
+        for c in due {
+            env.clients[c].signal(nix::sys::signal::Signal::SIGCONT);
+            env.nemesis.record(Verb::ResumeClient, json!({"client": c}));
+        }
+        for c in 0..env.clients.len() {
+            if env.nemesis.stops(c) || watch.paused.iter().any(|&(p, _)| p == c) {
+                continue;
+            }
+            if env.clients[c].is_stopped() {
+                // Longer than the TTL: the lock it holds moves on before it continues.
+                let resume_at = Instant::now() + env.ttl() + Duration::from_millis(300);
+                watch.paused.push((c, resume_at));
+                let check = crate::evidence::process_stopped(env.clients[c].pid);
+                env.nemesis
+                    .evidence
+                    .record(format!("client {c} paused itself after a grant"), check);
+                env.nemesis.record(
+                    Verb::PauseClient,
+                    json!({"client": c, "how": "itself, after a grant"}),
+                );
+            } else if env.clients[c].exited() {
+                env.nemesis
+                    .record(Verb::CrashClient, json!({"client": c, "restarted": true}));
+                env.respawn(c).await?;
+                let ready = env.wait(c, "ready").await?;
+                if !ready.ok {
+                    return Err(
+                        format!("client {c} could not warm up again: {}", ready.detail).into(),
+                    );
+                }
+                let left = loops_end.saturating_duration_since(Instant::now());
+                env.clients[c]
+                    .send(&Command::Loop {
+                        duration_ms: ms(left),
+                        spec: spec.clone(),
+                    })
+                    .await?;
+            }
+        }
+        if Instant::now() >= until {
+            return Ok(());
+        }
+        tokio::time::sleep(
+            Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())),
+        )
+        .await;
+    }
+}
