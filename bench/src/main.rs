@@ -12,6 +12,7 @@
 //! compare ratios within one run, not absolute times across runs.
 
 mod faults;
+mod handoff;
 mod minimal;
 mod peers;
 mod report;
@@ -35,6 +36,7 @@ enum Section {
     Faults,
     Options,
     Memory,
+    Handoff,
 }
 
 /// End-to-end benchmark of quorumlock and its peers on local redis-server masters.
@@ -152,6 +154,9 @@ async fn run(args: &Args, plan: &Plan) -> std::process::ExitCode {
     }
     if wanted(Section::Options) {
         sections::options(&cluster, plan, &mut results).await;
+    }
+    if wanted(Section::Handoff) {
+        handoff::handoff(&cluster, plan, &mut results).await;
     }
     if wanted(Section::Memory) {
         sections::memory(&cluster, plan, &mut results).await;

@@ -230,6 +230,25 @@ pub(crate) struct Series {
     pub(crate) points: Vec<(f64, f64)>,
 }
 
+/// An axis tick as a short decimal: at most three significant digits, no trailing zeros
+/// (`0.30000000000000004` is `0.3`, `2000` stays `2000`).
+pub(crate) fn tick(v: f64) -> String {
+    if !v.is_finite() {
+        return String::new();
+    }
+    if v == 0.0 {
+        return "0".to_owned();
+    }
+    let magnitude = v.abs().log10().floor() as i32;
+    let decimals = (2 - magnitude).max(0) as usize;
+    let text = format!("{v:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
+}
+
 /// A line chart with a log-scale y axis (and optionally x axis), as an SVG string, drawn with
 /// plotters' SVG backend (text is emitted as `<text>`: no system fonts needed).
 pub(crate) fn line_chart(
@@ -266,10 +285,16 @@ pub(crate) fn line_chart(
         macro_rules! draw {
             ($chart:expr) => {{
                 let mut chart = $chart;
+                // Ticks as short decimals (0.1, 0.2, 0.5, 1, 2): plotters prints a log axis's
+                // raw f64s (0.30000000000000004), long enough to run into the axis title; the
+                // minor grid is kept faint, so the data stands out from it.
                 chart
                     .configure_mesh()
                     .x_desc(x_desc)
                     .y_desc(y_desc)
+                    .x_label_formatter(&|v| tick(*v))
+                    .y_label_formatter(&|v| tick(*v))
+                    .light_line_style(RGBColor(236, 236, 236))
                     .draw()
                     .map_err(|e| e.to_string())?;
                 for (i, s) in series.iter().enumerate() {
@@ -396,6 +421,33 @@ pub(crate) fn write_all(
             ));
         }
     }
+    // The hand-off latency distribution, N = 5, 16 waiters: percentile against latency.
+    let dist: Vec<Series> = crate::handoff::NAMES
+        .iter()
+        .map(|who| Series {
+            label: (*who).to_owned(),
+            points: crate::handoff::DIST
+                .iter()
+                .filter_map(|q| {
+                    r.get("handoff", who, 5, 16, &format!("dist_{q}"))
+                        .map(|v| (q * 100.0, v))
+                })
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    if !dist.is_empty() {
+        charts.push((
+            "handoff.svg",
+            line_chart(
+                "hand-off latency distribution, N=5, 16 waiters (release returned to next grant)",
+                "percentile",
+                "hand-off, ms",
+                false,
+                &dist,
+            ),
+        ));
+    }
     for (file, chart) in charts {
         match chart {
             Ok(svg) => {
@@ -427,6 +479,19 @@ mod tests {
         )
         .expect("renders");
         assert!(svg.starts_with("<svg"));
+    }
+
+    #[test]
+    fn ticks_are_short_decimals() {
+        assert_eq!(tick(0.30000000000000004), "0.3");
+        assert_eq!(tick(0.1), "0.1");
+        assert_eq!(tick(0.2), "0.2");
+        assert_eq!(tick(0.05), "0.05");
+        assert_eq!(tick(1.0), "1");
+        assert_eq!(tick(2.0), "2");
+        assert_eq!(tick(12.5), "12.5");
+        assert_eq!(tick(2000.0), "2000");
+        assert_eq!(tick(0.0), "0");
     }
 
     #[test]

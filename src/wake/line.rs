@@ -202,7 +202,10 @@ mod tests {
         let key: Arc<str> = Arc::from("k");
         let (a, v1) = lines.join(&key, WakeMode::One);
         let (b, v2) = lines.join(&key, WakeMode::One);
-        assert_eq!(v1, v2, "a second waiter on a channel changes no subscription");
+        assert_eq!(
+            v1, v2,
+            "a second waiter on a channel changes no subscription"
+        );
         // The same release from five masters: one wake.
         for _ in 0..5 {
             lines.released("k", b"r1");
