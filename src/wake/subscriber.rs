@@ -75,7 +75,11 @@ impl Subscriber {
                 if std::mem::take(&mut lost) {
                     if let Some(hub) = self.hub.upgrade() {
                         let woken = hub.lines().resync();
-                        tracing::debug!(node = self.index, woken, "resubscribed after a broken connection; waiters woken");
+                        tracing::debug!(
+                            node = self.index,
+                            woken,
+                            "resubscribed after a broken connection; waiters woken"
+                        );
                     }
                 }
             }
