@@ -19,7 +19,7 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
 echo "== no import cycle between the modules of any crate"
-python3 scripts/check-cycles.py src jepsen-lite/src cli/src bench/src
+python3 scripts/check-cycles.py src jepsen-lite/src cli/src bench/src scheduler/src
 
 echo "== cargo clippy: the crates as users get them (default features), then every feature"
 cargo clippy --locked --workspace --all-targets -- -D warnings

@@ -23,6 +23,10 @@ use crate::slot::Slot;
 use crate::stats::{Count, Counters};
 use crate::status::{History, SlotEntry, SlotOutcome};
 
+/// How long a worker refused the job lock waits before it reads a free slot's state again
+/// ([`Concurrency::Forbid`]): longer than a claim round takes on a loaded machine.
+const FORBID_RECHECK: Duration = Duration::from_millis(250);
+
 /// A job's state on this worker.
 pub(crate) struct JobState {
     pub(crate) job: Job,
@@ -166,13 +170,8 @@ async fn claim_and_run(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot) {
             release(job_lock).await;
         }
         Ok(Claim::RunningElsewhere(r)) => {
-            job.counters.bump(Count::Elsewhere);
-            job.note(&slot, SlotOutcome::RunningElsewhere, Some(&r));
             release(job_lock).await;
-            if job.job.on_abandoned == OnAbandoned::Retry {
-                let (shared2, job2) = (Arc::clone(shared), Arc::clone(job));
-                shared.spawn(watch_slot(shared2, job2, slot));
-            }
+            running_elsewhere(shared, job, slot, &r);
         }
         Ok(Claim::Abandoned(r)) => {
             release(job_lock).await;
@@ -185,6 +184,16 @@ async fn claim_and_run(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot) {
     }
 }
 
+/// Another worker runs the slot: with [`OnAbandoned::Retry`], watch it in case its runner dies.
+fn running_elsewhere(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot, record: &RunRecord) {
+    job.counters.bump(Count::Elsewhere);
+    job.note(&slot, SlotOutcome::RunningElsewhere, Some(record));
+    if job.job.on_abandoned == OnAbandoned::Retry {
+        let (shared2, job2) = (Arc::clone(shared), Arc::clone(job));
+        shared.spawn(watch_slot(shared2, job2, slot));
+    }
+}
+
 fn claim_failed(job: &JobState, slot: &Slot, e: &quorumlock::LockError) {
     warn!(job = %job.name, slot = %slot, error = %e, "claim failed");
     job.counters.bump(Count::ClaimError);
@@ -194,8 +203,8 @@ fn claim_failed(job: &JobState, slot: &Slot, e: &quorumlock::LockError) {
 /// With [`Concurrency::Forbid`]: `None` when the slot must be skipped, else the job lock to
 /// hold for the run (`Some(None)` under the other policies).
 async fn forbid_check(
-    shared: &Shared,
-    job: &JobState,
+    shared: &Arc<Shared>,
+    job: &Arc<JobState>,
     slot: &Slot,
 ) -> Option<Option<Box<dyn JobLock>>> {
     if job.job.concurrency != Concurrency::Forbid {
@@ -211,13 +220,17 @@ async fn forbid_check(
         Ok(Some(held)) => Some(Some(held)),
         Ok(None) => {
             // The job lock is taken by every worker before claiming, so it is also refused to
-            // the losers of this very slot: tell them apart from a skip by the slot's state (a
-            // winner between its lock and its claim still reads as a skip).
-            match shared.claims.status(&job.name, slot.id()).await {
-                Ok(SlotState::Running(r)) => {
-                    job.counters.bump(Count::Elsewhere);
-                    job.note(slot, SlotOutcome::RunningElsewhere, Some(&r));
-                }
+            // the losers of this very slot: tell them apart from a skip by the slot's state. The
+            // winner may not have claimed yet (one quorum round after its lock): a slot still
+            // free is read once more, after that round has surely ended, before it counts as
+            // skipped, since a loser that misreads it would not watch it under Retry.
+            let mut state = shared.claims.status(&job.name, slot.id()).await;
+            if matches!(state, Ok(SlotState::Free)) {
+                tokio::time::sleep(FORBID_RECHECK).await;
+                state = shared.claims.status(&job.name, slot.id()).await;
+            }
+            match state {
+                Ok(SlotState::Running(r)) => running_elsewhere(shared, job, slot.clone(), &r),
                 Ok(SlotState::Completed(r)) => {
                     job.counters.bump(Count::Elsewhere);
                     job.note(slot, SlotOutcome::CompletedElsewhere, Some(&r));
@@ -420,6 +433,8 @@ async fn run_until_ended(
     let mut phase = shared.phase.subscribe();
     let work = AssertUnwindSafe((job.job.run)(ctx)).catch_unwind();
     tokio::select! {
+        // A job that finished wins over an end noticed in the same poll: its effects are done.
+        biased;
         result = work => Ended::Returned(match result {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err("the job panicked".to_string()),

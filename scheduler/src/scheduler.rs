@@ -130,10 +130,14 @@ impl Scheduler {
     /// cancels the rest (their slots are recorded as abandoned, so another worker may retry
     /// them under [`OnAbandoned::Retry`](crate::OnAbandoned::Retry)).
     ///
+    /// The scheduler's [`stats`](Self::stats) and [`status`](Self::status) stay readable
+    /// afterwards; dropping it then aborts whatever is left.
+    ///
     /// # Cancel safety
     ///
-    /// Dropping the future drops the scheduler: what still runs is aborted, as by `Drop`.
-    pub async fn shutdown(self, grace: Duration) -> ShutdownReport {
+    /// Cancel safe: the scheduler stays in the phase the shutdown reached (no new claims, or
+    /// runs cancelled), and dropping it aborts what still runs.
+    pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         let running = self.running();
         info!(worker = %self.shared.worker, running, ?grace, "shutting down");
         self.shared.phase.send_replace(Phase::Draining);
@@ -156,7 +160,6 @@ impl Scheduler {
                 warn!("runs did not record their end in time: aborting them");
             }
         }
-        // Drop aborts whatever is left (loops and watchers have returned by now).
         ShutdownReport { running, cancelled }
     }
 
