@@ -69,6 +69,7 @@ async fn each_slot_is_claimed_once_by_three_racing_managers() {
                 .map(|host| host.claim_slot("nightly", &slot, &opts)),
         )
         .await;
+        let seen = format!("{claims:?}");
         let mut runs = Vec::new();
         for claim in claims {
             match claim.expect("claim") {
@@ -77,7 +78,7 @@ async fn each_slot_is_claimed_once_by_three_racing_managers() {
                 other => panic!("slot {slot}: unexpected {other:?}"),
             }
         }
-        assert_eq!(runs.len(), 1, "slot {slot}: {} runners", runs.len());
+        assert_eq!(runs.len(), 1, "slot {slot}: {seen}");
         let run = runs.pop().expect("one run");
         assert_eq!(
             (run.job(), run.slot(), run.attempt()),
@@ -426,5 +427,78 @@ async fn a_record_of_the_wrong_type_is_a_clear_error() {
     }
     for master in &cluster {
         assert_eq!(pttl(master, &running_key("job", "s")), -2, "no claim left");
+    }
+}
+
+/// A master that restarted empty forgot a completion. With a master that never saw it (here
+/// its record is deleted: it was unreachable then) and the one that kept it down, the two left
+/// would grant the slot again; restart protection keeps the restarted master's grant out, so
+/// the claim fails instead of running the slot twice. Without protection, it runs again: the
+/// hazard the docs describe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_protection_keeps_a_forgetful_master_from_granting_a_completed_slot() {
+    for protection in [true, false] {
+        let mut cluster = cluster(3);
+        let mut make = builder(&cluster.urls()).node_timeout(Duration::from_secs(2));
+        if protection {
+            make = make.max_ttl(Duration::from_secs(60)).restart_protection(true);
+        }
+        let locks = make.build().expect("build");
+        if protection {
+            wait_until_provisioned(&locks).await;
+        }
+        locks
+            .claim_slot("job", "s", &SlotOptions::new())
+            .await
+            .expect("claim")
+            .into_run()
+            .expect("claimed")
+            .complete()
+            .await
+            .expect("complete");
+        wait_until("every master recorded the completion", PATIENCE, || {
+            cluster
+                .iter()
+                .all(|m| record_field(m, "job", "s", "state").as_deref() == Some("completed"))
+        })
+        .await;
+        cluster.get_mut(0).expect("master").kill().expect("kill");
+        cluster
+            .get_mut(1)
+            .expect("master")
+            .restart_empty()
+            .expect("restart empty");
+        cluster
+            .get(2)
+            .expect("master")
+            .command(&["DEL", &record_key("job", "s")])
+            .expect("DEL");
+        let outcome = locks.claim_slot("job", "s", &SlotOptions::new()).await;
+        if protection {
+            match outcome {
+                Err(error @ LockError::QuorumUnreachable { .. }) => {
+                    let quarantined = error
+                        .node_errors()
+                        .iter()
+                        .any(|e| matches!(e.kind(), NodeErrorKind::Quarantined { .. }));
+                    assert!(quarantined, "{error}");
+                }
+                other => panic!("expected the restarted master kept out, got {other:?}"),
+            }
+        } else {
+            assert!(
+                matches!(outcome, Ok(SlotClaim::Claimed(_))),
+                "without protection the slot runs again: {outcome:?}"
+            );
+        }
+    }
+}
+
+/// Provisions every master of a protected manager, trying again while some cannot be reached.
+async fn wait_until_provisioned(locks: &Redlock) {
+    let start = std::time::Instant::now();
+    while let Err(e) = locks.provision().await {
+        assert!(start.elapsed() < PATIENCE, "cannot provision: {e}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -19,10 +19,12 @@ lua_script! {
     /// `ARGV[9]` runner name, `ARGV[10]` `"1"` to claim a slot whose last claim ended without
     /// completion.
     ///
-    /// Returns `{code, token, epoch_age_ms, attempts, record_token, runner, updated_us}`, where
-    /// `code` is 1 granted (`token` is this claim's), 2 completed, 3 a live claim holds it, 4
-    /// abandoned (claimed before, never completed, no live claim: not claimed again unless
-    /// `ARGV[10]`). The record's fields follow, as they are after the call.
+    /// Returns `{code, token, epoch_age_ms, attempts, record_token, runner, updated_us, holder}`,
+    /// where `code` is 1 granted (`token` is this claim's), 2 completed, 3 a live claim holds it,
+    /// 4 abandoned (claimed before, never completed, no live claim: not claimed again unless
+    /// `ARGV[10]`). The record's fields follow, as they are after the call, and for code 3 the
+    /// SHA1 of the live claim's value (never the value itself, which would let its reader
+    /// release the claim): the client tells one claim holding a quorum from a split vote.
     ///
     /// A completed record wins over everything: a completion is never undone. The same claim
     /// sent again (a retry on a fresh connection) finds its own key and is granted again
@@ -39,10 +41,10 @@ if ARGV[4] == '1' then
     end
     epoch_age_ms = math.floor((now_us - tonumber(born)) / 1000)
 end
-local function answer(code, token)
+local function answer(code, token, holder)
     local r = redis.call('hmget', KEYS[2], 'attempts', 'token', 'runner', 'updated')
     return {code, token, epoch_age_ms, tonumber(r[1] or '0') or 0, tonumber(r[2] or '0') or 0,
-        r[3] or '', tonumber(r[4] or '0') or 0}
+        r[3] or '', tonumber(r[4] or '0') or 0, holder or ''}
 end
 local state = redis.call('hget', KEYS[2], 'state')
 if state == 'completed' then
@@ -53,7 +55,7 @@ if holder == ARGV[1] then
     return answer(1, tonumber(redis.call('hget', KEYS[2], 'token') or '0') or 0)
 end
 if holder then
-    return answer(3, 0)
+    return answer(3, 0, redis.sha1hex(holder))
 end
 if state and ARGV[10] ~= '1' then
     return answer(4, 0)

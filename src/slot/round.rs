@@ -109,6 +109,8 @@ enum Code {
 #[derive(Debug)]
 struct ClaimReply {
     code: Code,
+    /// For [`Code::Running`]: which live claim (a hash of its value).
+    holder: String,
     token: Option<u64>,
     epoch_age: Option<Duration>,
     record: SlotRecord,
@@ -231,7 +233,7 @@ pub(crate) async fn claim(
                 tally.record_token(i, Ok(false), None);
             }
             Code::Running => {
-                running.push(reply.record);
+                running.push((reply.holder, reply.record));
                 tally.record_token(i, Ok(false), None);
             }
             Code::Abandoned => {
@@ -293,11 +295,18 @@ pub(crate) async fn claim(
         }
     }
     let cleanup = undo(&mut revert);
-    let outcome = if running.len() >= needed || (!running.is_empty() && !abandoned.is_empty()) {
+    // One live claim on a quorum was granted; live claims of several claimers that together
+    // make a quorum are a split vote, each claimer undoing its own.
+    let on_quorum = running
+        .iter()
+        .any(|(holder, _)| running.iter().filter(|(h, _)| h == holder).count() >= needed);
+    let seen_running = !running.is_empty();
+    let running = running.into_iter().map(|(_, record)| record).collect();
+    let outcome = if on_quorum || (seen_running && !abandoned.is_empty()) {
         RoundOutcome::Running(latest(running))
     } else if !abandoned.is_empty() {
         RoundOutcome::Abandoned(latest(abandoned))
-    } else if !running.is_empty() {
+    } else if seen_running {
         RoundOutcome::Split(latest(running))
     } else {
         RoundOutcome::Failed(tally.unreachable(nodes, spec.resource))
@@ -500,14 +509,14 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// Reads the claim script's `{code, token, epoch_age_ms, attempts, record_token, runner,
-/// updated_us}`.
+/// updated_us, holder}`.
 fn claim_reply(
     value: Reply,
     fencing: bool,
     epoch_check: bool,
 ) -> Result<ClaimReply, NodeErrorKind> {
     const EXPECTED: &str =
-        "an array {code, token, epoch_age_ms, attempts, record_token, runner, updated_us}";
+        "an array {code, token, epoch_age_ms, attempts, record_token, runner, updated_us, holder}";
     let Reply::Array(items) = &value else {
         return Err(unexpected(EXPECTED, &value));
     };
@@ -521,7 +530,11 @@ fn claim_reply(
         4 => Code::Abandoned,
         _ => return Err(unexpected(EXPECTED, &value)),
     };
-    let record = record_of(rest).ok_or_else(|| unexpected(EXPECTED, &value))?;
+    let [record @ .., Reply::Bulk(holder)] = rest else {
+        return Err(unexpected(EXPECTED, &value));
+    };
+    let record = record_of(record).ok_or_else(|| unexpected(EXPECTED, &value))?;
+    let holder = String::from_utf8_lossy(holder).into_owned();
     let token = match (code == Code::Granted && fencing, u64::try_from(*token)) {
         (false, _) => None,
         (true, Ok(token)) if token > 0 => Some(token),
@@ -535,6 +548,7 @@ fn claim_reply(
     };
     Ok(ClaimReply {
         code,
+        holder,
         token,
         epoch_age,
         record,
@@ -596,6 +610,7 @@ mod tests {
             Reply::Int(42),
             Reply::Bulk(b"host:1".to_vec()),
             Reply::Int(1_000_000),
+            Reply::Bulk(Vec::new()),
         ]);
         let reply = claim_reply(ok, true, false).expect("valid");
         assert_eq!(reply.code, Code::Granted);
@@ -618,6 +633,7 @@ mod tests {
                 Reply::Int(0),
                 Reply::Bulk(Vec::new()),
                 Reply::Int(0),
+                Reply::Bulk(Vec::new()),
             ]),
         ] {
             assert!(claim_reply(bad, true, false).is_err());
