@@ -441,7 +441,9 @@ async fn restart_protection_keeps_a_forgetful_master_from_granting_a_completed_s
         let mut cluster = cluster(3);
         let mut make = builder(&cluster.urls()).node_timeout(Duration::from_secs(2));
         if protection {
-            make = make.max_ttl(Duration::from_secs(60)).restart_protection(true);
+            make = make
+                .max_ttl(Duration::from_secs(60))
+                .restart_protection(true);
         }
         let locks = make.build().expect("build");
         if protection {
