@@ -75,7 +75,7 @@ async fn parent() -> Result<(), Box<dyn Error>> {
     let from = Instant::now() + Duration::from_secs(1);
     let victim = loop {
         if Instant::now() > from {
-            let running = store.lock().map_err(|_| "poisoned")?.compacting.clone();
+            let running = store.lock().map_err(|_| "poisoned")?.compacting;
             if let Some(worker) = running {
                 break worker;
             }

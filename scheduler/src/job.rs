@@ -47,7 +47,7 @@ const RETENTION_MARGIN: Duration = Duration::from_secs(600);
 ///     if ctx.is_held() {
 ///         println!("slot {} (token {:?})", ctx.slot(), ctx.fence());
 ///     }
-///     Ok(())
+///     Ok::<_, quorumlock_scheduler::JobError>(())
 /// })?
 /// .starting_deadline(Duration::from_secs(15 * 60))
 /// .catch_up(CatchUp::Latest)

@@ -32,8 +32,15 @@
 //!         .max_runtime(Duration::from_secs(3600)),
 //!     )
 //!     .start()?;
-//! tokio::signal::ctrl_c().await?;
-//! scheduler.shutdown(Duration::from_secs(30)).await;
+//! # let stop = std::future::pending::<()>();
+//! stop.await; // e.g. tokio::signal::ctrl_c()
+//! let report = scheduler.shutdown(Duration::from_secs(30)).await;
+//! println!("{} runs were cancelled", report.cancelled);
+//! for job in scheduler.status() {
+//!     for entry in job.recent {
+//!         println!("{} {}: {:?} by {:?}", job.name, entry.slot, entry.outcome, entry.runner);
+//!     }
+//! }
 //! # Ok(())
 //! # }
 //! ```

@@ -232,4 +232,92 @@ mod tests {
         assert_eq!(s.lateness.count, 1);
         assert_eq!(s.lateness.max, Duration::from_millis(5));
     }
+
+    /// With the `metrics` feature, counts and lateness reach the facade, labelled by job and
+    /// outcome.
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn counts_reach_the_metrics_facade() {
+        use std::collections::BTreeMap;
+        use std::sync::Arc;
+
+        use metrics::{
+            Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+            SharedString, Unit,
+        };
+
+        type Seen = Arc<Mutex<BTreeMap<String, f64>>>;
+        struct Entry(String, Seen);
+        impl Entry {
+            fn add(&self, v: f64) {
+                *self
+                    .1
+                    .lock()
+                    .expect("seen")
+                    .entry(self.0.clone())
+                    .or_default() += v;
+            }
+        }
+        impl CounterFn for Entry {
+            fn increment(&self, v: u64) {
+                self.add(v as f64);
+            }
+            fn absolute(&self, _: u64) {}
+        }
+        impl HistogramFn for Entry {
+            fn record(&self, _: f64) {
+                self.add(1.0);
+            }
+        }
+        struct Capture(Seen);
+        impl Capture {
+            fn entry(&self, key: &Key) -> Arc<Entry> {
+                let labels: Vec<String> = key
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                let name = format!("{}{{{}}}", key.name(), labels.join(","));
+                Arc::new(Entry(name, Arc::clone(&self.0)))
+            }
+        }
+        impl Recorder for Capture {
+            fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+            fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+            fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+            fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+                Counter::from_arc(self.entry(key))
+            }
+            fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+                Gauge::noop()
+            }
+            fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+                Histogram::from_arc(self.entry(key))
+            }
+        }
+
+        let seen = Seen::default();
+        let capture = Capture(Arc::clone(&seen));
+        metrics::with_local_recorder(&capture, || {
+            let c = Counters::new("nightly");
+            c.bump(Count::Run);
+            c.add(Count::Missed, 2);
+            c.lateness(Duration::from_millis(3));
+        });
+        let seen = seen.lock().expect("seen");
+        assert_eq!(
+            seen.get("quorumlock_scheduler_slots_total{job=nightly,outcome=run}"),
+            Some(&1.0),
+            "{seen:?}"
+        );
+        assert_eq!(
+            seen.get("quorumlock_scheduler_slots_total{job=nightly,outcome=missed}"),
+            Some(&2.0),
+            "{seen:?}"
+        );
+        assert_eq!(
+            seen.get("quorumlock_scheduler_lateness_seconds{job=nightly}"),
+            Some(&1.0),
+            "{seen:?}"
+        );
+    }
 }
