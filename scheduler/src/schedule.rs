@@ -33,8 +33,9 @@ enum Kind {
 impl Schedule {
     /// A cron expression evaluated in the time zone `tz`, with an optional leading seconds field
     /// (`"*/5 * * * * *"` is every 5 s, `"0 3 * * *"` is 03:00 every day). Daylight-saving
-    /// changes follow the zone's rules (croner's handling: a time skipped by a spring-forward
-    /// runs once at the shifted instant, a repeated hour runs once).
+    /// changes follow the zone's rules (croner's handling): a time skipped when clocks go forward
+    /// runs once, at the end of the gap; a time repeated when they go back runs once, at its
+    /// first occurrence.
     ///
     /// # Errors
     ///
@@ -248,5 +249,20 @@ mod tests {
             ]
         );
         assert_eq!(dropped, 2);
+    }
+
+    #[test]
+    fn daylight_saving_changes_in_the_zone() {
+        let s = Schedule::cron("0 30 2 * * *", chrono_tz::Europe::Paris).expect("valid");
+        // 2024-03-31: 02:00 → 03:00 in Paris, so 02:30 does not exist that day.
+        let spring = s.next_after(utc("2024-03-30T12:00:00Z"));
+        // 2024-10-27: 03:00 → 02:00, so 02:30 happens twice that day.
+        let autumn_first = s.next_after(utc("2024-10-26T12:00:00Z")).expect("a slot");
+        let autumn_next = s.next_after(autumn_first).expect("a slot");
+        // The skipped time runs once, at the end of the gap (03:00 CEST); the repeated one once,
+        // at its first occurrence (02:30 CEST).
+        assert_eq!(spring, Some(utc("2024-03-31T01:00:00Z")));
+        assert_eq!(autumn_first, utc("2024-10-27T00:30:00Z"));
+        assert_eq!(autumn_next, utc("2024-10-28T01:30:00Z"));
     }
 }

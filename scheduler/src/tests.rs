@@ -513,3 +513,48 @@ fn bad_configurations_are_errors() {
 }
 
 type JobErrorAlias = crate::JobError;
+
+/// A worker stalled (here: a claim that takes 3.5 s) skips what passed its starting deadline and
+/// catches up on the rest by its policy.
+#[tokio::test(start_paused = true)]
+async fn after_a_stall_slots_past_the_deadline_are_missed() {
+    for (policy, ran, missed, superseded) in [
+        (CatchUp::All, vec!["00", "03", "04"], 2, 0),
+        (CatchUp::Latest, vec!["00", "04"], 2, 1),
+    ] {
+        let claims = FakeClaims::default();
+        let t0 = Instant::now();
+        let runs = Runs::default();
+        *claims.next_claim_takes.lock().expect("fake") = Some(Duration::from_millis(3_500));
+        // Started at 00.5, the worker catches up on slot 00; its claim returns at 04.0, when
+        // 01 is 3 s late, 02 2 s, 03 1 s and 04 on time.
+        let w = builder(&claims, t0, "w", 0)
+            .job(
+                job(&runs, Duration::ZERO)
+                    .catch_up(policy)
+                    .starting_deadline(Duration::from_millis(1_500)),
+            )
+            .start()
+            .expect("start");
+        sleep(Duration::from_millis(4_300)).await;
+        let got: Vec<String> = runs
+            .lock()
+            .expect("runs")
+            .keys()
+            .map(|id| id[17..19].to_string())
+            .collect();
+        assert_eq!(got, ran, "{policy:?}");
+        let stats = w.stats("tick").expect("job");
+        assert_eq!(
+            (stats.missed, stats.superseded),
+            (missed, superseded),
+            "{policy:?}"
+        );
+        let missed_entry = w.status()[0]
+            .recent
+            .iter()
+            .find(|e| e.slot.id().contains(":02."))
+            .cloned();
+        assert_eq!(missed_entry.map(|e| e.outcome), Some(SlotOutcome::Missed));
+    }
+}

@@ -40,6 +40,8 @@ pub(crate) struct FakeClaims {
     state: Arc<Mutex<State>>,
     /// While set, every call fails as if no quorum answered.
     pub(crate) unreachable: Arc<AtomicBool>,
+    /// How long the next claim takes (a stalled worker, a slow quorum).
+    pub(crate) next_claim_takes: Arc<Mutex<Option<Duration>>>,
 }
 
 fn unreachable(job: &str) -> LockError {
@@ -84,6 +86,14 @@ impl SlotClaims for FakeClaims {
         retry: bool,
     ) -> BoxFuture<'a, Result<Claim, LockError>> {
         async move {
+            let stall = self
+                .next_claim_takes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(stall) = stall {
+                tokio::time::sleep(stall).await;
+            }
             if self.unreachable.load(Ordering::Relaxed) {
                 return Err(unreachable(job));
             }
