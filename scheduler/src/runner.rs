@@ -155,7 +155,7 @@ async fn claim_and_run(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot) {
         return;
     }
     let late = lateness(&slot, now);
-    let Some(job_lock) = forbid_check(shared, job, &slot).await else {
+    let Some(job_lock) = forbid_check(shared, job, &slot, false).await else {
         return;
     };
     match shared
@@ -175,7 +175,7 @@ async fn claim_and_run(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot) {
         }
         Ok(Claim::Abandoned(r)) => {
             release(job_lock).await;
-            retry(shared, job, slot, r).await;
+            retry(shared, job, slot, r, false).await;
         }
         Err(e) => {
             release(job_lock).await;
@@ -201,14 +201,25 @@ fn claim_failed(job: &JobState, slot: &Slot, e: &quorumlock::LockError) {
 }
 
 /// With [`Concurrency::Forbid`]: `None` when the slot must be skipped, else the job lock to
-/// hold for the run (`Some(None)` under the other policies).
+/// hold for the run (`Some(None)` under the other policies). A `quiet` check (a watcher's retry,
+/// which tries again later) records nothing.
 async fn forbid_check(
     shared: &Arc<Shared>,
     job: &Arc<JobState>,
     slot: &Slot,
+    quiet: bool,
 ) -> Option<Option<Box<dyn JobLock>>> {
     if job.job.concurrency != Concurrency::Forbid {
         return Some(None);
+    }
+    if quiet {
+        if !lock(&job.running).is_empty() {
+            return None;
+        }
+        return match shared.claims.try_job_lock(&job.name, &job.terms).await {
+            Ok(held) => held.map(Some),
+            Err(_) => None,
+        };
     }
     // This worker's own run needs no round trip to be seen.
     if !lock(&job.running).is_empty() {
@@ -255,18 +266,27 @@ async fn release(job_lock: Option<Box<dyn JobLock>>) {
     }
 }
 
-/// A slot found abandoned: claims it again if the policy and its attempts allow.
-async fn retry(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot, record: RunRecord) {
+/// A slot found abandoned: claims it again if the policy and its attempts allow. Returns
+/// whether the slot is settled; a watcher's retry (`from_watch`) refused the job lock of
+/// [`Concurrency::Forbid`] is not (the dead runner's job lock may outlive its claim by a few
+/// milliseconds, or a later slot runs), and the watcher tries again.
+async fn retry(
+    shared: &Arc<Shared>,
+    job: &Arc<JobState>,
+    slot: Slot,
+    record: RunRecord,
+    from_watch: bool,
+) -> bool {
     let allowed = job.job.on_abandoned == OnAbandoned::Retry
         && record.attempts < job.job.max_attempts
         && *shared.phase.borrow() == Phase::Running;
     if !allowed {
         job.counters.bump(Count::Abandoned);
         job.note(&slot, SlotOutcome::Abandoned, Some(&record));
-        return;
+        return true;
     }
-    let Some(job_lock) = forbid_check(shared, job, &slot).await else {
-        return;
+    let Some(job_lock) = forbid_check(shared, job, &slot, from_watch).await else {
+        return !from_watch;
     };
     match shared
         .claims
@@ -277,24 +297,30 @@ async fn retry(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot, record: Ru
             info!(job = %job.name, slot = %slot, previous = ?record.runner, "retrying a slot whose runner died");
             job.counters.bump(Count::Retry);
             start_run(shared, job, slot, run, job_lock, None);
+            true
         }
         Ok(Claim::Completed(r)) => {
             job.note(&slot, SlotOutcome::CompletedElsewhere, Some(&r));
             release(job_lock).await;
+            true
         }
         Ok(Claim::RunningElsewhere(r)) => {
             // Another worker retried first.
             job.note(&slot, SlotOutcome::RunningElsewhere, Some(&r));
             release(job_lock).await;
+            true
         }
         Ok(Claim::Abandoned(r)) => {
             job.counters.bump(Count::Abandoned);
             job.note(&slot, SlotOutcome::Abandoned, Some(&r));
             release(job_lock).await;
+            true
         }
         Err(e) => {
             release(job_lock).await;
             claim_failed(job, &slot, &e);
+            // A watcher looks again; a claimer that found the slot abandoned has moved on.
+            !from_watch
         }
     }
 }
@@ -320,7 +346,11 @@ async fn watch_slot(shared: Arc<Shared>, job: Arc<JobState>, slot: Slot) {
                 job.note(&slot, SlotOutcome::CompletedElsewhere, Some(&r));
                 return;
             }
-            Ok(SlotState::Abandoned(r)) => return retry(&shared, &job, slot, r).await,
+            Ok(SlotState::Abandoned(r)) => {
+                if retry(&shared, &job, slot.clone(), r, true).await {
+                    return;
+                }
+            }
             // The record is gone (past its retention): nothing left to decide.
             Ok(SlotState::Free) => return,
             Err(e) => {

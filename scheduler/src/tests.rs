@@ -558,3 +558,32 @@ async fn after_a_stall_slots_past_the_deadline_are_missed() {
         assert_eq!(missed_entry.map(|e| e.outcome), Some(SlotOutcome::Missed));
     }
 }
+
+/// Forbid with Retry: a dead runner's slot is retried once its job lock has expired too, even
+/// when the lock outlives the claim (the watcher keeps trying).
+#[tokio::test(start_paused = true)]
+async fn forbid_with_retry_reruns_a_dead_runner_s_slot() {
+    let claims = FakeClaims::default();
+    let t0 = Instant::now();
+    let runs = Runs::default();
+    let policy = |j: Job| {
+        j.catch_up(CatchUp::None)
+            .concurrency(Concurrency::Forbid)
+            .on_abandoned(OnAbandoned::Retry)
+    };
+    let dying = builder(&claims, t0, "dying", 0)
+        .job(policy(job(&runs, Duration::from_secs(60))))
+        .start()
+        .expect("start");
+    let _survivor = builder(&claims, t0, "survivor", -50)
+        .job(policy(job(&runs, Duration::from_millis(10))))
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(1_100)).await;
+    drop(dying);
+    sleep(Duration::from_secs(4)).await;
+    let runs = runs.lock().expect("runs");
+    let first = &runs["2024-01-01T00:00:01.000Z"];
+    let who: Vec<(&str, u32)> = first.iter().map(|(w, _, a)| (w.as_str(), *a)).collect();
+    assert_eq!(who, vec![("dying", 1), ("survivor", 2)], "{runs:?}");
+}

@@ -2,7 +2,7 @@
 //! (several schedulers share one to stand for a fleet). A claimed slot whose run is dropped
 //! without completion stays "running" for one TTL, then reads as abandoned, as on the masters.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -31,7 +31,8 @@ enum Entry {
 struct State {
     slots: HashMap<(String, String), Entry>,
     next_fence: u64,
-    job_locks: HashSet<String>,
+    /// Job locks: `None` while held, the expiry once their holder died.
+    job_locks: HashMap<String, Option<Instant>>,
 }
 
 /// The fake masters. Cheap to clone; clones share the state.
@@ -148,15 +149,21 @@ impl SlotClaims for FakeClaims {
     fn try_job_lock<'a>(
         &'a self,
         job: &'a str,
-        _terms: &'a ClaimTerms,
+        terms: &'a ClaimTerms,
     ) -> BoxFuture<'a, Result<Option<Box<dyn JobLock>>, LockError>> {
         async move {
-            if !self.lock().job_locks.insert(job.to_string()) {
-                return Ok(None);
+            let mut state = self.lock();
+            match state.job_locks.get(job) {
+                Some(None) => return Ok(None),
+                Some(Some(expires)) if *expires > Instant::now() => return Ok(None),
+                _ => {}
             }
+            state.job_locks.insert(job.to_string(), None);
             Ok(Some(Box::new(FakeJobLock {
                 claims: self.clone(),
                 job: job.to_string(),
+                ttl: terms.ttl,
+                released: false,
             }) as Box<dyn JobLock>))
         }
         .boxed()
@@ -259,18 +266,32 @@ impl LeaseView for FakeLease {
 struct FakeJobLock {
     claims: FakeClaims,
     job: String,
+    ttl: Duration,
+    released: bool,
 }
 
+/// How long a dead holder's job lock outlives its slot claim in the fake: longer than a watch
+/// interval, as when the lock's last renewal came later than the claim's, or a later slot's run
+/// holds it.
+pub(crate) const JOB_LOCK_LINGERS: Duration = Duration::from_millis(600);
+
 impl JobLock for FakeJobLock {
-    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
-        drop(self);
+    fn release(mut self: Box<Self>) -> BoxFuture<'static, ()> {
+        self.released = true;
+        self.claims.lock().job_locks.remove(&self.job);
         async {}.boxed()
     }
 }
 
 impl Drop for FakeJobLock {
     fn drop(&mut self) {
-        // A real job lock expires when its holder dies; the fake frees it at once.
-        self.claims.lock().job_locks.remove(&self.job);
+        if !self.released {
+            // Its holder died: the lock expires by itself.
+            let expires = Instant::now() + self.ttl + JOB_LOCK_LINGERS;
+            self.claims
+                .lock()
+                .job_locks
+                .insert(self.job.clone(), Some(expires));
+        }
     }
 }
