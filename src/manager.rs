@@ -557,7 +557,8 @@ impl Redlock {
         // A token a quorum of masters issued is already stored on a quorum: no write-back.
         let token = grant
             .token
-            .filter(|_| !grant.token_on_quorum && rejoined.is_none());
+            .filter(|_| !grant.token_on_quorum && rejoined.is_none())
+            .filter(|_| !timing.mutant(crate::mutation::Mutation::SkipWriteBack));
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
         let guard = LockGuard::new(

@@ -21,4 +21,62 @@ pub enum Mutation {
     PlainDelRelease,
     /// Extend re-creates the key when it has expired, reviving a lock that may have moved on.
     ExtendRecreates,
+    /// The round's clock starts at the first reply instead of before the first request, so
+    /// the validity does not count the time the requests took to get there.
+    ClockAfterFirstReply,
+    /// An extension that starts or completes after the validity ran out still counts.
+    LateExtend,
+    /// The fencing token is the lowest the granting quorum issued instead of the highest.
+    MinToken,
+    /// The token is not written back to a quorum after a grant.
+    SkipWriteBack,
+    /// A restarted master's vote counts at once: restart protection detects, then ignores.
+    QuarantineIgnored,
+}
+
+/// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`), and the
+/// lowest token a granting master issued (`MinToken`).
+#[cfg(quorumlock_mutants)]
+pub(crate) fn observe_reply(
+    first: &std::sync::OnceLock<tokio::time::Instant>,
+    lowest: &std::sync::Mutex<Option<u64>>,
+    granted_token: Option<u64>,
+) {
+    first.get_or_init(crate::clock::now);
+    if let Some(token) = granted_token {
+        let mut lowest = lowest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *lowest = Some(lowest.map_or(token, |l| l.min(token)));
+    }
+}
+
+/// The start of a round's clock: under `ClockAfterFirstReply`, the first reply.
+#[cfg(quorumlock_mutants)]
+pub(crate) fn clock_start(
+    mutation: Option<Mutation>,
+    t0: tokio::time::Instant,
+    first: &std::sync::OnceLock<tokio::time::Instant>,
+) -> tokio::time::Instant {
+    match (mutation, first.get()) {
+        (Some(Mutation::ClockAfterFirstReply), Some(&first)) => first,
+        _ => t0,
+    }
+}
+
+/// The granted token: under `MinToken`, the lowest the quorum issued.
+#[cfg(quorumlock_mutants)]
+pub(crate) fn token(
+    mutation: Option<Mutation>,
+    max: &mut Option<u64>,
+    lowest: &std::sync::Mutex<Option<u64>>,
+) {
+    if mutation == Some(Mutation::MinToken) {
+        let lowest = *lowest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if lowest.is_some() {
+            *max = lowest;
+        }
+    }
 }

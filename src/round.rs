@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 
 use crate::clock;
 use crate::error::{LockError, NodeErrorKind, NotHeldReason};
+use crate::mutation::Mutation;
 use crate::round::master::{AcquireRequest, Master};
 use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
@@ -201,11 +202,23 @@ pub(crate) async fn acquire_reporting<M: Master>(
     // Elapsed time is measured on the lock clock, which counts a suspend of the machine: the
     // keys expire on the masters while this client is suspended.
     let t0 = clock::now();
+    #[cfg(quorumlock_mutants)]
+    let (first_reply, lowest) = (&std::sync::OnceLock::new(), &std::sync::Mutex::new(None));
     let mut requests: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
         .map(|(i, node)| async move {
             let reply = node.acquire(request).await;
+            #[cfg(quorumlock_mutants)]
+            crate::mutation::observe_reply(
+                first_reply,
+                lowest,
+                reply
+                    .as_ref()
+                    .ok()
+                    .filter(|r| r.granted)
+                    .and_then(|r| r.token),
+            );
             if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
                 let at = if reply.granted {
                     Some(Duration::ZERO)
@@ -218,7 +231,9 @@ pub(crate) async fn acquire_reporting<M: Master>(
                 Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
                     // Restart protection: this master may have forgotten locks it granted. Its
                     // key is set (and will be released), but its vote does not count.
-                    (Some(quarantine), Some(age)) if age < quarantine => {
+                    (Some(quarantine), Some(age))
+                        if age < quarantine && !timing.mutant(Mutation::QuarantineIgnored) =>
+                    {
                         Err(NodeErrorKind::Quarantined {
                             age,
                             remaining: quarantine - age,
@@ -234,6 +249,10 @@ pub(crate) async fn acquire_reporting<M: Master>(
         .collect();
     tally.collect(&mut requests).await;
     drop(requests);
+    #[cfg(quorumlock_mutants)]
+    let t0 = crate::mutation::clock_start(timing.mutation, t0, first_reply);
+    #[cfg(quorumlock_mutants)]
+    crate::mutation::token(timing.mutation, &mut tally.max_token, lowest);
     let elapsed = clock::elapsed(t0);
     tracing::debug!(
         resource,
@@ -332,7 +351,7 @@ pub(crate) async fn extend<M: Master>(
 ) -> Result<Instant, LockError> {
     let drift = timing.drift();
     let t0 = clock::now();
-    if t0 >= valid_until {
+    if t0 >= valid_until && !timing.mutant(Mutation::LateExtend) {
         return Err(not_held(resource, NotHeldReason::Expired));
     }
     let mut tally = Tally::new(holders.may_hold.iter().copied(), timing.quorum(nodes.len()))
@@ -360,7 +379,7 @@ pub(crate) async fn extend<M: Master>(
         "extend round decided"
     );
     if tally.won() {
-        if now >= valid_until {
+        if now >= valid_until && !timing.mutant(Mutation::LateExtend) {
             return Err(not_held(resource, NotHeldReason::Expired));
         }
         return validity(timing.ttl, timing.counted(elapsed), drift)

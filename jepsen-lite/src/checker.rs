@@ -76,6 +76,10 @@ pub struct ClaimReport {
     /// own report is not trusted for that.
     #[serde(default)]
     pub overstated: Vec<String>,
+    /// Extensions that succeeded although they were invoked after their claim had ended: a
+    /// lapsed lock cannot be revived (another client may hold it by then).
+    #[serde(default)]
+    pub revived: Vec<String>,
 }
 
 /// Effect check results for one register.
@@ -202,6 +206,7 @@ pub fn check(
     }
     let mut claim_report = check_claims(&claims, params.epsilon_ns);
     claim_report.overstated = overstated(events, params.epsilon_ns);
+    claim_report.revived = revived(events, params.epsilon_ns);
     Report {
         claims: claim_report,
         effects_unfenced: check_effects(accesses, Register::Unfenced, &by_lease, params),
@@ -236,6 +241,49 @@ pub fn overstated(events: &[Event], epsilon_ns: u64) -> Vec<String> {
             })
         })
         .collect()
+}
+
+/// The extensions that succeeded although invoked after the claim they extend had ended (by
+/// more than `epsilon_ns`). The claim's end is what the client was told before the extension
+/// (read as `remaining()` then the clock, so never earlier than the library's own end): a
+/// library that checks its validity at the start of an extension refuses every one of them.
+pub fn revived(events: &[Event], epsilon_ns: u64) -> Vec<String> {
+    let mut sorted: Vec<&Event> = events.iter().collect();
+    sorted.sort_by_key(|e| e.time_ns);
+    let mut end: HashMap<&str, u64> = HashMap::new();
+    let mut invoked: HashMap<&str, u64> = HashMap::new();
+    let mut out = Vec::new();
+    for e in sorted {
+        let Some(lease) = e.str_field("lease") else {
+            continue;
+        };
+        match (e.f.as_str(), e.kind) {
+            ("acquire", Kind::Ok) => {
+                if let Some(v) = e.u64_field("valid_until_ns") {
+                    end.insert(lease, v);
+                }
+            }
+            ("extend", Kind::Invoke) => {
+                invoked.insert(lease, e.time_ns);
+            }
+            ("extend", Kind::Ok) => {
+                let started = invoked.remove(lease);
+                if let (Some(started), Some(&until)) = (started, end.get(lease)) {
+                    if started > until.saturating_add(epsilon_ns) {
+                        out.push(format!(
+                            "{lease} extended {:.1} ms after its claim ended",
+                            (started - until) as f64 / 1e6
+                        ));
+                    }
+                }
+                if let Some(v) = e.u64_field("valid_until_ns") {
+                    end.insert(lease, v);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The claims of a history.
@@ -881,5 +929,43 @@ mod tests {
         assert_eq!(never.late, vec![("0-1000".to_string(), None)]);
         let faulty = crash_liveness(&[crash(1000)], m(3000), |_, _| false);
         assert_eq!((faulty.checked, faulty.late.len()), (0, 0));
+    }
+
+    /// An extension invoked after its claim ended and granted is a revival; one invoked before
+    /// is not, nor is a refused one.
+    #[test]
+    fn revived_extensions_are_flagged() {
+        let acquire = |lease: &str, until_ms: u64| {
+            Event::at(
+                m(0),
+                Process::Client(0),
+                Kind::Ok,
+                "acquire",
+                json!({"lease": lease, "resource": "r", "valid_until_ns": m(until_ms)}),
+            )
+        };
+        let extend = |lease: &str, at: u64, kind: Kind| {
+            Event::at(
+                m(at),
+                Process::Client(0),
+                kind,
+                "extend",
+                json!({"lease": lease, "valid_until_ns": m(at + 2000)}),
+            )
+        };
+        let history = [
+            acquire("a", 1000),
+            extend("a", 990, Kind::Invoke),
+            extend("a", 995, Kind::Ok),
+            acquire("b", 1000),
+            extend("b", 1010, Kind::Invoke),
+            extend("b", 1012, Kind::Ok),
+            acquire("c", 1000),
+            extend("c", 1010, Kind::Invoke),
+            extend("c", 1012, Kind::Fail),
+        ];
+        let revived = revived(&history, m(1));
+        assert_eq!(revived.len(), 1, "{revived:?}");
+        assert!(revived[0].starts_with("b "));
     }
 }

@@ -122,6 +122,10 @@ pub struct CycleSpec {
     /// Extend by the TTL before the check.
     #[serde(default)]
     pub extend: bool,
+    /// Extend at the last moment: wait until the validity is about to run out (up to 5 ms
+    /// before, or up to 15 ms after it ran out), as a renewal with a thin margin would.
+    #[serde(default)]
+    pub extend_late: bool,
     /// Skip the write unless at least this much validity remains (None: no check at all).
     #[serde(default)]
     pub min_remaining_ms: Option<u64>,
@@ -231,6 +235,11 @@ fn mutation(name: &str) -> Option<quorumlock::Mutation> {
         "minority-quorum" => MinorityQuorum,
         "plain-del-release" => PlainDelRelease,
         "extend-recreates" => ExtendRecreates,
+        "clock-after-first-reply" => ClockAfterFirstReply,
+        "late-extend" => LateExtend,
+        "min-token" => MinToken,
+        "skip-write-back" => SkipWriteBack,
+        "quarantine-ignored" => QuarantineIgnored,
         _ => return None,
     })
 }
@@ -392,6 +401,7 @@ impl Ctx {
                 ][self.rng.random_range(0..4)];
                 s.keep_alive = self.rng.random_bool(0.2);
                 s.extend = !s.keep_alive && self.rng.random_bool(0.3);
+                s.extend_late = s.extend && self.rng.random_bool(0.3);
             }
             drawn = s;
             &drawn
@@ -601,6 +611,13 @@ impl Ctx {
         };
         if sleep > 0 {
             tokio::time::sleep(Duration::from_millis(sleep)).await;
+        }
+        if spec.extend && spec.extend_late {
+            // From 5 ms before the end of validity to 15 ms after it.
+            let offset = self.rng.random_range(0..20u64);
+            let wait = (guard.remaining() + Duration::from_millis(15))
+                .saturating_sub(Duration::from_millis(offset));
+            tokio::time::sleep(wait).await;
         }
         if spec.extend {
             self.log(Kind::Invoke, "extend", json!({"lease": lease}), None);

@@ -178,7 +178,8 @@ fn pick_master(
     (!free.is_empty()).then(|| free[rng.random_range(0..free.len())])
 }
 
-/// One to three faults of any kind; faults that take masters out of every client's reach touch
+/// One to three faults of any kind (a slow client network among them, so that a round's
+/// timing is tested with requests that take a while); faults that take masters out of every client's reach touch
 /// at most a minority of them (one for a single master), each master at most once.
 fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
     let n = shape.nodes;
@@ -194,7 +195,7 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
         if faults.len() >= wanted {
             break;
         }
-        let kind = rng.random_range(0..12u8);
+        let kind = rng.random_range(0..13u8);
         if !kinds_used.insert(kind) {
             continue;
         }
@@ -270,6 +271,16 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
                 clients: every(shape),
                 nodes,
             }),
+            // Two clients: one of them may be stopped for the whole step, and the fault is
+            // proven by the traffic it delayed.
+            12 if shape.clients >= 2 => {
+                let a = rng.random_range(0..shape.clients);
+                let b = (a + rng.random_range(1..shape.clients)) % shape.clients;
+                Some(Fault::SlowClients {
+                    clients: vec![a.min(b), a.max(b)],
+                    by: Duration::from_millis(rng.random_range(5..40)),
+                })
+            }
             _ => None,
         };
         let Some(fault) = fault else { continue };
@@ -339,8 +350,8 @@ mod tests {
             // Every kind shows up (the ring needs three masters; a single master's only
             // persistence is an RDB snapshot).
             let expected = match nodes {
-                1 => 14,
-                _ => 17,
+                1 => 15,
+                _ => 18,
             };
             assert_eq!(kinds.len(), expected, "N = {nodes}: {kinds:?}");
         }

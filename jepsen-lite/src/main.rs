@@ -48,6 +48,10 @@ struct SoakArgs {
     /// to break, so the exit status says nothing).
     #[arg(long)]
     unprotected: bool,
+    /// Run a library mutant (see `scenario::COMPOSED_MUTANTS`) and stop at the first run that
+    /// catches it: how many seeds the composed nemesis needs.
+    #[arg(long)]
+    mutation: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -374,7 +378,21 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
         run_seconds,
         nodes,
         unprotected,
+        mutation,
     } = args;
+    let mutation = match mutation.as_deref() {
+        None => None,
+        Some(name) => match scenario::COMPOSED_MUTANTS.iter().find(|m| **m == name) {
+            Some(m) => Some(*m),
+            None => {
+                eprintln!(
+                    "jepsen-lite: unknown mutation {name:?}; one of {}",
+                    scenario::COMPOSED_MUTANTS.join(", ")
+                );
+                return 2;
+            }
+        },
+    };
     let first = seed_or_random(seed);
     let scenarios: Vec<scenario::Scenario> = nodes
         .iter()
@@ -394,6 +412,7 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
                 .map(|s| scenario::Scenario { nodes: *n, ..s })
             })
         })
+        .map(|s| scenario::Scenario { mutation, ..s })
         .collect();
     if scenarios.is_empty() || minutes.is_nan() || minutes <= 0.0 {
         eprintln!("jepsen-lite: soak needs --minutes above 0 and at least one --nodes value");
@@ -429,6 +448,20 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
         );
         summary.add(&o);
         i += 1;
+        // Caught: the checkers saw a break (not a run that failed for another reason).
+        if mutation.is_some() && o.observed.starts_with("break") {
+            println!(
+                "mutant {} caught by run {i} (seed {s}): {}",
+                mutation.unwrap_or_default(),
+                o.observed
+            );
+            return 0;
+        }
+    }
+    if let Some(m) = mutation {
+        print!("{summary}");
+        println!("mutant {m} NOT caught in {i} runs");
+        return 1;
     }
     print!("{summary}");
     println!(

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use rand::RngExt;
 use serde_json::json;
 
 use crate::client::{Command, CycleSpec};
@@ -139,8 +140,12 @@ async fn watch_for(
                 continue;
             }
             if env.clients[c].is_stopped() {
-                // Longer than the TTL: the lock it holds moves on before it continues.
-                let resume_at = Instant::now() + env.ttl() + Duration::from_millis(300);
+                // Mostly longer than the TTL (the lock moves on before it continues), sometimes
+                // ending just before or after its validity does.
+                let ttl = env.ttl();
+                let resume_at = Instant::now()
+                    + ttl.mul_f64(env.rng.random_range(0.8..1.0))
+                    + Duration::from_millis(env.rng.random_range(0..400));
                 watch.paused.push((c, resume_at));
                 let check = crate::evidence::process_stopped(env.clients[c].pid);
                 env.nemesis

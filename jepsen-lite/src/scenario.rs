@@ -467,7 +467,7 @@ pub fn catalog() -> Vec<Scenario> {
         Scenario {
             name: "composed-quick",
             quick: true,
-            duration_s: Some(40),
+            duration_s: Some(30),
             ..composed("composed-quick", 5, true)
         },
     ]);
@@ -549,6 +549,15 @@ pub fn catalog() -> Vec<Scenario> {
     }
     v
 }
+
+/// The library mutants the composed nemesis hunts (`soak --mutation NAME`), by name.
+pub const COMPOSED_MUTANTS: [&str; 5] = [
+    "clock-after-first-reply",
+    "late-extend",
+    "min-token",
+    "skip-write-back",
+    "quarantine-ignored",
+];
 
 /// What a scenario demands of a run before its observation counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -175,6 +175,7 @@ pub fn composed_observation(
     let mut violations: Vec<(&str, usize)> = vec![
         ("claims", unexplained),
         ("overstated", report.claims.overstated.len()),
+        ("revived", report.claims.revived.len()),
         ("effects", effects.overlaps.len()),
         ("lost", usize::from(lost.lost_any())),
         ("liveness after crash", liveness.late.len()),

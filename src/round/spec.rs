@@ -95,6 +95,11 @@ impl RoundSpec {
         }
     }
 
+    /// Whether this round runs mutant `m` (jepsen-lite only; never true in a normal build).
+    pub(crate) fn mutant(&self, m: Mutation) -> bool {
+        self.mutation == Some(m)
+    }
+
     /// The time a round took, as the validity computation sees it.
     pub(crate) fn counted(&self, elapsed: Duration) -> Duration {
         match self.mutation {

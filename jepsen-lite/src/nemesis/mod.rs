@@ -83,6 +83,15 @@ pub enum Fault {
         /// How long.
         by: Duration,
     },
+    /// Every request of `clients` delayed by `by` (shorter than the node timeout): a slow
+    /// network between those clients and every master. Within Redlock's model, as long as the
+    /// validity counts the time the requests took.
+    SlowClients {
+        /// The clients.
+        clients: Vec<usize>,
+        /// How long.
+        by: Duration,
+    },
     /// Master `n` stopped (`SIGSTOP`).
     PauseNode(usize),
     /// Client process `client` stopped (`SIGSTOP`) wherever it is.
@@ -132,7 +141,7 @@ impl Fault {
             | Self::OneWay { .. }
             | Self::KernelDrop(_) => Verb::Partition,
             Self::HoldReplies { .. } => Verb::Hold,
-            Self::Delay { .. } => Verb::Delay,
+            Self::Delay { .. } | Self::SlowClients { .. } => Verb::Delay,
             Self::PauseNode(_) => Verb::Pause,
             Self::PauseClient { .. } => Verb::PauseClient,
             Self::Loss => Verb::Loss,
@@ -157,7 +166,8 @@ impl Fault {
                 ..
             } => "one-way replies",
             Self::HoldReplies { .. } => "held replies",
-            Self::Delay { .. } => "delay",
+            Self::Delay { .. } => "delay past the TTL",
+            Self::SlowClients { .. } => "slow client network",
             Self::PauseNode(_) => "pause master",
             Self::PauseClient { .. } => "pause client",
             Self::KernelDrop(_) => "iptables drop",
@@ -195,6 +205,9 @@ impl Fault {
             Self::Delay { clients, node, by } => {
                 format!("delay {by:?} {} to node {node}", who(clients))
             }
+            Self::SlowClients { clients, by } => {
+                format!("delay {by:?} {} to every node", who(clients))
+            }
             Self::PauseNode(n) => format!("pause node {n}"),
             Self::PauseClient { client } => format!("pause client {client}"),
             Self::KernelDrop(n) => format!("iptables drop node {n}"),
@@ -231,6 +244,9 @@ impl Fault {
             }
             Self::Delay { clients, node, by } => {
                 json!({"clients": clients, "node": node, "ms": u64::try_from(by.as_millis()).unwrap_or(u64::MAX)})
+            }
+            Self::SlowClients { clients, by } => {
+                json!({"clients": clients, "nodes": "all", "ms": u64::try_from(by.as_millis()).unwrap_or(u64::MAX)})
             }
             Self::PauseNode(n) => json!({"node": n}),
             Self::PauseClient { client } => json!({"client": client}),
@@ -449,6 +465,14 @@ impl Nemesis {
                     to_client: Mode::Pass,
                 };
                 self.set_links(t, label, &links(clients, &[*node]), modes);
+            }
+            Fault::SlowClients { clients, by } => {
+                let modes = Modes {
+                    to_node: Mode::Delay(*by),
+                    to_client: Mode::Pass,
+                };
+                let nodes: Vec<usize> = (0..t.masters.len()).collect();
+                self.set_links(t, label, &links(clients, &nodes), modes);
             }
             Fault::PauseNode(n) => {
                 tokio::task::block_in_place(|| t.masters[*n].pause())?;
