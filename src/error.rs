@@ -248,6 +248,27 @@ pub enum InvalidArgument {
         /// The manager's maximum TTL.
         max: Duration,
     },
+    /// [`Redlock::lock_all`](crate::Redlock::lock_all) was given no resource.
+    #[error("no resources to lock: expected at least one name")]
+    NoResources,
+    /// [`Redlock::lock_all`](crate::Redlock::lock_all) was given the same resource twice (an
+    /// error rather than a silent merge: it is usually a bug in the caller's list).
+    #[error("resource {0:?} is named twice: expected distinct names")]
+    DuplicateResource(String),
+    /// [`Redlock::lock_all`](crate::Redlock::lock_all) was given more resources than one
+    /// script may lock at once.
+    #[error("{count} resources to lock at once: expected at most {max}")]
+    TooManyResources {
+        /// How many were given.
+        count: usize,
+        /// The most accepted ([`MAX_LOCK_ALL`](crate::MAX_LOCK_ALL)).
+        max: usize,
+    },
+    /// An election identity is empty, too long, or contains control characters.
+    #[error(
+        "election identity {0:?} is invalid: expected 1 to 256 bytes without control characters"
+    )]
+    InvalidIdentity(String),
 }
 
 /// The error of every lock operation.

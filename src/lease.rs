@@ -51,7 +51,9 @@ pub use handle::{LeaseHandle, LeaseStats};
 pub(crate) use hold::check as check_hold;
 use options::Resolved;
 pub use options::{LeaseOptions, DEFAULT_LEASE_TTL};
-use task::{LeaseCounters, Plan, Publisher, ReleaseReply, Renew};
+// Plan and Renew are shared with the leases of other guards (elections' key sets).
+use task::{LeaseCounters, Publisher, ReleaseReply};
+pub(crate) use task::{Plan, Renew};
 
 /// A lock kept alive by a background task until it is released, dropped or lost. Created by
 /// [`LockGuard::keep_alive`].

@@ -192,6 +192,8 @@
 //!   ...) and `build`; `shared`: the state a manager and its guards share;
 //! * `guard`: [`LockGuard`] (extend, release, `Drop`); `lease` (folder): auto-extension,
 //!   [`Lease`] and [`Redlock::run_exclusive`];
+//! * `slot` (folder, public for its docs): slot claims ([`Redlock::claim_slot`]): options,
+//!   outcomes, the quorum rounds, [`SlotRun`]; `guard/hold.rs` and `lease/hold.rs`: hold at least;
 //! * `round` (folder): one quorum round: the fan-out, cleanup and decision in `round.rs`, the
 //!   interface to a master (`master`), what a round needs (`spec`), the votes (`tally`), the
 //!   timing maths (`timing`), and, for tests only, fake masters on a virtual clock (`fake`) and
@@ -218,6 +220,7 @@ mod holds;
 mod keys;
 mod lease;
 mod manager;
+mod multi;
 mod mutation;
 mod owner;
 mod restart_protection;
@@ -248,6 +251,7 @@ pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKin
 pub use guard::LockGuard;
 pub use lease::{KeepAliveError, Lease, LeaseHandle, LeaseOptions, LeaseStats, DEFAULT_LEASE_TTL};
 pub use manager::Redlock;
+pub use multi::{MultiLockGuard, MAX_LOCK_ALL};
 #[cfg(quorumlock_mutants)]
 #[doc(hidden)]
 pub use mutation::Mutation;

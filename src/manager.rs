@@ -18,7 +18,7 @@ use crate::shared::Shared;
 use crate::stats::{NodeStats, Stats};
 use crate::traced::{in_span, record_outcome, record_with};
 use crate::transport::node::RedisNode;
-use crate::wake::{WakeHub, WakeMode, Waiter};
+use crate::wake::{Waiter, WakeHub, WakeMode};
 
 /// How long after a holder's keys should have expired a waiter retries: `PTTL` is in whole
 /// milliseconds, and the keys must be gone on the masters' clocks when the round reaches them.
@@ -420,8 +420,7 @@ impl Redlock {
     ) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
         // Tokio's timers panic on an instant near the end of the clock: cap the wait.
-        let deadline =
-            Instant::from_std(deadline).min(deadline_after(Instant::now(), FAR_FUTURE));
+        let deadline = Instant::from_std(deadline).min(deadline_after(Instant::now(), FAR_FUTURE));
         self.acquire_waiting(resource, &keys, timing, Patience::Until(deadline))
             .await
     }
@@ -521,7 +520,11 @@ impl Redlock {
             outcome = tracing::field::Empty,
             validity_left = tracing::field::Empty,
         );
-        let outcome = in_span(&span, self.acquire_round(resource, keys, timing, report_ttl)).await;
+        let outcome = in_span(
+            &span,
+            self.acquire_round(resource, keys, timing, report_ttl),
+        )
+        .await;
         self.shared
             .counters
             .acquired(outcome.as_ref().map_err(|failure| &failure.error));

@@ -37,6 +37,7 @@ mod acquire;
 mod extend;
 mod fence;
 mod hold;
+mod multi;
 mod mutants;
 mod release;
 mod restart;
@@ -46,13 +47,14 @@ pub(crate) use acquire::ACQUIRE;
 pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT};
 pub(crate) use fence::RAISE_FENCE;
 pub(crate) use hold::RELEASE_HOLDING;
+pub(crate) use multi::{ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE, MULTI_RELEASE};
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
 pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
 pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
-pub(crate) fn all() -> [&'static LuaScript; 8] {
+pub(crate) fn all() -> [&'static LuaScript; 13] {
     [
         &COMPARE_AND_DELETE,
         &COMPARE_AND_PEXPIRE,
@@ -62,5 +64,10 @@ pub(crate) fn all() -> [&'static LuaScript; 8] {
         &EXTEND_REENTRANT,
         &MASTER_LIFE,
         &PROVISION,
+        &MULTI_ACQUIRE,
+        &MULTI_RELEASE,
+        &MULTI_EXTEND,
+        &MULTI_RAISE_FENCE,
+        &ANNOUNCE,
     ]
 }

@@ -29,10 +29,13 @@ use crate::transport::resp::{Command, Decimal, Reply};
 use crate::transport::slot::{ConnectionSlot, LifeCheck};
 use crate::value::Claim;
 
+// Operations on a set of keys at once (lock_all, elections): a child module, so that it uses
+// this node's private request path rather than widening it.
+mod keyset;
+pub(crate) use keyset::SetAcquire;
 // Slot claims and hold-at-least releases (src/slot/, src/guard/hold.rs): their scripts go
 // through this node's private request path, from a child module.
 mod script;
-
 
 /// One request to a master, about one key.
 enum Request<'a> {
