@@ -225,7 +225,9 @@ pub(crate) async fn acquire_reporting<M: Master>(
                 } else {
                     reply.remaining
                 };
-                *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+                *slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
             }
             let vote = match reply {
                 Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
@@ -296,7 +298,11 @@ pub(crate) async fn acquire_reporting<M: Master>(
         .then(|| {
             let free: Vec<Option<Duration>> = free
                 .iter()
-                .map(|slot| *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+                .map(|slot| {
+                    *slot
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                })
                 .collect();
             crate::wake::free_in(&free, timing.quorum(nodes.len()))
         })
@@ -409,7 +415,8 @@ pub(crate) async fn release<M: Master>(
 ) -> Result<(), LockError> {
     let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
         .with_confirmed(&holders.confirmed);
-    let mut requests = delete_requests(nodes, key, claim, &holders.may_hold);
+    // The release of a held lock: announced to the waiters of notified hand-offs.
+    let mut requests = delete_requests(nodes, key, claim, &holders.may_hold, true);
     tally.collect(&mut requests).await;
     if !requests.is_empty() {
         spawn_or_drop(async move { while requests.next().await.is_some() {} });
@@ -436,6 +443,7 @@ fn delete_requests<M: Master>(
     key: &Arc<str>,
     claim: &Claim,
     holders: &[bool],
+    announce: bool,
 ) -> FuturesUnordered<
     impl std::future::Future<Output = (usize, Result<bool, NodeErrorKind>)> + Send + 'static,
 > {
@@ -448,7 +456,14 @@ fn delete_requests<M: Master>(
             let node = Arc::clone(node);
             let key = Arc::clone(key);
             let claim = claim.clone();
-            async move { (i, node.compare_and_delete(&key, &claim).await) }
+            async move {
+                let deleted = if announce {
+                    node.release_and_announce(&key, &claim).await
+                } else {
+                    node.compare_and_delete(&key, &claim).await
+                };
+                (i, deleted)
+            }
         })
         .collect()
 }
@@ -468,7 +483,9 @@ pub(crate) fn release_in_background<M: Master>(
     claim: Claim,
     holders: &[bool],
 ) -> Option<JoinHandle<()>> {
-    let mut requests = delete_requests(&nodes, &key, &claim, holders);
+    // A cleanup (or a best-effort release from a drop): not announced, see
+    // `Master::release_and_announce`.
+    let mut requests = delete_requests(&nodes, &key, &claim, holders, false);
     if requests.is_empty() {
         return None;
     }

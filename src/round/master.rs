@@ -89,6 +89,20 @@ pub(crate) trait Master: Send + Sync + 'static {
         claim: &Claim,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
 
+    /// [`compare_and_delete`](Self::compare_and_delete) for the release of a held lock, which
+    /// also announces it to the waiters of notified hand-offs (`PUBLISH`, see
+    /// [`crate::wake`]). The cleanup of a failed round does not announce: its keys never held
+    /// the lock, and announcing them would wake a waiter into another failed round, whose
+    /// cleanup would wake the next (a livelock while a holder holds a bare quorum).
+    /// Masters without waiters to tell just delete.
+    fn release_and_announce(
+        &self,
+        key: &str,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send {
+        self.compare_and_delete(key, claim)
+    }
+
     /// Sets `ttl` on `key` if it holds the claim's value: `true` if extended. For a reentrant
     /// claim the TTL is only ever raised (other acquisitions of the owner rely on it).
     fn compare_and_pexpire(

@@ -5,13 +5,16 @@ lua_script! {
     ///
     /// A plain `DEL` would remove the key of whoever acquired the lock after ours expired.
     ///
-    /// Having deleted it, publishes the release on a channel named like the key, for the
-    /// waiters of notified hand-offs ([`crate::wake`]); the message is the SHA1 of the value
+    /// Having deleted it, and when `ARGV[2]` is `"1"` (the release of a held lock, not the
+    /// cleanup of a failed round), publishes the release on a channel named like the key, for
+    /// the waiters of notified hand-offs ([`crate::wake`]); the message is the SHA1 of the value
     /// (never the value, which would let a listener release a later lock of a reentrant owner),
     /// so the copies from several masters are recognised as one release.
     COMPARE_AND_DELETE = r"if redis.call('get', KEYS[1]) == ARGV[1] then
     redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[1], redis.sha1hex(ARGV[1]))
+    if ARGV[2] == '1' then
+        redis.call('publish', KEYS[1], redis.sha1hex(ARGV[1]))
+    end
     return 1
 end
 return 0";
@@ -23,7 +26,8 @@ lua_script! {
     /// Returns 1 if the acquisition was removed, else 0 (never touches another owner's key, and
     /// never removes an acquisition twice, so a lost or repeated release cannot free the lock
     /// under another acquisition of the same owner). Publishes the release when it deletes the
-    /// key, as [`COMPARE_AND_DELETE`] does (the message is the SHA1 of the acquisition's id).
+    /// key and `ARGV[3]` is `"1"`, as [`COMPARE_AND_DELETE`] does (the message is the SHA1 of
+    /// the acquisition's id).
     RELEASE_REENTRANT = r"if redis.call('get', KEYS[1]) ~= ARGV[1] then
     return 0
 end
@@ -32,7 +36,9 @@ if redis.call('hdel', KEYS[2], ARGV[2]) == 0 then
 end
 if redis.call('hlen', KEYS[2]) == 0 then
     redis.call('del', KEYS[1], KEYS[2])
-    redis.call('publish', KEYS[1], redis.sha1hex(ARGV[2]))
+    if ARGV[3] == '1' then
+        redis.call('publish', KEYS[1], redis.sha1hex(ARGV[2]))
+    end
 end
 return 1";
 }

@@ -247,6 +247,51 @@ impl RedisNode {
         }
     }
 
+    /// Compare-and-delete, announcing the release to notified waiters when `announce` (see
+    /// [`Master::release_and_announce`]).
+    async fn delete_claim(
+        &self,
+        key: &str,
+        claim: &Claim,
+        announce: bool,
+    ) -> Result<bool, NodeErrorKind> {
+        let announce: &[u8] = if announce { b"1" } else { b"0" };
+        let value = claim.value.as_str().as_bytes();
+        let (reply, retried) = if let Some(reentry) = &claim.reentry {
+            let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
+            let args: [&[u8]; 3] = [value, reentry.acquisition.as_str().as_bytes(), announce];
+            let request = Request::Script {
+                script: &scripts::RELEASE_REENTRANT,
+                keys: &keys,
+                args: &args,
+            };
+            self.request(request, true).await?
+        } else {
+            let script = match self.mutation {
+                Some(Mutation::PlainDelRelease) => &scripts::PLAIN_DELETE,
+                _ => &scripts::COMPARE_AND_DELETE,
+            };
+            let keys = [key.as_bytes()];
+            let args: [&[u8]; 2] = [value, announce];
+            let request = Request::Script {
+                script,
+                keys: &keys,
+                args: &args,
+            };
+            self.request(request, true).await?
+        };
+        let deleted = flag_reply(reply)?;
+        if retried && !deleted {
+            // The first attempt may have deleted the key before the connection broke: this
+            // "not ours" may be our own release. Uncertain, so a failure rather than a refusal
+            // (which would count towards "lost").
+            return Err(NodeErrorKind::ConnectionLost(
+                "connection broke; the retry found nothing to delete".into(),
+            ));
+        }
+        Ok(deleted)
+    }
+
     /// Opens every connection to this master (waiting at most the connect timeout each).
     pub(crate) async fn connect(&self) -> Result<(), NodeErrorKind> {
         let opened = futures::future::join_all(self.connections.iter().map(|slot| async {
@@ -500,40 +545,11 @@ impl Master for RedisNode {
     }
 
     async fn compare_and_delete(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
-        let value = claim.value.as_str().as_bytes();
-        let (reply, retried) = if let Some(reentry) = &claim.reentry {
-            let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
-            let args: [&[u8]; 2] = [value, reentry.acquisition.as_str().as_bytes()];
-            let request = Request::Script {
-                script: &scripts::RELEASE_REENTRANT,
-                keys: &keys,
-                args: &args,
-            };
-            self.request(request, true).await?
-        } else {
-            let script = match self.mutation {
-                Some(Mutation::PlainDelRelease) => &scripts::PLAIN_DELETE,
-                _ => &scripts::COMPARE_AND_DELETE,
-            };
-            let keys = [key.as_bytes()];
-            let args: [&[u8]; 1] = [value];
-            let request = Request::Script {
-                script,
-                keys: &keys,
-                args: &args,
-            };
-            self.request(request, true).await?
-        };
-        let deleted = flag_reply(reply)?;
-        if retried && !deleted {
-            // The first attempt may have deleted the key before the connection broke: this
-            // "not ours" may be our own release. Uncertain, so a failure rather than a refusal
-            // (which would count towards "lost").
-            return Err(NodeErrorKind::ConnectionLost(
-                "connection broke; the retry found nothing to delete".into(),
-            ));
-        }
-        Ok(deleted)
+        self.delete_claim(key, claim, false).await
+    }
+
+    async fn release_and_announce(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
+        self.delete_claim(key, claim, true).await
     }
 
     async fn compare_and_pexpire(
