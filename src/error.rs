@@ -269,6 +269,10 @@ pub enum InvalidArgument {
         "election identity {0:?} is invalid: expected 1 to 256 bytes without control characters"
     )]
     InvalidIdentity(String),
+    /// An election's poll interval ([`CampaignOptions::poll_every`](crate::CampaignOptions::poll_every))
+    /// is zero.
+    #[error("election poll interval is zero: expected a positive duration")]
+    ZeroPollInterval,
 }
 
 /// The error of every lock operation.

@@ -128,6 +128,27 @@
 //!   [`Owner`] lives in one); the next hold, once every guard was released or ran out, gets a
 //!   higher token.
 //!
+//! ## Several resources at once
+//!
+//! [`Redlock::lock_all`] (and [`try_lock_all`](Redlock::try_lock_all),
+//! [`lock_all_until`](Redlock::lock_all_until)) locks a set of resources all or nothing: each
+//! master sets every key of the set in one script or none, and a quorum of masters that
+//! granted the whole set grants it. No master ever holds part of a set, so callers naming the
+//! same resources in any order cannot deadlock. One [`MultiLockGuard`] extends and releases the
+//! set together; its one fencing token is written to every resource's counter, so each
+//! resource's store checks it like a token of its own.
+//!
+//! ## Leader election
+//!
+//! [`Redlock::campaign`] waits until elected and returns a [`Leadership`]: a lease on the
+//! election's lock (renewed, [`lost`](Leadership::lost), fencing token, `max_hold`) carrying
+//! the leader's identity. [`Redlock::observe`] streams leadership changes ([`Leader`]: identity
+//! and token, or `None`), and [`Leadership::resign`] hands over at once. The identity is stored
+//! in the lock value after its 32 random hex digits and a `:` ([`holder_identity`] reads it):
+//! the value stays unguessable, and release and extend still compare all of it. The token is
+//! announced beside the lock once a quorum granted it. Waiting campaigners and observers are
+//! woken by notifications, with polling every [`DEFAULT_POLL_EVERY`] as the fallback.
+//!
 //! ## Runtime
 //!
 //! quorumlock runs on tokio (its pipelined connections and the timeouts need
@@ -214,6 +235,7 @@
 
 mod clock;
 mod config;
+mod election;
 mod error;
 mod guard;
 mod holds;
@@ -246,6 +268,10 @@ pub use config::{
     RedlockBuilder, DEFAULT_CONNECTIONS_PER_NODE, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
     DEFAULT_FENCE_RETENTION, DEFAULT_KEY_PREFIX, DEFAULT_MAX_UNANSWERED, DEFAULT_NODE_TIMEOUT,
     DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, MAX_CONNECTIONS_PER_NODE, MAX_TTL,
+};
+pub use election::{
+    holder_identity, CampaignOptions, Leader, Leadership, Observer, DEFAULT_POLL_EVERY,
+    MAX_IDENTITY_LEN,
 };
 pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};
 pub use guard::LockGuard;

@@ -128,6 +128,11 @@ impl MultiLockGuard {
         self.set.value(&self.claim)
     }
 
+    /// The set's first lock key (an election's only one).
+    pub(crate) fn lock_key(&self) -> &str {
+        &self.keys.lock
+    }
+
     /// Which masters may hold the set (elections announce on them).
     pub(crate) fn holders(&self) -> &Holders {
         &self.holders

@@ -1,0 +1,337 @@
+//! Leader election with observers, on a quorum: etcd's `concurrency.Election` (Campaign,
+//! Observe, Resign) and Curator's LeaderLatch, for Redlock.
+//!
+//! * [`Redlock::campaign`] waits until this campaigner holds the election's lock (the resource
+//!   named like the election), then returns a [`Leadership`]: a [`Lease`](crate::Lease) that
+//!   keeps it (renewed, [`lost`](Leadership::lost), [`max_hold`](crate::LeaseOptions::max_hold))
+//!   with the leader's identity and a fencing token.
+//! * [`Redlock::observe`] is a stream of leadership changes: who leads ([`Leader`]: identity and
+//!   token) or that nobody does.
+//! * [`Leadership::resign`] releases at once; waiting campaigners and observers are woken.
+//!
+//! # Where the identity and the token live
+//!
+//! The identity is stored **in the lock value**: 32 random hex digits, `:`, then the identity
+//! ([`holder_identity`] reads it back). The random part still makes every value unguessable and
+//! unique, and compare-and-delete and compare-and-extend still compare the whole value, so
+//! knowing a leader's identity does not let anyone release its lock. The fencing token is only
+//! known once a quorum granted, so the new leader then **announces** it: it writes its value and
+//! its token to a key beside the lock (`<prefix>\x1fleader:<name>`) on the masters that hold its
+//! lock, with the lock's TTL; renewals extend both, resigning deletes both. An observer counts a
+//! leader when a quorum of masters holds the same value and the announcement beside it carries
+//! that value: a stale announcement (a leader whose key expired) is never read as current.
+//! `campaign` returns once a quorum has the announcement, so observers learn of a leader at
+//! about the time it does.
+//!
+//! # Waiting
+//!
+//! Campaigners and observers are woken by notifications ([`crate::wake`]): a resignation
+//! (release) publishes on the lock's channel, an announcement on its own. Polling stays as the
+//! fallback for what publishes nothing (a leader whose lease ran out, a lost notification):
+//! every [`poll_every`](CampaignOptions::poll_every) at most (a random delay below it for
+//! campaigners, so they do not all retry at once), [`DEFAULT_POLL_EVERY`] by default. With
+//! notifications off ([`notified_handoffs(false)`](crate::RedlockBuilder::notified_handoffs)),
+//! both only poll.
+//!
+//! Elections always use fencing tokens, whatever the manager's [`fencing`] setting, and the
+//! manager's restart protection applies to them as to any lock.
+//!
+//! [`fencing`]: crate::RedlockBuilder::fencing
+
+mod leadership;
+mod observe;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use crate::error::{InvalidArgument, LockError};
+use crate::keys::RESERVED;
+use crate::lease::check_against;
+use crate::manager::Redlock;
+use crate::multi::guard::MultiLockGuard;
+use crate::multi::keyset::KeySet;
+use crate::round::tally::Tally;
+use crate::round::timing::{deadline_after, quorum, FAR_FUTURE};
+use crate::wake::{Waiter, WakeMode};
+use crate::LeaseOptions;
+
+pub use leadership::Leadership;
+pub use observe::{Leader, Observer};
+
+/// How often campaigners and observers poll at most when no notification comes: 100 ms.
+pub const DEFAULT_POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// The longest identity accepted, in bytes.
+pub const MAX_IDENTITY_LEN: usize = 256;
+
+/// A refused campaigner whose holder's keys expire in `free_in` retries that long plus this
+/// (the keys must have expired on the master's clock first).
+const EXPIRY_SLACK: Duration = Duration::from_millis(5);
+
+/// How a campaign waits and how its leadership is kept.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct CampaignOptions {
+    lease: LeaseOptions,
+    poll_every: Duration,
+    deadline: Option<std::time::Instant>,
+}
+
+impl Default for CampaignOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CampaignOptions {
+    /// The defaults: a lease with [`LeaseOptions::new`]'s settings (a 30 s TTL renewed every
+    /// 10 s, no `max_hold`), polling every [`DEFAULT_POLL_EVERY`] at most, no deadline.
+    pub fn new() -> Self {
+        Self {
+            lease: LeaseOptions::new(),
+            poll_every: DEFAULT_POLL_EVERY,
+            deadline: None,
+        }
+    }
+
+    /// How the leadership is kept once won: its TTL, renewal interval, safety margin and
+    /// `max_hold` (after which leadership is given up). Defaults to [`LeaseOptions::new`].
+    pub fn lease(mut self, lease: LeaseOptions) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The upper bound of the random delay between two attempts when no notification comes.
+    /// Defaults to [`DEFAULT_POLL_EVERY`] (100 ms).
+    pub fn poll_every(mut self, every: Duration) -> Self {
+        self.poll_every = every;
+        self
+    }
+
+    /// Give up at `deadline` ([`LockError::DeadlinePassed`]). Defaults to none: wait until
+    /// elected.
+    pub fn deadline(mut self, deadline: std::time::Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+}
+
+/// The identity an election stored in a lock value, if any (see the [crate
+/// docs](crate#leader-election) for the value's layout): what a tool that reads lock keys directly (such as
+/// `quorumlock status`) shows as the holder.
+pub fn holder_identity(value: &str) -> Option<&str> {
+    crate::multi::keyset::identity_of(value)
+}
+
+/// The key beside an election's lock that carries the leader's token.
+pub(crate) fn announcement_key(prefix: &str, name: &str) -> Arc<str> {
+    Arc::from(format!("{prefix}{RESERVED}leader:{name}"))
+}
+
+fn check_identity(identity: &str) -> Result<(), InvalidArgument> {
+    if identity.is_empty()
+        || identity.len() > MAX_IDENTITY_LEN
+        || identity.chars().any(char::is_control)
+    {
+        return Err(InvalidArgument::InvalidIdentity(
+            identity.chars().take(64).collect(),
+        ));
+    }
+    Ok(())
+}
+
+impl Redlock {
+    /// Campaigns for leadership of election `name` as `identity`: waits until elected, and
+    /// returns the [`Leadership`], kept alive by a lease until resigned, dropped, lost or
+    /// `max_hold`.
+    ///
+    /// The election is a lock on the resource `name` whose value carries `identity` (see the
+    /// [crate docs](crate#leader-election)); one leader at a time holds it on a quorum. A
+    /// campaigner refused because someone leads waits for a notification of a release, for the
+    /// leader's keys to expire, or at most [`poll_every`](CampaignOptions::poll_every).
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::InvalidArgument`]: an empty or reserved name, an identity that is empty,
+    ///   longer than [`MAX_IDENTITY_LEN`] or has control characters
+    ///   ([`InvalidIdentity`](InvalidArgument::InvalidIdentity)), lease options that are
+    ///   invalid (as [`LockGuard::keep_alive`](crate::LockGuard::keep_alive)), a zero poll
+    ///   interval ([`ZeroPollInterval`](InvalidArgument::ZeroPollInterval)); checked before
+    ///   any master is asked;
+    /// * [`LockError::DeadlinePassed`] when a deadline was set and passed;
+    /// * errors that retrying cannot fix, at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing behind: a round in flight is cleaned up as for
+    /// [`try_lock`](Self::try_lock), and a leadership won but not yet returned is released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use quorumlock::CampaignOptions;
+    ///
+    /// # async fn lead() {}
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// let leadership = locks.campaign("scheduler", "host-a", CampaignOptions::new()).await?;
+    /// tokio::select! {
+    ///     lost = leadership.lost() => eprintln!("no longer leader: {lost}"),
+    ///     () = lead() => leadership.resign().await?,
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign(
+        &self,
+        name: &str,
+        identity: &str,
+        opts: CampaignOptions,
+    ) -> Result<Leadership, LockError> {
+        check_identity(identity)?;
+        if opts.poll_every.is_zero() {
+            return Err(InvalidArgument::ZeroPollInterval.into());
+        }
+        let shared = self.shared();
+        let mut config = shared.config.clone();
+        config.fencing = true;
+        let resolved = opts.lease.resolve(crate::DEFAULT_LEASE_TTL)?;
+        check_against(&config, resolved)?;
+        let timing = crate::round::spec::round_spec(&config, resolved.ttl)?;
+        let announcement = announcement_key(&config.key_prefix, name);
+        let mut set = KeySet::new(&config, &[name])?.with_identity(identity);
+        set.extras.push(Arc::clone(&announcement));
+        let set = Arc::new(set);
+
+        let started = Instant::now();
+        let deadline = match opts.deadline {
+            Some(deadline) => Instant::from_std(deadline),
+            None => deadline_after(started, FAR_FUTURE),
+        }
+        .min(deadline_after(started, FAR_FUTURE));
+        let mut attempts = 0u32;
+        let mut last = None;
+        let mut waiter: Option<Waiter> = None;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(LockError::DeadlinePassed {
+                    resource: name.to_string(),
+                    attempts,
+                    last: last.map(Box::new),
+                });
+            }
+            attempts = attempts.saturating_add(1);
+            let failure = match self.set_round(&set, timing, attempts - 1).await {
+                Ok(guard) => match self.announce(name, &announcement, &guard).await {
+                    Ok(()) => {
+                        if let Some(waiter) = waiter {
+                            waiter.done();
+                        }
+                        tracing::info!(election = name, identity, fence = ?guard.fence(), "elected");
+                        return Leadership::start(guard, name, identity, &opts.lease);
+                    }
+                    Err(error) => {
+                        // Lost before it could be announced: give it up (dropping the guard
+                        // releases it) and campaign again.
+                        tracing::debug!(election = name, %error, "leadership not announced");
+                        drop(guard);
+                        last = Some(error);
+                        tokio::time::sleep(self.poll_delay(opts.poll_every)).await;
+                        continue;
+                    }
+                },
+                Err(failure) if failure.error.is_retryable() => failure,
+                Err(failure) => return Err(failure.error),
+            };
+            let notified = shared.config.notified && failure.error.is_contended();
+            if notified && waiter.is_none() {
+                // Wait in line for a release of the election's lock; subscribed before the next
+                // attempt, so a resignation after it cannot be missed.
+                let joined = shared.wakes.waiter(set.first_lock(), WakeMode::One);
+                joined.subscribed().await;
+                waiter = Some(joined);
+                self.set_settle(failure.cleanup).await;
+                last = Some(failure.error);
+                continue;
+            }
+            let now = Instant::now();
+            let mut poll_at = deadline_after(now, self.poll_delay(opts.poll_every)).min(deadline);
+            if let Some(free_in) = failure.free_in {
+                poll_at = poll_at.min(deadline_after(now, free_in + EXPIRY_SLACK));
+            }
+            match &waiter {
+                Some(waiter) => {
+                    waiter.wait(poll_at, deadline).await;
+                }
+                None => tokio::time::sleep_until(poll_at).await,
+            }
+            self.set_settle(failure.cleanup).await;
+            last = Some(failure.error);
+        }
+    }
+
+    /// A random delay below `every` (at least a millisecond), so campaigners spread out.
+    fn poll_delay(&self, every: Duration) -> Duration {
+        use rand::RngExt;
+        let nanos = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX).max(1);
+        Duration::from_nanos(rand::rng().random_range(0..nanos)).max(Duration::from_millis(1))
+    }
+
+    /// Writes the new leader's value and token beside its lock on a quorum of the masters that
+    /// hold it.
+    async fn announce(
+        &self,
+        name: &str,
+        announcement: &str,
+        guard: &MultiLockGuard,
+    ) -> Result<(), LockError> {
+        let nodes = &self.shared().nodes;
+        let value = guard.stored_value();
+        let token = guard.fence().unwrap_or_default();
+        let lock = guard.lock_key();
+        let holders = guard.holders();
+        let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
+            .with_confirmed(&holders.confirmed);
+        let mut requests: FuturesUnordered<_> = nodes
+            .iter()
+            .zip(holders.may_hold.iter())
+            .enumerate()
+            .filter(|(_, (_, holds))| **holds)
+            .map(|(i, (node, _))| {
+                let value = &value;
+                async move { (i, node.announce(lock, announcement, value, token).await) }
+            })
+            .collect();
+        tally.collect(&mut requests).await;
+        match (tally.won(), guard.is_valid()) {
+            (true, true) => Ok(()),
+            (true, false) => Err(LockError::NotHeld {
+                resource: name.to_string(),
+                reason: crate::NotHeldReason::Expired,
+            }),
+            (false, _) => Err(tally.holder_error(nodes, name)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_are_checked() {
+        assert!(check_identity("host-a").is_ok());
+        assert!(check_identity(&"x".repeat(MAX_IDENTITY_LEN)).is_ok());
+        for bad in ["", "a\nb", "tab\there", &"x".repeat(MAX_IDENTITY_LEN + 1)] {
+            assert!(
+                matches!(
+                    check_identity(bad),
+                    Err(InvalidArgument::InvalidIdentity(_))
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+}
