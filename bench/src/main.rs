@@ -16,6 +16,7 @@ mod handoff;
 mod minimal;
 mod peers;
 mod report;
+mod scheduler;
 mod sections;
 mod stats;
 
@@ -37,6 +38,7 @@ enum Section {
     Options,
     Memory,
     Handoff,
+    Scheduler,
 }
 
 /// End-to-end benchmark of quorumlock and its peers on local redis-server masters.
@@ -68,6 +70,15 @@ struct Args {
     /// Only these task counts in the throughput section (repeatable): for profiling.
     #[arg(long = "tasks", value_parser = clap::value_parser!(u16).range(1..))]
     tasks: Vec<u16>,
+    /// Jobs of the scheduler section (1 s period each, on 5 workers); 1000 by default.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Measured slots (seconds) of the scheduler section; 20 by default.
+    #[arg(long)]
+    slots: Option<usize>,
+    /// Node timeout of the scheduler section's managers, in ms (the library's 50 ms unless set).
+    #[arg(long)]
+    sched_node_timeout_ms: Option<u64>,
     /// Where the CSV and the charts go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -91,6 +102,12 @@ fn main() -> std::process::ExitCode {
         impls: args.impls.clone(),
         throughput_nodes: or_default(&args.nodes, &[1, 5]),
         throughput_tasks: or_default(&args.tasks, &[1, 16, 64, 256]),
+        sched_jobs: args
+            .jobs
+            .unwrap_or(if args.quick { 100 } else { 1000 })
+            .max(1),
+        sched_slots: args.slots.unwrap_or(if args.quick { 3 } else { 20 }).max(1),
+        sched_node_timeout: args.sched_node_timeout_ms.map(Duration::from_millis),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -157,6 +174,9 @@ async fn run(args: &Args, plan: &Plan) -> std::process::ExitCode {
     }
     if wanted(Section::Handoff) {
         handoff::handoff(&cluster, plan, &mut results).await;
+    }
+    if wanted(Section::Scheduler) {
+        scheduler::scheduler(&cluster, plan, &mut results).await;
     }
     if wanted(Section::Memory) {
         sections::memory(&cluster, plan, &mut results).await;

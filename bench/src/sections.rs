@@ -32,6 +32,12 @@ pub(crate) struct Plan {
     pub(crate) throughput_nodes: Vec<usize>,
     /// The throughput section's task counts (1, 16, 64 and 256 unless narrowed).
     pub(crate) throughput_tasks: Vec<usize>,
+    /// The scheduler section's job count (1000 unless set).
+    pub(crate) sched_jobs: usize,
+    /// The scheduler section's measured slots (20 unless set).
+    pub(crate) sched_slots: usize,
+    /// The scheduler section's node timeout (the library's default unless set).
+    pub(crate) sched_node_timeout: Option<Duration>,
 }
 
 /// The outcome of one lock+release cycle.
