@@ -444,6 +444,16 @@ impl Redlock {
         let mut last = None;
         // The line this acquisition waits in, once a refusal sent it there.
         let mut waiter: Option<Waiter> = None;
+        if self.shared.config.notified && self.shared.wakes.has_line(&keys.lock) {
+            // Others of this manager already wait: queue behind them (FIFO within the
+            // manager) rather than barge past the waiter a release has just woken.
+            let joined = self.shared.wakes.waiter(&keys.lock, WakeMode::One);
+            joined.subscribed().await;
+            let poll_at = deadline_after(Instant::now(), self.jitter()).min(deadline);
+            let woken = joined.wait(poll_at, deadline).await;
+            tracing::trace!(resource, ?woken, "queued behind this manager's waiters");
+            waiter = Some(joined);
+        }
         loop {
             if matches!(patience, Patience::Until(_)) && Instant::now() >= deadline {
                 return Err(LockError::DeadlinePassed {
@@ -469,8 +479,9 @@ impl Redlock {
             if retries_left == 0 {
                 return Err(failure.error);
             }
-            let notified = self.shared.config.notified && failure.error.is_contended();
-            if notified && waiter.is_none() {
+            // Any retryable failure, not only contention: a round that timed out on a loaded
+            // master may well have met a holder, whose release is worth hearing.
+            if self.shared.config.notified && waiter.is_none() {
                 let joined = self.shared.wakes.waiter(&keys.lock, WakeMode::One);
                 let subscribed = joined.subscribed().await;
                 tracing::debug!(resource, subscribed, "contended: waiting for a release");

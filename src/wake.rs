@@ -158,6 +158,13 @@ impl WakeHub {
         }
     }
 
+    /// Whether hand-off waiters of this manager are in line on `channel`: a newcomer then
+    /// queues behind them instead of trying at once (which, right after a release, would beat
+    /// the woken waiter to the lock, and starve the line).
+    pub(crate) fn has_line(&self, channel: &str) -> bool {
+        self.inner.lines().has_line(channel)
+    }
+
     /// Starts each master's subscriber task, once.
     fn start(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -215,10 +222,17 @@ impl Waiter {
             progress.as_mut().enable();
             let (mut synced, mut failed) = (0, 0);
             for master in self.hub.masters.iter() {
-                if master.status.synced.load(std::sync::atomic::Ordering::Acquire) >= self.version
+                if master
+                    .status
+                    .synced
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    >= self.version
                 {
                     synced += 1;
-                } else if master.status.failed.load(std::sync::atomic::Ordering::Acquire)
+                } else if master
+                    .status
+                    .failed
+                    .load(std::sync::atomic::Ordering::Acquire)
                     >= self.version
                 {
                     failed += 1;
@@ -306,7 +320,10 @@ mod tests {
         let all = [Some(ms(300)), Some(ms(100)), Some(ms(200))];
         assert_eq!(free_in(&all, 2), Some(ms(200)));
         // A master that did not answer cannot be counted on.
-        assert_eq!(free_in(&[Some(ms(300)), None, Some(ms(200))], 2), Some(ms(300)));
+        assert_eq!(
+            free_in(&[Some(ms(300)), None, Some(ms(200))], 2),
+            Some(ms(300))
+        );
         assert_eq!(free_in(&[Some(ms(300)), None, None], 2), None);
         assert_eq!(free_in(&[Some(ms(0)), Some(ms(0)), None], 2), Some(ms(0)));
         assert_eq!(free_in(&[], 0), None);

@@ -149,6 +149,13 @@ impl Lines {
         Left::default()
     }
 
+    /// Whether hand-off waiters are in line on `channel`.
+    pub(crate) fn has_line(&self, channel: &str) -> bool {
+        self.channels
+            .get(channel)
+            .is_some_and(|entry| !entry.line.is_empty())
+    }
+
     /// Whether `slot` polls as the fallback: the first in line, or an observer.
     pub(crate) fn polls(&self, channel: &str, slot: &Arc<Slot>) -> bool {
         if slot.mode == WakeMode::All {
