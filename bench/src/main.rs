@@ -4,7 +4,8 @@
 //!
 //! Sections: uncontended latency (N = 1, 3, 5, 7), throughput (1–256 tasks, N = 1 and 5),
 //! contention (16 contenders, one key), faults (paused, slowed, dead master), options' cost
-//! (fencing, restart protection, auto-extension) and memory (VmRSS over many cycles). Prints a
+//! (fencing, restart protection, auto-extension), memory (VmRSS over many cycles) and the
+//! scheduler (1000 interval jobs on 5 `quorumlock-scheduler` workers; `--only scheduler`). Prints a
 //! table per section and the targets of the benchmark issue as ratios from the same run, and
 //! writes `results.csv` and SVG charts under `target/bench/` (see `--out`).
 //!
@@ -79,6 +80,12 @@ struct Args {
     /// Node timeout of the scheduler section's managers, in ms (the library's 50 ms unless set).
     #[arg(long)]
     sched_node_timeout_ms: Option<u64>,
+    /// Jitter of the scheduler section's jobs, in ms (none unless set).
+    #[arg(long, default_value_t = 0)]
+    sched_jitter_ms: u64,
+    /// Retry delay of the scheduler section's managers, in ms (the library's 200 ms unless set).
+    #[arg(long)]
+    sched_retry_delay_ms: Option<u64>,
     /// Where the CSV and the charts go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -108,6 +115,8 @@ fn main() -> std::process::ExitCode {
             .max(1),
         sched_slots: args.slots.unwrap_or(if args.quick { 3 } else { 20 }).max(1),
         sched_node_timeout: args.sched_node_timeout_ms.map(Duration::from_millis),
+        sched_jitter: Duration::from_millis(args.sched_jitter_ms),
+        sched_retry_delay: args.sched_retry_delay_ms.map(Duration::from_millis),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -6,9 +6,9 @@
 //! The 5 workers are 5 `quorumlock-scheduler` instances in this process, each with its own
 //! `Redlock` manager (its own connections to every master), as 5 hosts would have; they share
 //! this process's tokio runtime (2 worker threads on a 2-core machine) and the cores with the 5
-//! `redis-server` masters. Every job keeps the scheduler's defaults (no jitter, catch-up of the
-//! latest slot at start-up, claim TTL 30 s): all jobs fall due on the same whole second, so each
-//! second is a burst of `jobs × workers` claim rounds.
+//! `redis-server` masters. Every job keeps the scheduler's defaults (no jitter unless
+//! `--sched-jitter-ms`, catch-up of the latest slot at start-up, claim TTL 30 s): all jobs fall
+//! due on the same whole second, so each second is a burst of `jobs × workers` claim rounds.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -145,8 +145,7 @@ pub(crate) async fn scheduler(cluster: &RedisCluster, plan: &Plan, r: &mut Resul
     println!(
         "\n== scheduler: {jobs} interval jobs (period {PERIOD:?}) on {WORKERS} workers \
          (quorumlock-scheduler instances in this process, one Redlock manager each) and \
-         {MASTERS} masters, scheduler defaults (no jitter: every job falls due on the same \
-         second); {slots} measured slots after a {WARM_UP_S} s warm-up. lateness: a run's start \
+         {MASTERS} masters, scheduler defaults (every job falls due on the same second); {slots} measured slots after a {WARM_UP_S} s warm-up. lateness: a run's start \
          minus its slot's due instant"
     );
     if cluster.len() < MASTERS {
@@ -154,7 +153,13 @@ pub(crate) async fn scheduler(cluster: &RedisCluster, plan: &Plan, r: &mut Resul
         return;
     }
     println!(
-        "  node timeout {}",
+        "  jitter {:?} (--sched-jitter-ms); retry delay {} (--sched-retry-delay-ms: the random \
+         delay before another claim round after a split vote); node timeout {}",
+        plan.sched_jitter,
+        plan.sched_retry_delay
+            .map_or("< 200 ms (the library's default)".to_owned(), |t| format!(
+                "< {t:?}"
+            )),
         plan.sched_node_timeout.map_or(
             "50 ms (the library's default; --sched-node-timeout-ms)".to_owned(),
             |t| { format!("{t:?} (--sched-node-timeout-ms)") }
@@ -169,6 +174,9 @@ pub(crate) async fn scheduler(cluster: &RedisCluster, plan: &Plan, r: &mut Resul
         if let Some(t) = plan.sched_node_timeout {
             b = b.node_timeout(t);
         }
+        if let Some(t) = plan.sched_retry_delay {
+            b = b.retry_delay(t);
+        }
         let locks = match b.build() {
             Ok(l) => l,
             Err(e) => {
@@ -179,7 +187,7 @@ pub(crate) async fn scheduler(cluster: &RedisCluster, plan: &Plan, r: &mut Resul
         let mut builder = Scheduler::builder(&locks).worker(format!("w{w}"));
         for j in 0..jobs {
             match job(run_id, j, w, &log) {
-                Some(job) => builder = builder.job(job),
+                Some(job) => builder = builder.job(job.jitter(plan.sched_jitter)),
                 None => {
                     eprintln!("scheduler: job {j} rejected");
                     return;

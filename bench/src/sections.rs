@@ -38,6 +38,10 @@ pub(crate) struct Plan {
     pub(crate) sched_slots: usize,
     /// The scheduler section's node timeout (the library's default unless set).
     pub(crate) sched_node_timeout: Option<Duration>,
+    /// The scheduler section's jobs' jitter (none unless set).
+    pub(crate) sched_jitter: Duration,
+    /// The scheduler section's managers' retry delay (the library's default unless set).
+    pub(crate) sched_retry_delay: Option<Duration>,
 }
 
 /// The outcome of one lock+release cycle.
