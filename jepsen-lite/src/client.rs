@@ -401,7 +401,7 @@ impl Ctx {
                 ][self.rng.random_range(0..4)];
                 s.keep_alive = self.rng.random_bool(0.2);
                 s.extend = !s.keep_alive && self.rng.random_bool(0.3);
-                s.extend_late = s.extend && self.rng.random_bool(0.3);
+                s.extend_late = s.extend && self.rng.random_bool(0.1);
             }
             drawn = s;
             &drawn

@@ -140,6 +140,31 @@ fn free_nodes(
     Some(picked)
 }
 
+/// The proxy links (client, node) a fault sets a mode on.
+pub fn links_of(fault: &Fault, shape: &Shape) -> Vec<(usize, usize)> {
+    let cross = |clients: &[usize], nodes: &[usize]| -> Vec<(usize, usize)> {
+        clients
+            .iter()
+            .flat_map(|&c| nodes.iter().map(move |&n| (c, n)))
+            .collect()
+    };
+    let all: Vec<usize> = (0..shape.nodes).collect();
+    match fault {
+        Fault::Partition { clients, nodes, .. }
+        | Fault::OneWay { clients, nodes, .. }
+        | Fault::HoldReplies { clients, nodes } => cross(clients, nodes),
+        Fault::Delay { clients, node, .. } => cross(clients, &[*node]),
+        Fault::SlowClients { clients, .. } => cross(clients, &all),
+        Fault::Ring { clients, nodes, .. } => {
+            let quorum = nodes / 2 + 1;
+            (0..*clients)
+                .flat_map(|c| (quorum..*nodes).map(move |k| (c, (c + k) % nodes)))
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The masters a fault takes out of every client's reach (or whose clock or data it touches):
 /// what the minority budget counts. A ring, a client pause and packet loss leave every master
 /// to some client.
@@ -187,6 +212,7 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
     let mut touched: BTreeSet<usize> = BTreeSet::new();
     let mut faults = Vec::new();
     let mut kinds_used = BTreeSet::new();
+    let mut used_links: BTreeSet<(usize, usize)> = BTreeSet::new();
     let ttl_ms = u64::try_from(shape.ttl.as_millis()).unwrap_or(2000);
     let wanted = rng.random_range(1..=3);
     // A bounded number of draws: a kind that does not fit (no budget left, no iptables) is
@@ -284,6 +310,21 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
             _ => None,
         };
         let Some(fault) = fault else { continue };
+        // One fault per proxy link: a second would overwrite the first's modes, and the first's
+        // proof would count traffic the second affected.
+        let links = links_of(&fault, shape);
+        if links.iter().any(|l| used_links.contains(l)) {
+            continue;
+        }
+        // On a single master, a slow client network next to a fault on that master would see
+        // no traffic to delay: it takes the master's budget.
+        if n == 1 && matches!(fault, Fault::SlowClients { .. }) {
+            if !touched.is_empty() {
+                continue;
+            }
+            touched.insert(0);
+        }
+        used_links.extend(links);
         touched.extend(masters_touched(&fault));
         faults.push(fault);
     }
@@ -337,6 +378,20 @@ mod tests {
                 let s = step(&mut rng, Mix::Composed, &shape);
                 assert!((1..=3).contains(&s.faults.len()), "{s:?}");
                 let masters: Vec<usize> = s.faults.iter().flat_map(masters_touched).collect();
+                let links: Vec<(usize, usize)> =
+                    s.faults.iter().flat_map(|f| links_of(f, &shape)).collect();
+                let distinct_links: BTreeSet<_> = links.iter().collect();
+                assert_eq!(distinct_links.len(), links.len(), "a link set twice: {s:?}");
+                if nodes == 1
+                    && s.faults
+                        .iter()
+                        .any(|f| matches!(f, Fault::SlowClients { .. }))
+                {
+                    assert!(
+                        masters.is_empty(),
+                        "a slow network to a faulty master: {s:?}"
+                    );
+                }
                 let distinct: BTreeSet<_> = masters.iter().collect();
                 assert_eq!(distinct.len(), masters.len(), "a master hit twice: {s:?}");
                 assert!(masters.len() <= if nodes == 1 { 1 } else { (nodes - 1) / 2 });

@@ -40,7 +40,8 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
     let composed = mix == Mix::Composed;
     let spec = CycleSpec {
         acquire_deadline_ms: 2000,
-        sleep_ms: ttl_ms / 10,
+        // Composed runs hold briefly on more resources: many grants under fault.
+        sleep_ms: if composed { ttl_ms / 100 } else { ttl_ms / 10 },
         min_remaining_ms: Some(ttl_ms / 2),
         resources: if composed {
             env.sc.resources()
@@ -70,11 +71,25 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
             .collect(),
         iptables: composed && iptables::available(),
         loss: composed && iptables::statistic_available(),
-        clocks: env.nemesis.clocks.is_some(),
+        // Half the composed runs go without clock faults, so that their claims are checked
+        // strictly (near a clock fault an overlap is outside Redlock's model).
+        clocks: env.nemesis.clocks.is_some() && (!composed || env.rng.random_bool(0.5)),
     };
     let mut watch = Watch::default();
-    let faults_until = Instant::now() + duration.saturating_sub(Duration::from_secs(3));
-    while mix != Mix::Single(RandomFault::None) && Instant::now() < faults_until {
+    // Every fault is lifted, and the heal recorded, at least 3 s before the loops end, so that
+    // the clients owe (and can show) liveness after it: the last step is cut short, and a
+    // composed run leaves room for a delayed restart.
+    let margin = Duration::from_secs(3)
+        + if composed {
+            crate::nemesis::restart_delay(env.ttl())
+        } else {
+            Duration::ZERO
+        };
+    let faults_until = Instant::now() + duration.saturating_sub(margin);
+    // A fault needs a second to show it took effect (traffic it cut or delayed).
+    while mix != Mix::Single(RandomFault::None)
+        && faults_until.saturating_duration_since(Instant::now()) >= Duration::from_secs(1)
+    {
         let step = generator::step(&mut env.rng, mix, &shape);
         if composed {
             env.with_nemesis(|n, t| {
@@ -87,10 +102,12 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         }
         let labels: Vec<String> = step.faults.iter().map(|f| f.label()).collect();
         env.phase(&labels.join(", "));
-        watch_for(env, &mut watch, step.hold, &spec, loops_end).await?;
+        let left = faults_until.saturating_duration_since(Instant::now());
+        watch_for(env, &mut watch, step.hold.min(left), &spec, loops_end).await?;
         env.with_nemesis(|n, t| n.end_step(t))?;
         env.phase("quiet");
-        watch_for(env, &mut watch, step.quiet, &spec, loops_end).await?;
+        let left = faults_until.saturating_duration_since(Instant::now());
+        watch_for(env, &mut watch, step.quiet.min(left), &spec, loops_end).await?;
     }
     env.heal()?;
     env.phase("clients finishing");
@@ -159,12 +176,8 @@ async fn watch_for(
                 env.nemesis
                     .record(Verb::CrashClient, json!({"client": c, "restarted": true}));
                 env.respawn(c).await?;
-                let ready = env.wait(c, "ready").await?;
-                if !ready.ok {
-                    return Err(
-                        format!("client {c} could not warm up again: {}", ready.detail).into(),
-                    );
-                }
+                // Not waiting for its warm-up (which may fail under a fault, and would hold up
+                // the schedule): it reads the loop command once warm, and loops all the same.
                 let left = loops_end.saturating_duration_since(Instant::now());
                 env.clients[c]
                     .send(&Command::Loop {

@@ -171,9 +171,9 @@ const fn base(name: &'static str, kind: &'static str, expect: Expect, script: Sc
 fn composed(name: &'static str, nodes: usize, protected: bool) -> Scenario {
     Scenario {
         about: if protected {
-            "composed random faults, 6 clients, 3 resources, mixed acquisitions; fencing and restart protection on"
+            "composed random faults, 6 clients, 6 resources, mixed acquisitions; fencing and restart protection on"
         } else {
-            "composed random faults, 6 clients, 3 resources, mixed acquisitions; fencing and restart protection off"
+            "composed random faults, 6 clients, 6 resources, mixed acquisitions; fencing and restart protection off"
         },
         clients: 6,
         nodes,
@@ -569,11 +569,13 @@ pub struct Minimum {
 }
 
 impl Scenario {
-    /// The resources its clients lock (a composed run uses three; the register is protected by
+    /// The resources its clients lock (a composed run uses six; the register is protected by
     /// the first).
     pub fn resources(&self) -> Vec<String> {
         match self.script {
-            Script::Composed => ["r", "r1", "r2"].map(String::from).to_vec(),
+            Script::Composed => ["r", "r1", "r2", "r3", "r4", "r5"]
+                .map(String::from)
+                .to_vec(),
             _ => vec!["r".to_string()],
         }
     }

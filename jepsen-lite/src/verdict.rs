@@ -590,4 +590,107 @@ mod tests {
             Verdict::Inconclusive
         );
     }
+
+    fn nem_at(ms: u64, f: &str, value: serde_json::Value) -> Event {
+        Event::at(ms * 1_000_000, Process::nemesis(), Kind::Info, f, value)
+    }
+
+    fn overlapping_at(ms: u64) -> Report {
+        let mut report = Report::default();
+        report.claims.claims = 100;
+        report.claims.overlaps.push(checker::Overlap {
+            first: "0-1".into(),
+            second: "1-1".into(),
+            overlap_ms: 5.0,
+            at_ns: ms * 1_000_000,
+        });
+        report
+    }
+
+    const TTL_NS: u64 = 2_000_000_000;
+    const BOUND_NS: u64 = 3_500_000_000;
+
+    /// A composed run holds with nothing wrong, breaks on an overlap away from any clock
+    /// fault, and tolerates one within a TTL of a clock fault (outside Redlock's model).
+    #[test]
+    fn composed_claims_overlap_only_near_clock_faults() {
+        let none: [Event; 0] = [];
+        let clean = Report {
+            claims: checker::ClaimReport {
+                claims: 100,
+                ..Default::default()
+            },
+            ..Report::default()
+        };
+        let (observed, _, violations) =
+            composed_observation(&clean, &none, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!((observed, violations.len()), (Expect::Hold, 0));
+        let (observed, text, violations) =
+            composed_observation(&overlapping_at(5000), &none, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Break, "{text}");
+        assert_eq!(violations, vec![("claims".to_string(), 1)]);
+        let clock = [
+            nem_at(3000, "clock-bump", serde_json::json!({"node": 1})),
+            nem_at(4000, "partition-end", serde_json::json!({})),
+        ];
+        let (observed, text, _) =
+            composed_observation(&overlapping_at(5000), &clock, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Hold, "{text}");
+        // More than a TTL after the clock fault ended: not explained.
+        let (observed, _, _) =
+            composed_observation(&overlapping_at(6500), &clock, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Break);
+        // A partition is no excuse.
+        let partition = [
+            nem_at(3000, "partition", serde_json::json!({})),
+            nem_at(4000, "partition-end", serde_json::json!({})),
+        ];
+        let (observed, _, _) =
+            composed_observation(&overlapping_at(3500), &partition, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Break);
+    }
+
+    /// Fencing failures, revived and overstated claims and a late recovery after a crash each
+    /// break a composed run; a crash while a master is down is not judged.
+    #[test]
+    fn composed_violations_by_checker() {
+        let none: [Event; 0] = [];
+        let mut report = Report::default();
+        report.claims.claims = 100;
+        report.tokens.accepted_decreases = 1;
+        report.claims.revived.push("0-3".into());
+        let (observed, _, violations) =
+            composed_observation(&report, &none, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Break);
+        let names: Vec<&str> = violations.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(names, ["revived", "token accepted out of order"]);
+        // Without fencing, token order is not a safeguard the run relies on.
+        let (_, _, violations) = composed_observation(&report, &none, TTL_NS, false, BOUND_NS, 5);
+        assert_eq!(violations, vec![("revived".to_string(), 1)]);
+        let crash = Event::at(
+            1_000_000_000,
+            Process::Client(2),
+            Kind::Info,
+            "crash",
+            serde_json::json!({"lease": "2-9", "resource": "r"}),
+        );
+        let clean = Report {
+            claims: checker::ClaimReport {
+                claims: 100,
+                ..Default::default()
+            },
+            ..Report::default()
+        };
+        let (observed, _, violations) =
+            composed_observation(&clean, &[crash.clone()], TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Break);
+        assert_eq!(violations, vec![("liveness after crash".to_string(), 1)]);
+        let down = [
+            nem_at(500, "kill", serde_json::json!({"node": 1})),
+            crash,
+            nem_at(2000, "restart", serde_json::json!({"node": 1})),
+        ];
+        let (observed, _, _) = composed_observation(&clean, &down, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Hold);
+    }
 }
