@@ -681,8 +681,14 @@ mod tests {
             },
             ..Report::default()
         };
-        let (observed, _, violations) =
-            composed_observation(&clean, &[crash.clone()], TTL_NS, true, BOUND_NS, 5);
+        let (observed, _, violations) = composed_observation(
+            &clean,
+            std::slice::from_ref(&crash),
+            TTL_NS,
+            true,
+            BOUND_NS,
+            5,
+        );
         assert_eq!(observed, Expect::Break);
         assert_eq!(violations, vec![("liveness after crash".to_string(), 1)]);
         let down = [
