@@ -28,15 +28,34 @@
 //! * **Claimed** when a quorum granted, with validity left (as for a lock: `ttl − elapsed −
 //!   drift`) and, without [`retry_abandoned`](SlotOptions::retry_abandoned), no master
 //!   reported an abandoned claim. The round is decided at the quorum-th grant, like a lock.
-//! * Otherwise **running elsewhere** when a quorum holds another live claim (or live claims
-//!   and abandoned ones are both seen: a retry is in flight), **abandoned** when only
-//!   abandoned claims are seen, and when only a minority holds a live claim, the round was a
-//!   split vote between racing claimers: each undoes its partial claim and tries again after
-//!   a random delay (up to the manager's [`retry_count`](crate::RedlockBuilder::retry_count));
-//!   a minority that stays is reported as running elsewhere.
-//! * A claim that did not win is undone on every master it may have reached (its running key
-//!   deleted and its record restored), on the same connection behind the claim, so that it
-//!   does not later read as an abandoned run.
+//! * Otherwise **running elsewhere** when one other live claim **stands on a quorum** of the
+//!   masters (or live claims and abandoned ones are both seen: a retry is in flight), and
+//!   **abandoned** when only abandoned claims are seen.
+//! * Live claims of others of which none stands on a quorum are a **split vote** between
+//!   racing claimers (three or more, each granted by a minority): nobody won. Each undoes its
+//!   partial claim and tries again after a short random delay (8 times the split round's
+//!   duration, doubling with each split in a row, capped by the manager's
+//!   [`retry_delay`](crate::RedlockBuilder::retry_delay)), up to the manager's
+//!   [`retry_count`](crate::RedlockBuilder::retry_count). Out of rounds, the claim fails with
+//!   [`LockError::Contended`] ([retryable](LockError::is_retryable)): nobody holds the slot,
+//!   and the caller should claim it again while it still wants to run it. Reporting "running
+//!   elsewhere" there would leave the slot to nobody, since every racer would say the same.
+//! * One exception, when masters did not answer: a claim seen on fewer than a quorum whose
+//!   masters together with the silent ones make a quorum **may stand**. Such a claim that is
+//!   still there in the last round is reported as running elsewhere (its claimer may well
+//!   have won, and reclaims it otherwise). Two claimers that each see the other's claim this
+//!   way, in their last rounds, both step back: a slot can then be left unrun, only while
+//!   masters fail to answer, and the random delays make it unlikely.
+//! * "Running elsewhere" means that the claim stood on a quorum when this round read it. Its
+//!   claimer can still give it up: a grant it did not hear in time (a timeout), a restarted
+//!   master's grant that restart protection discounts, validity or a fencing token that ran
+//!   out. Then it undoes the claim, the slot reads as free again, and that claimer's own call
+//!   fails with a retryable error: the caller that must not miss the slot claims it again.
+//! * A round that did not win hears every master before it is decided (each within the node
+//!   timeout): a loser that finds the slot claimed everywhere costs one script per master.
+//!   Its own claim is undone only where it may have landed (masters that granted it or did not
+//!   answer: its running key deleted and its record restored), on the same connection behind
+//!   the claim, so that it does not later read as an abandoned run.
 //!
 //! # What "once" means
 //!
@@ -113,6 +132,8 @@ impl Redlock {
     ///   is zero, too short for its drift or beyond the max TTL, a retention that is zero,
     ///   shorter than the claim TTL or beyond [`MAX_SLOT_RETENTION`], or invalid lease options
     ///   or minimum hold; nothing is sent;
+    /// * [`LockError::Contended`]: racing claimers split the vote in every round (none of them
+    ///   stands on a quorum, so nobody holds the slot): retryable, claim it again;
     /// * [`LockError::QuorumUnreachable`]: too many masters failed (each listed: a `WRONGTYPE`
     ///   key in the way shows here), after the manager's retries;
     /// * [`LockError::ValidityExhausted`], [`LockError::FenceUnconfirmed`]: the claim won too
@@ -193,24 +214,36 @@ impl Redlock {
         let shared = Arc::clone(self.shared());
         let nodes = &shared.nodes;
         let mut retries_left = config.retry_count;
+        let mut splits = 0u32;
         let won = loop {
+            let started = crate::clock::now();
             let (outcome, cleanup) = round::claim(nodes, &keys, spec).await;
-            let again = match outcome {
+            let delay = match outcome {
                 RoundOutcome::Won(won) => break won,
                 RoundOutcome::Completed(r) => return Ok(SlotClaim::Completed(r)),
                 RoundOutcome::Running(r) => return Ok(SlotClaim::RunningElsewhere(r)),
                 RoundOutcome::Abandoned(r) => return Ok(SlotClaim::Abandoned(r)),
-                RoundOutcome::Split(r) if retries_left == 0 => {
-                    return Ok(SlotClaim::RunningElsewhere(r))
+                // Out of rounds after a split vote: a claim that may stand on a quorum (masters
+                // that did not answer may hold it) is left to its claimer; otherwise nobody
+                // holds the slot, and the caller hears it as contention it may retry.
+                RoundOutcome::Split(split) if retries_left == 0 => {
+                    return match split.may_stand {
+                        true => Ok(SlotClaim::RunningElsewhere(split.record)),
+                        false => Err(split.error),
+                    };
                 }
                 RoundOutcome::Failed(e) if retries_left == 0 || !e.is_retryable() => return Err(e),
-                RoundOutcome::Split(_) | RoundOutcome::Failed(_) => cleanup,
+                RoundOutcome::Split(_) => {
+                    splits += 1;
+                    split_backoff(crate::clock::elapsed(started), splits, config.retry_delay)
+                }
+                RoundOutcome::Failed(_) => jitter(config.retry_delay),
             };
             retries_left -= 1;
-            tokio::time::sleep(jitter(config.retry_delay)).await;
+            tokio::time::sleep(delay).await;
             // A split vote's claims are undone before the next round, so that it does not
             // trip over its own.
-            if let Some(cleanup) = again {
+            if let Some(cleanup) = cleanup {
                 let _ = tokio::time::timeout(config.node_timeout, cleanup).await;
             }
         };
@@ -303,7 +336,21 @@ impl Redlock {
     }
 }
 
-/// A uniformly random delay in `[0, bound)`: keeps racing claimers apart after a split vote.
+/// The delay before the round after the `splits`-th split vote in a row: uniform in
+/// `[0, bound)`, the bound 8 times the split round's duration and doubling with each split
+/// (at least 1 ms, at most `cap`, the manager's retry delay). With up to 7 racers, the first
+/// to come back is then likely done before the next one starts, and a loaded machine (slow
+/// rounds) spreads them wider; racers of a fast round wait only a few milliseconds.
+fn split_backoff(round: Duration, splits: u32, cap: Duration) -> Duration {
+    let factor = 8u32.saturating_mul(1 << splits.saturating_sub(1).min(16));
+    let bound = round
+        .saturating_mul(factor)
+        .max(Duration::from_millis(1))
+        .min(cap);
+    jitter(bound)
+}
+
+/// A uniformly random delay in `[0, bound)`: keeps racing claimers apart.
 fn jitter(bound: Duration) -> Duration {
     if bound.is_zero() {
         return Duration::ZERO;

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use quorumlock::testing::{RedisCluster, RedisMaster};
+use quorumlock::testing::{Mode, Modes, Proxy, RedisCluster, RedisMaster};
 use quorumlock::{
     InvalidArgument, LockError, NodeErrorKind, Redlock, SlotClaim, SlotOptions, SlotStatus,
     DEFAULT_KEY_PREFIX,
@@ -87,6 +87,145 @@ async fn each_slot_is_claimed_once_by_three_racing_managers() {
         assert!(run.lease().is_held());
         run.complete().await.expect("complete");
     }
+}
+
+/// Regression test for slots nobody ran: five hosts race for each of many slots on five
+/// masters, each host nearest a different master (the others 15 ms away, through the fault
+/// proxy), so that every first round is a split vote: each host gets its own master, nobody a
+/// quorum. Each undid its claim and reported "running elsewhere", and nobody ran the slot.
+/// Hosts retry (with no retries of the library's own, and a random delay) only what the
+/// library calls retryable, as the scheduler does: every slot must run exactly once, and a
+/// host told "running elsewhere" must be right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_votes_never_leave_a_slot_to_nobody() {
+    const SLOTS: usize = 30;
+    const HOSTS: usize = 5;
+    const FAR: Duration = Duration::from_millis(15);
+    let cluster = cluster(HOSTS);
+    let proxy = Proxy::start(HOSTS, &cluster.ports())
+        .await
+        .expect("start the proxy");
+    for host in 0..HOSTS {
+        for master in (0..HOSTS).filter(|m| *m != host) {
+            let far = Modes {
+                to_node: Mode::Delay(FAR),
+                to_client: Mode::Pass,
+            };
+            proxy.set(host, master, far);
+        }
+    }
+    let hosts: Vec<Redlock> = (0..HOSTS)
+        .map(|h| {
+            builder(&proxy.urls(h))
+                .retry_count(0)
+                .build()
+                .expect("build manager")
+        })
+        .collect();
+    for host in &hosts {
+        host.connect().await.expect("connect");
+    }
+    let (mut nobody, mut twice, mut splits) = (Vec::new(), Vec::new(), 0u32);
+    for i in 0..SLOTS {
+        let slot = format!("s{i}");
+        // Each host in its own task, released together.
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(HOSTS));
+        let racers = hosts.iter().enumerate().map(|(h, host)| {
+            let (host, slot, start) = (host.clone(), slot.clone(), start.clone());
+            tokio::spawn(async move {
+                let opts = SlotOptions::new().runner(format!("host-{h}"));
+                start.wait().await;
+                for split in 0..100 {
+                    match host.claim_slot("race", &slot, &opts).await {
+                        Err(e) if e.is_retryable() => {
+                            assert!(e.is_contended(), "slot {slot}: {e}");
+                            let ms = rand::random_range(0..150);
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                        }
+                        other => return (other.expect("claim"), split),
+                    }
+                }
+                panic!("slot {slot}: still split after 100 claims");
+            })
+        });
+        let mut runs = Vec::new();
+        for racer in futures::future::join_all(racers).await {
+            let (claim, split) = racer.expect("racer");
+            splits += split;
+            match claim {
+                SlotClaim::Claimed(run) => runs.push(run),
+                SlotClaim::RunningElsewhere(_) | SlotClaim::Completed(_) => {}
+                SlotClaim::Abandoned(r) => panic!("slot {slot}: abandoned {r:?}"),
+            }
+        }
+        match runs.len() {
+            0 => nobody.push(slot.clone()),
+            1 => {}
+            _ => twice.push(slot.clone()),
+        }
+        for run in runs {
+            run.complete().await.expect("complete");
+        }
+    }
+    assert!(twice.is_empty(), "slots claimed twice: {twice:?}");
+    assert!(
+        nobody.is_empty(),
+        "{} of {SLOTS} slots ran nowhere: {nobody:?}",
+        nobody.len()
+    );
+    assert!(
+        splits > 0,
+        "no split vote happened: the test proves nothing"
+    );
+    eprintln!("{splits} claims were split votes nobody won, and were tried again");
+}
+
+/// A claimer that finds the slot claimed on every master costs one script per master: the
+/// round hears every master before it is decided, and a master that refused holds nothing to
+/// undo (it used to be decided at the quorum-th refusal, and undid its claim where no answer
+/// had come yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_claim_undoes_nothing() {
+    let cluster = cluster(5);
+    let (winner, loser) = (manager(&cluster), manager(&cluster));
+    for locks in [&winner, &loser] {
+        locks.connect().await.expect("connect");
+    }
+    let run = winner
+        .claim_slot("cheap", "s", &SlotOptions::new())
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed");
+    let key = running_key("cheap", "s");
+    wait_until("the claim landed on every master", PATIENCE, || {
+        cluster.iter().all(|m| pttl(m, &key) > 0)
+    })
+    .await;
+    for master in &cluster {
+        support::log_commands(master);
+    }
+    match loser.claim_slot("cheap", "s", &SlotOptions::new()).await {
+        Ok(SlotClaim::RunningElsewhere(_)) => {}
+        other => panic!("expected running elsewhere, got {other:?}"),
+    }
+    // Whatever the loser would undo is written in the background: give it time to land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let scripts: Vec<usize> = cluster
+        .iter()
+        .map(|m| {
+            support::commands_naming(m, &key)
+                .iter()
+                .filter(|args| args[0].to_lowercase().starts_with("eval"))
+                .count()
+        })
+        .collect();
+    assert_eq!(
+        scripts,
+        vec![1; 5],
+        "scripts per master for one refused claim"
+    );
+    run.complete().await.expect("complete");
 }
 
 /// A host that fires after the run completed sees `Completed` (with who ran it), even with

@@ -3,8 +3,12 @@
 //!
 //! Which answer wins when masters disagree (see the module docs of `crate::slot` for why):
 //! completed (any master) > a quorum of grants (unless a master said abandoned and retries are
-//! off) > running > abandoned; a few "running" answers without a quorum may be a split vote
-//! between racing claimers, and are retried.
+//! off) > one other claim standing on a quorum > abandoned; live claims of others that stand on
+//! no quorum are a split vote between racing claimers, and are retried.
+//!
+//! A round that does not win hears every master (each within the node timeout) before it is
+//! decided: it then knows where each claim stands, and it undoes its own claim only on the
+//! masters that granted it or did not answer, never on those that refused it.
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -90,11 +94,23 @@ pub(crate) enum RoundOutcome {
     Completed(SlotRecord),
     Running(SlotRecord),
     Abandoned(SlotRecord),
-    /// Some masters hold another live claim, too few to be a granted one: a split vote
-    /// between racing claimers (each undoes its claim) or a claim whose other masters did not
-    /// answer. Worth another round.
-    Split(SlotRecord),
+    /// Some masters hold other live claims, none of them on a quorum of the masters that
+    /// answered: a split vote between racing claimers (each undoes its claim), or a claim whose
+    /// other masters did not answer. Worth another round.
+    Split(Split),
     Failed(LockError),
+}
+
+/// A round that saw other live claims, none standing on a quorum.
+#[derive(Debug)]
+pub(crate) struct Split {
+    /// The latest record among the masters holding another claim.
+    pub(crate) record: SlotRecord,
+    /// Whether one of those claims may stand on a quorum all the same: its masters and the
+    /// masters that did not answer make a quorum.
+    pub(crate) may_stand: bool,
+    /// The error to report if no more rounds are tried ([`LockError::Contended`]).
+    pub(crate) error: LockError,
 }
 
 /// What one master said to a claim.
@@ -134,9 +150,10 @@ impl Drop for RevertGuard<'_> {
     }
 }
 
-/// One claim round: the claim script on every master at once, decided as soon as the outcome
-/// is known. Whatever it may have set is undone when it does not win, and if its future is
-/// dropped.
+/// One claim round: the claim script on every master at once, decided at the quorum-th grant
+/// when it wins, else once every master answered or timed out. Whatever it may have set is
+/// undone when it does not win (on the masters that granted it or did not answer), and on
+/// every master if its future is dropped.
 pub(crate) async fn claim(
     nodes: &Nodes<RedisNode>,
     keys: &SlotKeys,
@@ -182,6 +199,9 @@ pub(crate) async fn claim(
     let mut tally = Tally::new(nodes.iter().map(|_| true), needed);
     let (mut completed, mut running, mut abandoned) = (None, Vec::new(), Vec::new());
     let mut attempt = 0u32;
+    // Masters whose answer is unknown (failed, timed out): they may hold any claim.
+    let mut unknown = 0usize;
+    let mut answered = 0usize;
     // The lock clock counts a suspended machine, during which the keys keep expiring.
     let t0 = clock::now();
     let mut requests: FuturesUnordered<_> = nodes
@@ -195,13 +215,17 @@ pub(crate) async fn claim(
             (i, reply)
         })
         .collect();
-    while !tally.decided() && completed.is_none() {
+    // A win is decided at once (the stragglers' grants are ours, and stay). Anything else waits
+    // for every master: a refusal costs no undo, and where the other claims stand is known.
+    while !tally.won() && answered < n {
         let Some((i, reply)) = requests.next().await else {
             break;
         };
+        answered += 1;
         let reply = match reply {
             Ok(reply) => reply,
             Err(kind) => {
+                unknown += 1;
                 tally.record_token(i, Err(kind), None);
                 continue;
             }
@@ -295,19 +319,33 @@ pub(crate) async fn claim(
         }
     }
     let cleanup = undo(&mut revert);
-    // One live claim on a quorum was granted; live claims of several claimers that together
-    // make a quorum are a split vote, each claimer undoing its own.
-    let on_quorum = running
+    // One live claim seen on a quorum stands: a quorum granted it. Live claims of several
+    // claimers, none on a quorum, are a split vote: nobody won, each claimer undoes its own,
+    // and reporting "running elsewhere" would leave the slot to nobody.
+    let most = running
         .iter()
-        .any(|(holder, _)| running.iter().filter(|(h, _)| h == holder).count() >= needed);
-    let seen_running = !running.is_empty();
+        .map(|(holder, _)| running.iter().filter(|(h, _)| h == holder).count())
+        .max()
+        .unwrap_or(0);
+    let held_elsewhere = running.len();
+    let seen_running = held_elsewhere > 0;
     let running = running.into_iter().map(|(_, record)| record).collect();
-    let outcome = if on_quorum || (seen_running && !abandoned.is_empty()) {
+    let outcome = if most >= needed || (seen_running && !abandoned.is_empty()) {
         RoundOutcome::Running(latest(running))
     } else if !abandoned.is_empty() {
         RoundOutcome::Abandoned(latest(abandoned))
     } else if seen_running {
-        RoundOutcome::Split(latest(running))
+        RoundOutcome::Split(Split {
+            record: latest(running),
+            may_stand: most + unknown >= needed,
+            error: LockError::Contended {
+                resource: spec.resource.to_string(),
+                held_elsewhere,
+                nodes: n,
+                quorum: needed,
+                failures: tally.failures(nodes),
+            },
+        })
     } else {
         RoundOutcome::Failed(tally.unreachable(nodes, spec.resource))
     };
