@@ -175,6 +175,7 @@ pub fn masters_touched(fault: &Fault) -> Vec<usize> {
         | Fault::Crash { node: m, .. }
         | Fault::ClockBump { node: m, .. }
         | Fault::ClockStrobe { node: m, .. }
+        | Fault::LaggingMaster { node: m, .. }
         | Fault::Delay { node: m, .. } => vec![*m],
         Fault::Partition { nodes, .. }
         | Fault::OneWay { nodes, .. }
@@ -221,7 +222,7 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
         if faults.len() >= wanted {
             break;
         }
-        let kind = rng.random_range(0..13u8);
+        let kind = rng.random_range(0..14u8);
         if !kinds_used.insert(kind) {
             continue;
         }
@@ -305,6 +306,14 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
                 Some(Fault::SlowClients {
                     clients: vec![a.min(b), a.max(b)],
                     by: Duration::from_millis(rng.random_range(5..40)),
+                })
+            }
+            13 if shape.clocks && shape.iptables => {
+                pick_master(rng, &touched, budget, n).map(|node| Fault::LaggingMaster {
+                    node,
+                    offset_ms: -i64::try_from(rng.random_range(ttl_ms..=ttl_ms * 2))
+                        .unwrap_or(2000),
+                    cut_for: Duration::from_millis(600),
                 })
             }
             _ => None,
@@ -405,8 +414,8 @@ mod tests {
             // Every kind shows up (the ring needs three masters; a single master's only
             // persistence is an RDB snapshot).
             let expected = match nodes {
-                1 => 15,
-                _ => 18,
+                1 => 16,
+                _ => 19,
             };
             assert_eq!(kinds.len(), expected, "N = {nodes}: {kinds:?}");
         }

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::client::{Command, CycleSpec};
 use crate::env::{Env, Error};
 use crate::generator::{self, Mix, Shape};
-use crate::nemesis::{iptables, Verb};
+use crate::nemesis::Verb;
 use crate::scenario::{RandomFault, Script};
 
 /// The mix of a random script (`None` for a scripted one).
@@ -69,8 +69,9 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         persistence: (0..env.masters.len())
             .map(|n| env.masters.persistence(n))
             .collect(),
-        iptables: composed && iptables::available(),
-        loss: composed && iptables::statistic_available(),
+        // Checked before the run started (a composed run is skipped without them).
+        iptables: composed,
+        loss: composed,
         // Half the composed runs go without clock faults, so that their claims are checked
         // strictly (near a clock fault an overlap is outside Redlock's model).
         clocks: env.nemesis.clocks.is_some() && (!composed || env.rng.random_bool(0.5)),

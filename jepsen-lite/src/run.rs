@@ -55,16 +55,22 @@ pub async fn run(
         faults: Default::default(),
         violations: Vec::new(),
     };
+    // A composed run draws kernel partitions and packet loss too: without them it would test
+    // less than it says.
     let needs_iptables = matches!(
         sc.script,
-        Script::Random(RandomFault::KernelDrop | RandomFault::PacketLoss)
+        Script::Random(RandomFault::KernelDrop | RandomFault::PacketLoss) | Script::Composed
     );
     if needs_iptables && !iptables::available() {
         return Ok(skip(
             "skipped: iptables not available (scripts/jepsen.sh installs it)".into(),
         ));
     }
-    if sc.script == Script::Random(RandomFault::PacketLoss) && !iptables::statistic_available() {
+    let needs_loss = matches!(
+        sc.script,
+        Script::Random(RandomFault::PacketLoss) | Script::Composed
+    );
+    if needs_loss && !iptables::statistic_available() {
         return Ok(skip(
             "skipped: the iptables statistic match is not available".into(),
         ));

@@ -123,6 +123,18 @@ pub enum Fault {
         /// The amplitude.
         offset_ms: i64,
     },
+    /// Master `node` falls behind: its wall clock jumps back by `offset_ms` (negative) and
+    /// iptables drops every packet to it for the first `cut_for` of the step, so that locks are
+    /// granted without it; then it serves again, behind, with counters that missed those
+    /// grants. What makes the masters of a quorum issue different fencing tokens.
+    LaggingMaster {
+        /// The node.
+        node: usize,
+        /// The clock jump (negative).
+        offset_ms: i64,
+        /// How long it is cut off first.
+        cut_for: Duration,
+    },
     /// Master `node` killed (`SIGKILL`); it comes back as `restart` says when the fault ends.
     Crash {
         /// The node.
@@ -145,7 +157,7 @@ impl Fault {
             Self::PauseNode(_) => Verb::Pause,
             Self::PauseClient { .. } => Verb::PauseClient,
             Self::Loss => Verb::Loss,
-            Self::ClockBump { .. } => Verb::ClockBump,
+            Self::ClockBump { .. } | Self::LaggingMaster { .. } => Verb::ClockBump,
             Self::ClockRate { .. } => Verb::ClockRate,
             Self::ClockStrobe { .. } => Verb::ClockStrobe,
             Self::Crash { .. } => Verb::Kill,
@@ -173,6 +185,7 @@ impl Fault {
             Self::KernelDrop(_) => "iptables drop",
             Self::Loss => "packet loss",
             Self::ClockBump { .. } => "clock bump",
+            Self::LaggingMaster { .. } => "lagging master",
             Self::ClockRate { .. } => "clock rate",
             Self::ClockStrobe { .. } => "clock strobe",
             Self::Crash { restart, .. } => match restart {
@@ -216,6 +229,11 @@ impl Fault {
                 format!("clock bump {offset_ms} ms on node {node}")
             }
             Self::ClockRate { ppm } => format!("clocks {ppm} ppm fast on every node"),
+            Self::LaggingMaster {
+                node,
+                offset_ms,
+                cut_for,
+            } => format!("node {node} {offset_ms} ms behind, cut off for {cut_for:?} first"),
             Self::ClockStrobe { node, offset_ms } => {
                 format!("clock strobe ±{offset_ms} ms on node {node}")
             }
@@ -255,6 +273,12 @@ impl Fault {
                                  "how": "iptables statistic"}),
             Self::ClockBump { node, offset_ms } => json!({"node": node, "delta_ms": offset_ms}),
             Self::ClockRate { ppm } => json!({"nodes": "all", "rate_ppm": ppm}),
+            Self::LaggingMaster {
+                node,
+                offset_ms,
+                cut_for,
+            } => json!({"node": node, "delta_ms": offset_ms, "lagging": true,
+                        "cut_ms": u64::try_from(cut_for.as_millis()).unwrap_or(u64::MAX)}),
             Self::ClockStrobe { node, offset_ms } => {
                 json!({"node": node, "amplitude_ms": offset_ms})
             }
@@ -314,6 +338,13 @@ enum Pending {
         killed: bool,
         /// Not before this (a delayed restart).
         not_before: Instant,
+    },
+    /// A master cut off for a while by a rule a timer thread removes: the thread's reading of
+    /// the rule's packet counters, taken before it deleted the rule.
+    TimedDrop {
+        label: String,
+        timer: std::thread::JoinHandle<Result<String, String>>,
+        rule: Rule,
     },
     /// A strobing clock's task, stopped when the fault ends (its check was its first swing).
     Strobe { task: tokio::task::JoinHandle<()> },
@@ -569,6 +600,52 @@ impl Nemesis {
                 });
                 self.pending.push(Pending::Strobe { task });
             }
+            Fault::LaggingMaster {
+                node,
+                offset_ms,
+                cut_for,
+            } => {
+                let clocks = self.clocks.as_ref().ok_or("clock shim unavailable")?;
+                let port = t.masters.ports()[*node];
+                let rule = Rule::Drop(port);
+                iptables::apply(true, rule)?;
+                let cut_for = *cut_for;
+                let timer = std::thread::spawn(move || {
+                    std::thread::sleep(cut_for);
+                    let packets = iptables::listing().map(|l| dropped_packets(&l, port));
+                    let deleted = iptables::apply(false, rule);
+                    match (packets, deleted) {
+                        (Ok(p), Ok(())) if p > 0 => {
+                            Ok(format!("{p} packets dropped, then let through"))
+                        }
+                        (Ok(p), Ok(())) => Err(format!("{p} packets matched")),
+                        (Err(e), _) => Err(format!("cannot read the counters: {e}")),
+                        (_, Err(e)) => Err(format!("the rule could not be removed: {e}")),
+                    }
+                });
+                self.pending.push(Pending::TimedDrop {
+                    label: format!("iptables drop node {node} for {cut_for:?}"),
+                    timer,
+                    rule,
+                });
+                clocks.set(port, *offset_ms, 0)?;
+                let check = tokio::task::block_in_place(|| {
+                    clock_offset(&t.masters[*node], *node).and_then(|measured| {
+                        if offset_took_effect(measured, *offset_ms) {
+                            Ok(format!("node {node} TIME {measured} ms off"))
+                        } else {
+                            Err(format!(
+                                "node {node} TIME {measured} ms off, expected {offset_ms}"
+                            ))
+                        }
+                    })
+                });
+                self.evidence.record(label, check);
+                self.record(
+                    Verb::Partition,
+                    json!({"node": node, "how": "iptables DROP", "for_ms": u64::try_from(cut_for.as_millis()).unwrap_or(u64::MAX)}),
+                );
+            }
             Fault::Crash { node, restart } => {
                 let n = *node;
                 let old_pid = t.masters[n].pid();
@@ -689,6 +766,11 @@ impl Nemesis {
                                 ))
                             }
                         });
+                    (label, check)
+                }
+                Pending::TimedDrop { label, timer, .. } => {
+                    let check = tokio::task::block_in_place(|| timer.join())
+                        .unwrap_or_else(|_| Err("the timer thread panicked".to_string()));
                     (label, check)
                 }
                 Pending::Strobe { task, .. } => {
@@ -828,8 +910,13 @@ impl Nemesis {
             let _ = iptables::apply(false, rule);
         }
         for p in self.pending.drain(..) {
-            if let Pending::Strobe { task, .. } = p {
-                task.abort();
+            match p {
+                Pending::Strobe { task, .. } => task.abort(),
+                // Its timer may not have run yet: the rule must not outlive the run.
+                Pending::TimedDrop { rule, .. } => {
+                    let _ = iptables::apply(false, rule);
+                }
+                _ => {}
             }
         }
         if let Some(clocks) = &self.clocks {
