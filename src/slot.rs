@@ -33,7 +33,7 @@
 //!   **abandoned** when only abandoned claims are seen.
 //! * Live claims of others of which none stands on a quorum are a **split vote** between
 //!   racing claimers (three or more, each granted by a minority): nobody won. Each undoes its
-//!   partial claim and tries again after a short random delay (8 times the split round's
+//!   partial claim and tries again after a short random delay (below twice the split round's
 //!   duration, doubling with each split in a row, capped by the manager's
 //!   [`retry_delay`](crate::RedlockBuilder::retry_delay)), up to the manager's
 //!   [`retry_count`](crate::RedlockBuilder::retry_count). Out of rounds, the claim fails with
@@ -337,12 +337,12 @@ impl Redlock {
 }
 
 /// The delay before the round after the `splits`-th split vote in a row: uniform in
-/// `[0, bound)`, the bound 8 times the split round's duration and doubling with each split
-/// (at least 1 ms, at most `cap`, the manager's retry delay). With up to 7 racers, the first
-/// to come back is then likely done before the next one starts, and a loaded machine (slow
-/// rounds) spreads them wider; racers of a fast round wait only a few milliseconds.
+/// `[0, bound)`, the bound twice the split round's duration and doubling with each split in a
+/// row (at least 1 ms, at most `cap`, the manager's retry delay): a loaded machine (slow
+/// rounds) spreads the racers wider, racers of a fast round wait only a few milliseconds, and
+/// a split that repeats spreads them until the first to come back is done before the next.
 fn split_backoff(round: Duration, splits: u32, cap: Duration) -> Duration {
-    let factor = 8u32.saturating_mul(1 << splits.saturating_sub(1).min(16));
+    let factor = 2u32.saturating_mul(1 << splits.saturating_sub(1).min(16));
     let bound = round
         .saturating_mul(factor)
         .max(Duration::from_millis(1))

@@ -7,8 +7,9 @@
 //! `Redlock` manager (its own connections to every master), as 5 hosts would have; they share
 //! this process's tokio runtime (2 worker threads on a 2-core machine) and the cores with the 5
 //! `redis-server` masters. Every job keeps the scheduler's defaults (no jitter unless
-//! `--sched-jitter-ms`, catch-up of the latest slot at start-up, claim TTL 30 s): all jobs fall
-//! due on the same whole second, so each second is a burst of `jobs × workers` claim rounds.
+//! `--sched-jitter-ms`, catch-up of the latest slot at start-up, claim TTL 30 s, the default
+//! stagger unless `QUORUMLOCK_BENCH_STAGGER_MS`): all jobs fall due on the same whole second,
+//! so each second is a burst of `jobs × workers` claims, spread only by the stagger.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -165,6 +166,21 @@ pub(crate) async fn scheduler(cluster: &RedisCluster, plan: &Plan, r: &mut Resul
             |t| { format!("{t:?} (--sched-node-timeout-ms)") }
         )
     );
+    // The jobs' stagger (quorumlock-scheduler's default unless QUORUMLOCK_BENCH_STAGGER_MS).
+    let stagger = std::env::var("QUORUMLOCK_BENCH_STAGGER_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis);
+    println!(
+        "  stagger {} (QUORUMLOCK_BENCH_STAGGER_MS: each worker's delay per slot, from a hash)",
+        stagger.map_or(
+            format!(
+                "< {:?} (the scheduler's default)",
+                quorumlock_scheduler::DEFAULT_STAGGER
+            ),
+            |s| format!("< {s:?}")
+        )
+    );
     let urls: Vec<String> = cluster.urls().into_iter().take(MASTERS).collect();
     let run_id: u32 = rand::random();
     let log: Log = Arc::default();
@@ -187,7 +203,13 @@ pub(crate) async fn scheduler(cluster: &RedisCluster, plan: &Plan, r: &mut Resul
         let mut builder = Scheduler::builder(&locks).worker(format!("w{w}"));
         for j in 0..jobs {
             match job(run_id, j, w, &log) {
-                Some(job) => builder = builder.job(job.jitter(plan.sched_jitter)),
+                Some(job) => {
+                    let job = job.jitter(plan.sched_jitter);
+                    builder = builder.job(match stagger {
+                        Some(s) => job.stagger(s),
+                        None => job,
+                    });
+                }
                 None => {
                     eprintln!("scheduler: job {j} rejected");
                     return;

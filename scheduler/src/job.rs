@@ -30,6 +30,8 @@ pub const DEFAULT_CLAIM_TTL: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// How many recent slots the status keeps per job, unless set: 20.
 pub const DEFAULT_HISTORY: usize = 20;
+/// The spread of the workers' claims of one slot, unless set: 20 ms (see [`Job::stagger`]).
+pub const DEFAULT_STAGGER: Duration = Duration::from_millis(20);
 /// What the default retention adds to the longer of the claim TTL and the starting deadline: 10 min.
 const RETENTION_MARGIN: Duration = Duration::from_secs(600);
 
@@ -68,6 +70,7 @@ pub struct Job {
     pub(crate) on_abandoned: OnAbandoned,
     pub(crate) max_attempts: u32,
     pub(crate) jitter: Duration,
+    pub(crate) stagger: Duration,
     pub(crate) max_runtime: Option<Duration>,
     pub(crate) claim_ttl: Duration,
     pub(crate) retention: Option<Duration>,
@@ -93,6 +96,7 @@ impl Job {
             on_abandoned: OnAbandoned::default(),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             jitter: Duration::ZERO,
+            stagger: DEFAULT_STAGGER,
             max_runtime: None,
             claim_ttl: DEFAULT_CLAIM_TTL,
             retention: None,
@@ -191,6 +195,21 @@ impl Job {
     #[must_use]
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
+        self
+    }
+
+    /// How far apart the workers claim each slot: each worker waits a delay in `[0, stagger)`
+    /// after the slot falls due, fixed by a hash of its worker name, the job and the slot
+    /// (rendezvous hashing), so that for each slot one worker, a different one from slot to
+    /// slot, usually claims first and the others find it running or completed, which costs
+    /// them one cheap script per master. Without it every worker claims at the same instant:
+    /// three or more of them split the vote, and each slot costs several claim rounds. It adds
+    /// to the lateness (the first of `w` workers waits `stagger / (w + 1)` on average) and
+    /// takes no part in "at most once". Zero turns it off. Defaults to [`DEFAULT_STAGGER`]
+    /// (20 ms).
+    #[must_use]
+    pub fn stagger(mut self, stagger: Duration) -> Self {
+        self.stagger = stagger;
         self
     }
 
@@ -294,6 +313,7 @@ impl fmt::Debug for Job {
             .field("on_abandoned", &self.on_abandoned)
             .field("max_attempts", &self.max_attempts)
             .field("jitter", &self.jitter)
+            .field("stagger", &self.stagger)
             .field("max_runtime", &self.max_runtime)
             .field("claim_ttl", &self.claim_ttl)
             .finish_non_exhaustive()

@@ -85,8 +85,13 @@
 //!   newest, or all of the slots within it.
 //! * Concurrency ([`Concurrency`]): `Allow`, `Forbid` (a fleet-wide job lock held for the run),
 //!   `Replace` (the next slot cancels the run of the previous one).
-//! * [Jitter](Job::jitter) before claims; a [runtime cap](Job::max_runtime) (the lease's
+//! * A [stagger](Job::stagger) (a few milliseconds per worker and slot, fixed by a hash) so
+//!   that one worker usually claims first and the others are refused cheaply;
+//!   [jitter](Job::jitter) before claims; a [runtime cap](Job::max_runtime) (the lease's
 //!   `max_hold`); [graceful shutdown](Scheduler::shutdown).
+//! * A claim that failed on contention (a split vote that no worker won: nobody holds the
+//!   slot) is claimed again after a short random delay while the slot is within its starting
+//!   deadline. Other claim errors are recorded, not retried.
 //!
 //! ## Observing
 //!
@@ -99,7 +104,8 @@
 //! ## Layout
 //!
 //! `schedule` (cron and intervals), `slot` (identity), `plan` (deadline and catch-up, pure),
-//! `policy`, `job`, `context`, `claims` (the seam to the masters: over quorumlock, and a fake
+//! `policy`, `job`, `context`, `stagger` (each worker's delay per slot), `claims` (the seam to
+//! the masters: over quorumlock, and a fake
 //! for the unit tests), `runner` (the loop, runs and watches of one job), `shared`, `clock`,
 //! `stats`, `status`, `scheduler` (the handle).
 
@@ -115,6 +121,7 @@ mod schedule;
 mod scheduler;
 mod shared;
 mod slot;
+mod stagger;
 mod stats;
 mod status;
 #[cfg(test)]
@@ -124,7 +131,7 @@ pub use claims::{RunRecord, SlotState};
 pub use context::JobContext;
 pub use error::SchedulerError;
 pub use job::{
-    Job, JobError, DEFAULT_CLAIM_TTL, DEFAULT_HISTORY, DEFAULT_MAX_ATTEMPTS,
+    Job, JobError, DEFAULT_CLAIM_TTL, DEFAULT_HISTORY, DEFAULT_MAX_ATTEMPTS, DEFAULT_STAGGER,
     DEFAULT_STARTING_DEADLINE,
 };
 pub use policy::{CatchUp, Concurrency, OnAbandoned};

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::FutureExt;
+use quorumlock::LockError;
 use tokio::sync::watch;
 use tracing::{debug, info, info_span, warn, Instrument};
 
@@ -20,12 +21,19 @@ use crate::plan::{self, lateness, past_deadline};
 use crate::policy::{Concurrency, OnAbandoned};
 use crate::shared::{Phase, Shared};
 use crate::slot::Slot;
+use crate::stagger::stagger;
 use crate::stats::{Count, Counters};
 use crate::status::{History, SlotEntry, SlotOutcome};
 
 /// How long a worker refused the job lock waits before it reads a free slot's state again
 /// ([`Concurrency::Forbid`]): longer than a claim round takes on a loaded machine.
 const FORBID_RECHECK: Duration = Duration::from_millis(250);
+
+/// The bound of the random delay before the first claim again after a split vote;
+/// it doubles with each error in a row, up to [`CLAIM_RETRY_MAX`].
+const CLAIM_RETRY_FIRST: Duration = Duration::from_millis(20);
+/// The largest bound of the random delay between claims of a slot after split votes.
+const CLAIM_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// A job's state on this worker.
 pub(crate) struct JobState {
@@ -87,8 +95,16 @@ pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
             return;
         };
         *lock(&job.next_due) = Some(next);
+        let stagger = stagger(
+            &shared.worker,
+            &job.name,
+            Slot::new(next).id(),
+            spec.stagger,
+        );
         let wake = next
-            .checked_add_signed(TimeDelta::from_std(jitter(spec.jitter)).unwrap_or_default())
+            .checked_add_signed(
+                TimeDelta::from_std(stagger + jitter(spec.jitter)).unwrap_or_default(),
+            )
             .unwrap_or(next);
         tokio::select! {
             () = clock::sleep_until(&*shared.clock, wake) => {}
@@ -146,18 +162,52 @@ pub(crate) async fn until(phase: &mut watch::Receiver<Phase>, at: Phase) {
     let _ = phase.wait_for(|p| *p >= at).await;
 }
 
-/// Claims one due slot and starts it, or records why not.
+/// Claims one due slot and starts it, or records why not. A claim that failed on contention (a
+/// split vote that no worker won, so nobody holds the slot) is tried again in the background
+/// while the slot is within its starting deadline.
 async fn claim_and_run(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot) {
-    let now = shared.clock.now();
-    if past_deadline(&slot, now, job.job.starting_deadline) {
-        job.counters.bump(Count::Missed);
-        job.note(&slot, SlotOutcome::Missed, None);
-        return;
+    if let Some(error) = claim_once(shared, job, &slot).await {
+        let (shared2, job2) = (Arc::clone(shared), Arc::clone(job));
+        shared.spawn(claim_again(shared2, job2, slot, error));
     }
+}
+
+/// Claims `slot` again after contention errors, with a random delay whose bound doubles from
+/// [`CLAIM_RETRY_FIRST`] to [`CLAIM_RETRY_MAX`], until it is settled, the slot is past its
+/// starting deadline (the last error is recorded), or the scheduler drains.
+async fn claim_again(shared: Arc<Shared>, job: Arc<JobState>, slot: Slot, mut last: LockError) {
+    let mut phase = shared.phase.subscribe();
+    let mut bound = CLAIM_RETRY_FIRST;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(jitter(bound)) => {}
+            () = until(&mut phase, Phase::Draining) => return,
+        }
+        bound = (bound * 2).min(CLAIM_RETRY_MAX);
+        if past_deadline(&slot, shared.clock.now(), job.job.starting_deadline) {
+            claim_failed(&job, &slot, &last);
+            return;
+        }
+        debug!(job = %job.name, slot = %slot, error = %last, "claiming again after a retryable error");
+        match claim_once(&shared, &job, &slot).await {
+            Some(error) => last = error,
+            None => return,
+        }
+    }
+}
+
+/// One claim of a due slot: starts it, or records why not. Returns the error of a claim that
+/// lost a split vote and should be tried again (nothing is recorded for it then).
+async fn claim_once(shared: &Arc<Shared>, job: &Arc<JobState>, slot: &Slot) -> Option<LockError> {
+    let now = shared.clock.now();
+    if past_deadline(slot, now, job.job.starting_deadline) {
+        job.counters.bump(Count::Missed);
+        job.note(slot, SlotOutcome::Missed, None);
+        return None;
+    }
+    let slot = slot.clone();
     let late = lateness(&slot, now);
-    let Some(job_lock) = forbid_check(shared, job, &slot, false).await else {
-        return;
-    };
+    let job_lock = forbid_check(shared, job, &slot, false).await?;
     match shared
         .claims
         .claim(&job.name, slot.id(), &job.terms, false)
@@ -179,9 +229,15 @@ async fn claim_and_run(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot) {
         }
         Err(e) => {
             release(job_lock).await;
+            // Only a split vote (nobody holds the slot) is claimed again: retrying unreachable
+            // or overloaded masters would add load where it hurts.
+            if e.is_contended() && *shared.phase.borrow() == Phase::Running {
+                return Some(e);
+            }
             claim_failed(job, &slot, &e);
         }
     }
+    None
 }
 
 /// Another worker runs the slot: with [`OnAbandoned::Retry`], watch it in case its runner dies.
@@ -194,7 +250,7 @@ fn running_elsewhere(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot, reco
     }
 }
 
-fn claim_failed(job: &JobState, slot: &Slot, e: &quorumlock::LockError) {
+fn claim_failed(job: &JobState, slot: &Slot, e: &LockError) {
     warn!(job = %job.name, slot = %slot, error = %e, "claim failed");
     job.counters.bump(Count::ClaimError);
     job.note(slot, SlotOutcome::ClaimFailed(e.to_string()), None);
@@ -351,8 +407,16 @@ async fn watch_slot(shared: Arc<Shared>, job: Arc<JobState>, slot: Slot) {
                     return;
                 }
             }
-            // The record is gone (past its retention): nothing left to decide.
-            Ok(SlotState::Free) => return,
+            // Nobody holds the slot: the claim seen running was given up by its claimer (its
+            // round failed after its claim stood on a quorum, and was undone). Within the
+            // starting deadline, claim it like a due slot; later, the record is gone (past its
+            // retention) or the slot was missed: nothing left to decide.
+            Ok(SlotState::Free) => {
+                if !past_deadline(&slot, shared.clock.now(), job.job.starting_deadline) {
+                    claim_and_run(&shared, &job, slot).await;
+                }
+                return;
+            }
             Err(e) => {
                 debug!(job = %job.name, slot = %slot, error = %e, "status read failed; watching on")
             }

@@ -413,6 +413,7 @@ async fn jitter_bounds_lateness() {
         .job(
             job(&runs, Duration::ZERO)
                 .catch_up(CatchUp::None)
+                .stagger(Duration::ZERO)
                 .jitter(Duration::from_millis(300)),
         )
         .start()
@@ -420,10 +421,43 @@ async fn jitter_bounds_lateness() {
     sleep(Duration::from_millis(10_400)).await;
     let stats = w.stats("tick").expect("job");
     assert_eq!(stats.lateness.count, 10);
-    assert!(stats.lateness.max < Duration::from_millis(300), "{stats:?}");
+    // Tokio's timer rounds a sleep up to the next millisecond.
+    assert!(
+        stats.lateness.max <= Duration::from_millis(301),
+        "{stats:?}"
+    );
     assert!(
         stats.lateness.max > Duration::ZERO,
         "jitter was applied: {stats:?}"
+    );
+}
+
+/// The stagger delays each slot's claim by a fixed amount below it, different from slot to
+/// slot (a hash of the worker, the job and the slot), and counted in the lateness.
+#[tokio::test(start_paused = true)]
+async fn the_stagger_delays_claims_below_it() {
+    let claims = FakeClaims::default();
+    let t0 = Instant::now();
+    let runs = Runs::default();
+    let w = builder(&claims, t0, "w", 0)
+        .job(
+            job(&runs, Duration::ZERO)
+                .catch_up(CatchUp::None)
+                .stagger(Duration::from_millis(200)),
+        )
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(10_400)).await;
+    let stats = w.stats("tick").expect("job");
+    assert_eq!(stats.lateness.count, 10, "{stats:?}");
+    // Tokio's timer rounds a sleep up to the next millisecond.
+    assert!(
+        stats.lateness.max <= Duration::from_millis(201),
+        "{stats:?}"
+    );
+    assert!(
+        stats.lateness.p50 > Duration::ZERO && stats.lateness.p50 < stats.lateness.max,
+        "the delay changes from slot to slot: {stats:?}"
     );
 }
 
