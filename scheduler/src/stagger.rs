@@ -46,8 +46,9 @@ mod tests {
         assert_eq!(stagger("w1", "job", "s", Duration::MAX), Duration::MAX);
     }
 
-    /// Five workers over many slots: each claims first about as often as the others, and the
-    /// first usually leads the second by more than a claim round takes.
+    /// Five workers over many slots: each claims first about as often as the others (a hash
+    /// that left the slot out would put one worker first every time), and the first usually
+    /// leads the second by more than a claim round takes.
     #[test]
     fn each_worker_claims_first_about_as_often() {
         let workers = ["w0", "w1", "w2", "w3", "w4"];
