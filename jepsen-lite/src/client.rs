@@ -400,6 +400,12 @@ impl Ctx {
                     Method::Fenced,
                 ][self.rng.random_range(0..4)];
                 s.keep_alive = self.rng.random_bool(0.2);
+                // Now and then a long hold, kept alive by a lease: a holder that is still there
+                // when a master it counted on crashes and comes back.
+                if self.rng.random_bool(0.04) {
+                    s.keep_alive = true;
+                    s.sleep_ms = self.cfg.ttl_ms * 3 / 2;
+                }
                 s.extend = !s.keep_alive && self.rng.random_bool(0.3);
                 s.extend_late = s.extend && self.rng.random_bool(0.1);
             }

@@ -140,6 +140,7 @@ async fn watch_for(
 ) -> Result<(), Error> {
     let until = Instant::now() + how_long;
     loop {
+        env.with_nemesis(|n, t| n.restart_due(t))?;
         let now = Instant::now();
         let mut due = Vec::new();
         watch.paused.retain(|&(c, at)| {

@@ -68,7 +68,7 @@ pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
 /// How many acquisitions succeeded while a random fault was on: in a [`fault_windows`]
 /// window.
 pub fn granted_under_fault(events: &[Event]) -> usize {
-    let windows = fault_windows(events, |_| true);
+    let windows = fault_windows(events, |_, _| true);
     events
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
@@ -83,7 +83,7 @@ pub fn granted_under_fault(events: &[Event]) -> usize {
 /// The windows in which a fault of a random run was on: from a nemesis event that starts one
 /// (and that `which` picks) to the next that ends them all (`partition-end`, `heal`), or the end
 /// of the history.
-pub fn fault_windows(events: &[Event], which: impl Fn(Verb) -> bool) -> Vec<(u64, u64)> {
+pub fn fault_windows(events: &[Event], which: impl Fn(Verb, &Event) -> bool) -> Vec<(u64, u64)> {
     let mut nemesis: Vec<&Event> = events
         .iter()
         .filter(|e| e.process == Process::nemesis())
@@ -95,7 +95,7 @@ pub fn fault_windows(events: &[Event], which: impl Fn(Verb) -> bool) -> Vec<(u64
         let Some(verb) = Verb::parse(&e.f) else {
             continue;
         };
-        if verb.starts_fault() && which(verb) {
+        if verb.starts_fault() && which(verb, e) {
             open.get_or_insert(e.time_ns);
         } else if verb.ends_all() {
             if let Some(start) = open.take() {
@@ -110,9 +110,12 @@ pub fn fault_windows(events: &[Event], which: impl Fn(Verb) -> bool) -> Vec<(u64
 }
 
 /// Whether a fault is outside Redlock's model for the claims themselves: a master's wall clock
-/// jumping or running fast frees a lock early on it, so two claims may overlap. Client pauses,
-/// delays and crashes with restart protection break only effects, which fencing catches.
-pub fn out_of_model(verb: Verb) -> bool {
+/// jumping forward, strobing or running fast frees a lock early on it, so two claims may
+/// overlap. A clock jumping back counts too: when the fault ends it jumps forward by as much,
+/// and the keys set meanwhile expire that much early (the window runs to a TTL after the end).
+/// Client pauses, delays and crashes with restart protection break only effects, which fencing
+/// catches.
+pub fn out_of_model(verb: Verb, _event: &Event) -> bool {
     matches!(verb, Verb::ClockBump | Verb::ClockStrobe | Verb::ClockRate)
 }
 
@@ -163,7 +166,7 @@ pub fn composed_observation(
     }
     down.extend(killed.iter().map(|&(_, at)| (at, u64::MAX)));
     if nodes == 1 {
-        down.extend(fault_windows(events, |_| true));
+        down.extend(fault_windows(events, |_, _| true));
     }
     let quiet = |from: u64, to: u64| !down.iter().any(|&(a, b)| a <= to && from <= b);
     let liveness = checker::crash_liveness(events, liveness_bound_ns, quiet);
@@ -630,7 +633,11 @@ mod tests {
         assert_eq!(observed, Expect::Break, "{text}");
         assert_eq!(violations, vec![("claims".to_string(), 1)]);
         let clock = [
-            nem_at(3000, "clock-bump", serde_json::json!({"node": 1})),
+            nem_at(
+                3000,
+                "clock-bump",
+                serde_json::json!({"node": 1, "delta_ms": 4000}),
+            ),
             nem_at(4000, "partition-end", serde_json::json!({})),
         ];
         let (observed, text, _) =
@@ -640,6 +647,19 @@ mod tests {
         let (observed, _, _) =
             composed_observation(&overlapping_at(6500), &clock, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Break);
+        // A clock jumping back jumps forward as much when the fault ends: keys set meanwhile
+        // expire early, so an overlap within a TTL of that end is explained too.
+        let back = [
+            nem_at(
+                3000,
+                "clock-bump",
+                serde_json::json!({"node": 1, "delta_ms": -4000}),
+            ),
+            nem_at(4000, "partition-end", serde_json::json!({})),
+        ];
+        let (observed, _, _) =
+            composed_observation(&overlapping_at(5000), &back, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Hold);
         // A partition is no excuse.
         let partition = [
             nem_at(3000, "partition", serde_json::json!({})),

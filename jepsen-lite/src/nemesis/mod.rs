@@ -379,6 +379,9 @@ impl std::fmt::Debug for Nemesis {
     }
 }
 
+/// How long a crashed master stays down before a restart that is not delayed.
+pub const CRASH_DOWNTIME: Duration = Duration::from_millis(300);
+
 /// How much longer than the TTL a delayed restart keeps a crashed master down: the drift
 /// allowance plus half a second.
 pub fn restart_delay(ttl: Duration) -> Duration {
@@ -651,11 +654,13 @@ impl Nemesis {
                 let old_pid = t.masters[n].pid();
                 tokio::task::block_in_place(|| t.masters[n].kill())?;
                 let killed = !t.masters[n].is_running();
+                // Down for a moment (a holder that counted on it is most likely still holding
+                // when it is back), or, for a delayed restart, longer than the max TTL.
                 let not_before = Instant::now()
                     + if *restart == Restart::DelayedEmpty {
                         restart_delay(self.ttl)
                     } else {
-                        Duration::ZERO
+                        CRASH_DOWNTIME
                     };
                 self.pending.push(Pending::Crash {
                     label,
@@ -693,6 +698,28 @@ impl Nemesis {
     /// Whether client `c` is stopped by a fault of this nemesis.
     pub fn stops(&self, c: usize) -> bool {
         self.stopped_clients.contains(&c)
+    }
+
+    /// Restarts the crashed masters whose downtime is over (see [`CRASH_DOWNTIME`]), with their
+    /// proof; the other faults stay on.
+    ///
+    /// # Errors
+    ///
+    /// When a master cannot be restarted.
+    pub fn restart_due(&mut self, t: &mut Targets<'_>) -> Result<(), Error> {
+        let now = Instant::now();
+        let (due, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| matches!(p, Pending::Crash { not_before, .. } if *not_before <= now));
+        self.pending = rest;
+        if due.is_empty() {
+            return Ok(());
+        }
+        // Settles only the due crashes: the others are back in `pending` afterwards.
+        let others = std::mem::replace(&mut self.pending, due);
+        let settled = self.settle(t);
+        self.pending = others;
+        settled
     }
 
     /// The longest a fault still on needs before it may end (a delayed restart).
