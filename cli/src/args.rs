@@ -94,10 +94,23 @@ pub(crate) enum Command {
     /// Show, per node, whether the lock key exists, its TTL, the node's epoch marker and its
     /// round-trip time.
     ///
-    /// A status run holds no lock value of its own, so it cannot tell whose lock it sees: the
-    /// owner is always reported as unknown.
+    /// The holder is shown by the identity stored in its lock value when it has one (`quorumlock
+    /// elect`, `Redlock::campaign`); a plain lock's value says nothing about its owner, which is
+    /// then reported as unknown.
     #[command(after_help = exit::exit_codes_help!())]
     Status(StatusArgs),
+
+    /// Campaign for leadership of an election; run the command while leader.
+    ///
+    /// Waits until elected (woken when the leader resigns, or its lock expires), then runs
+    /// the command with QUORUMLOCK_ELECTION, QUORUMLOCK_IDENTITY and QUORUMLOCK_FENCE (the
+    /// leadership's fencing token). Leadership is renewed while the command runs; if it is lost,
+    /// the command's process group gets SIGTERM, then SIGKILL after --kill-after, and quorumlock
+    /// exits 76. When the command exits, quorumlock resigns at once (the next campaigner takes
+    /// over) and exits with the command's code. `quorumlock status --resource NAME` shows the
+    /// leader's identity.
+    #[command(after_help = exit::exit_codes_help!())]
+    Elect(ElectArgs),
 
     /// Mark every node as usable under --restart-protection (writes an old epoch marker and
     /// vouches for the node's current redis-server process).
@@ -191,4 +204,39 @@ pub(crate) struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `quorumlock elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The election's name (the lock's resource name).
+    #[arg(long, short)]
+    pub(crate) name: String,
+
+    /// Who this campaigner is, shown to observers and by `status` (1 to 256 bytes, no control
+    /// characters): a host name, say.
+    #[arg(long)]
+    pub(crate) identity: String,
+
+    /// The leadership lock's time to live; renewed every third of it. A crashed leader is
+    /// replaced after at most this long.
+    #[arg(long, default_value = "30s", value_parser = duration::positive)]
+    pub(crate) ttl: Duration,
+
+    /// Give up campaigning after this long (exit 75). Without it, wait until elected.
+    #[arg(long, value_parser = duration::positive)]
+    pub(crate) wait: Option<Duration>,
+
+    /// Stop renewing after this long; the command is then terminated as if leadership was lost.
+    #[arg(long, value_parser = duration::positive)]
+    pub(crate) max_hold: Option<Duration>,
+
+    /// After SIGTERM on a lost leadership, wait this long before SIGKILL (beyond about 30
+    /// years, never).
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    pub(crate) kill_after: Duration,
+
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
 }

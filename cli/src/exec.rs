@@ -186,7 +186,7 @@ fn not_acquired(resource: &str, error: &LockError) -> u8 {
 }
 
 /// Sends `signal` to the command's process group (it may already be gone).
-fn send(group: Option<Pid>, signal: Signal) {
+pub(crate) fn send(group: Option<Pid>, signal: Signal) {
     if let Some(group) = group {
         let _ = killpg(group, signal);
     }
@@ -194,7 +194,7 @@ fn send(group: Option<Pid>, signal: Signal) {
 
 /// After a lost lock: waits for the rest of the command's process group to exit until the
 /// SIGKILL deadline (if one is still pending), then kills whatever is left.
-async fn reap_group(group: Option<Pid>, kill_at: Option<tokio::time::Instant>) {
+pub(crate) async fn reap_group(group: Option<Pid>, kill_at: Option<tokio::time::Instant>) {
     let Some(group) = group else { return };
     if let Some(deadline) = kill_at {
         while tokio::time::Instant::now() < deadline && killpg(group, None).is_ok() {
@@ -205,7 +205,7 @@ async fn reap_group(group: Option<Pid>, kill_at: Option<tokio::time::Instant>) {
 }
 
 /// Sleeps until `at`; never resolves without one (the branch is disabled then anyway).
-async fn sleep_until(at: Option<tokio::time::Instant>) {
+pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -213,7 +213,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// The command's exit code, or 128 + the signal that ended it.
-fn child_code(status: ExitStatus) -> u8 {
+pub(crate) fn child_code(status: ExitStatus) -> u8 {
     if let Some(code) = status.code() {
         return u8::try_from(code & 0xff).unwrap_or(u8::MAX);
     }

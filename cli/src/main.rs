@@ -2,13 +2,15 @@
 //!
 //! * `exec` holds a lock while a command runs, renewing it, and terminates the command if the
 //!   lock is lost; with `--once SLOT` it runs each slot of a job once across hosts (`once`);
-//! * `status` shows what each node holds for a resource;
+//! * `elect` runs a command while this process is the leader of an election;
+//! * `status` shows what each node holds for a resource (and an election's leader);
 //! * `provision` marks fresh nodes as usable under restart protection.
 //!
 //! Exit codes are in the `exit` module, in `--help` and in the README.
 
 mod args;
 mod duration;
+mod elect;
 mod exec;
 mod exit;
 mod once;
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         let code = match cli.command {
             Command::Exec(args) => exec::run(&locks, args).await,
+            Command::Elect(args) => elect::run(&locks, args).await,
             Command::Status(args) => status::run(&locks, &cli.conn, args).await,
             Command::Provision(args) => provision::run(&locks, args).await,
         };

@@ -22,7 +22,9 @@ struct Report {
     held_on: usize,
     answered: usize,
     quorum: usize,
-    /// Always `null`: status has no lock value of its own, so it cannot tell whose lock it sees.
+    /// The holder's identity when the lock was taken with one (`quorumlock elect`,
+    /// `Redlock::campaign`: it is stored in the lock value), as found on the most nodes;
+    /// `null` for a plain lock, whose value says nothing about its owner.
     owner: Option<String>,
     nodes: Vec<NodeReport>,
 }
@@ -40,6 +42,9 @@ struct NodeReport {
     held: Option<bool>,
     /// The key's remaining time to live, in milliseconds (`null` when absent or without expiry).
     ttl_ms: Option<u64>,
+    /// The holder's identity stored in the lock value, if any (never the value itself: it is
+    /// the holder's secret).
+    identity: Option<String>,
     /// `missing` (no marker: never used, or restarted without its data), `provisioned`, or
     /// `stamped` (created at a first acquisition).
     epoch: Option<&'static str>,
@@ -63,6 +68,7 @@ pub(crate) async fn run(locks: &quorumlock::Redlock, conn: &Connection, args: St
     let answered = nodes.iter().filter(|n| n.error.is_none()).count();
     let held_on = nodes.iter().filter(|n| n.held == Some(true)).count();
     let quorum = locks.quorum();
+    let owner = most_common(nodes.iter().filter_map(|n| n.identity.as_deref()));
     let state = if held_on >= quorum {
         "held"
     } else if held_on == 0 {
@@ -77,7 +83,7 @@ pub(crate) async fn run(locks: &quorumlock::Redlock, conn: &Connection, args: St
         held_on,
         answered,
         quorum,
-        owner: None,
+        owner,
         nodes,
     };
     if args.json {
@@ -110,6 +116,7 @@ async fn inspect(url: &str, name: String, key: &str, epoch_key: &str) -> NodeRep
         rtt_ms: None,
         held: None,
         ttl_ms: None,
+        identity: None,
         epoch: None,
         epoch_age_ms: None,
     };
@@ -119,6 +126,11 @@ async fn inspect(url: &str, name: String, key: &str, epoch_key: &str) -> NodeRep
             report.rtt_ms = Some(answers.rtt.as_micros() as f64 / 1000.0);
             report.held = Some(answers.pttl != -2);
             report.ttl_ms = u64::try_from(answers.pttl).ok();
+            report.identity = answers
+                .value
+                .as_deref()
+                .and_then(quorumlock::holder_identity)
+                .map(str::to_string);
             let (epoch, age) = epoch_state(answers.epoch.as_deref(), answers.now_us);
             report.epoch = Some(epoch);
             report.epoch_age_ms = age;
@@ -133,6 +145,8 @@ async fn inspect(url: &str, name: String, key: &str, epoch_key: &str) -> NodeRep
 struct Answers {
     rtt: Duration,
     pttl: i64,
+    /// The lock value (read only to extract the identity; never printed).
+    value: Option<String>,
     epoch: Option<String>,
     now_us: u64,
 }
@@ -143,17 +157,21 @@ async fn read(url: &str, key: &str, epoch_key: &str) -> redis::RedisResult<Answe
     let start = Instant::now();
     let _: String = redis::cmd("PING").query_async(&mut conn).await?;
     let rtt = start.elapsed();
-    let (pttl, epoch, (secs, micros)): (i64, Option<String>, (u64, u64)) = redis::pipe()
-        .cmd("PTTL")
-        .arg(key)
-        .cmd("GET")
-        .arg(epoch_key)
-        .cmd("TIME")
-        .query_async(&mut conn)
-        .await?;
+    let (pttl, value, epoch, (secs, micros)): (i64, Option<String>, Option<String>, (u64, u64)) =
+        redis::pipe()
+            .cmd("PTTL")
+            .arg(key)
+            .cmd("GET")
+            .arg(key)
+            .cmd("GET")
+            .arg(epoch_key)
+            .cmd("TIME")
+            .query_async(&mut conn)
+            .await?;
     Ok(Answers {
         rtt,
         pttl,
+        value,
         epoch,
         now_us: secs.saturating_mul(1_000_000).saturating_add(micros),
     })
@@ -167,6 +185,22 @@ fn epoch_state(marker: Option<&str>, now_us: u64) -> (&'static str, Option<u64>)
         Some(Ok(born_us)) => ("stamped", Some(now_us.saturating_sub(born_us) / 1000)),
         Some(Err(_)) => ("unreadable", None),
     }
+}
+
+/// The identity found on the most nodes (the first such on a tie), if any.
+fn most_common<'a>(identities: impl Iterator<Item = &'a str>) -> Option<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for identity in identities {
+        match counts.iter_mut().find(|(seen, _)| *seen == identity) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((identity, 1)),
+        }
+    }
+    let most = counts.iter().map(|(_, count)| *count).max()?;
+    counts
+        .into_iter()
+        .find(|(_, count)| *count == most)
+        .map(|(identity, _)| identity.to_string())
 }
 
 /// A node's error text with the raw URL (which may carry a password) replaced by its name.
@@ -227,8 +261,12 @@ fn print_table(report: &Report) {
         }
         println!("{}", out.trim_end());
     };
+    let owner = match &report.owner {
+        Some(identity) => format!("held by {identity:?}"),
+        None => "owner unknown (the lock value carries no identity)".to_string(),
+    };
     println!(
-        "resource {:?} (key {}): {} on {} of {} node(s), quorum {}; owner unknown (status holds no lock value)",
+        "resource {:?} (key {}): {} on {} of {} node(s), quorum {}; {owner}",
         report.resource,
         report.key,
         report.state,
@@ -255,6 +293,16 @@ mod tests {
             ("stamped", Some(2500))
         );
         assert_eq!(epoch_state(Some("x"), 5), ("unreadable", None));
+    }
+
+    #[test]
+    fn the_owner_is_the_identity_on_the_most_nodes() {
+        assert_eq!(most_common([].into_iter()), None);
+        assert_eq!(
+            most_common(["a", "b", "b"].into_iter()).as_deref(),
+            Some("b")
+        );
+        assert_eq!(most_common(["a", "b"].into_iter()).as_deref(), Some("a"));
     }
 
     #[test]
