@@ -5,7 +5,9 @@
 //!
 //! The release scripts `PUBLISH` on a channel named like the lock key, on each master where they
 //! deleted it; the message is the SHA1 of the released value (one-way: the value is the
-//! owner's secret), so the copies from several masters are recognised as one release. Each
+//! owner's secret), so the copies from several masters are recognised as one release, which
+//! wakes a waiter once a quorum of masters announced it (a lock that was held is on a quorum,
+//! and an attempt made before its keys are gone from a quorum would be refused). Each
 //! manager keeps one pub/sub connection per master ([`subscriber`]), opened when its first
 //! waiter arrives and shared by all of them; a channel is subscribed while at least one waiter
 //! waits on it, and unsubscribed when the last one leaves (a cancelled waiter leaves nothing
@@ -121,6 +123,7 @@ impl WakeHub {
         node_timeout: Duration,
         connect_timeout: Duration,
     ) -> Self {
+        let quorum = clients.len() / 2 + 1;
         let masters = clients
             .into_iter()
             .map(|client| Master {
@@ -131,7 +134,7 @@ impl WakeHub {
             .collect();
         Self {
             inner: Arc::new(Inner {
-                lines: Mutex::default(),
+                lines: Mutex::new(Lines::new(quorum)),
                 masters,
                 progress: Notify::new(),
                 node_timeout,

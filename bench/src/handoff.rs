@@ -23,7 +23,12 @@ const HOLD: Duration = Duration::from_millis(1);
 /// Waiter counts of the latency table.
 pub(crate) const WAITERS: [usize; 4] = [1, 4, 16, 64];
 /// The strategies' names, in the order of the table.
-pub(crate) const NAMES: [&str; 4] = ["quorumlock notified", "quorumlock polling", "rslock", "minimal"];
+pub(crate) const NAMES: [&str; 4] = [
+    "quorumlock notified",
+    "quorumlock polling",
+    "rslock",
+    "minimal",
+];
 /// Percentiles drawn in the distribution chart.
 pub(crate) const DIST: [f64; 8] = [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999];
 
@@ -94,68 +99,114 @@ impl Strategy {
     }
 }
 
-/// One run: `waiters + 1` tasks cycle on one key (one holds, the others wait); returns the
-/// hand-off latencies and each task's grants.
-async fn run(strategy: &Arc<Strategy>, key: &str, tasks: usize, length: Duration) -> (Latency, Vec<u64>) {
-    let released: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let deadline = Instant::now() + length;
-    let handles: Vec<_> = (0..tasks)
-        .map(|_| {
-            let (strategy, key, released) = (Arc::clone(strategy), key.to_owned(), Arc::clone(&released));
-            tokio::spawn(async move {
-                let mut handoffs = Latency::new();
-                let mut grants = 0u64;
-                while Instant::now() < deadline {
-                    let Some(held) = strategy.acquire(&key, deadline).await else {
-                        break;
-                    };
+/// Hand-off rounds for `length` (at least one): a holder takes the lock, `waiters` tasks queue
+/// behind it (each making its first attempts), the holder releases; each waiter, once granted,
+/// holds [`HOLD`], releases and leaves. Each grant is timed from the release just before it.
+async fn handoffs(
+    strategy: &Arc<Strategy>,
+    key: &str,
+    waiters: usize,
+    length: Duration,
+) -> Latency {
+    let mut all = Latency::new();
+    let started = Instant::now();
+    while all.count() == 0 || started.elapsed() < length {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let Some(holder) = strategy.acquire(key, deadline).await else {
+            break;
+        };
+        let released: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let tasks: Vec<_> = (0..waiters)
+            .map(|_| {
+                let (strategy, key, released) =
+                    (Arc::clone(strategy), key.to_owned(), Arc::clone(&released));
+                tokio::spawn(async move {
+                    let held = strategy.acquire(&key, deadline).await?;
                     let granted = Instant::now();
-                    // Paired with the release just before: each release counts once.
                     let previous = released.lock().map(|mut r| r.take()).unwrap_or(None);
-                    if let Some(previous) = previous {
-                        handoffs.record(granted.saturating_duration_since(previous));
-                    }
-                    grants += 1;
                     tokio::time::sleep(HOLD).await;
                     let _ = held.release().await;
                     if let Ok(mut r) = released.lock() {
                         *r = Some(Instant::now());
                     }
+                    previous.map(|previous| granted.saturating_duration_since(previous))
+                })
+            })
+            .collect();
+        // Every waiter has made its first attempts (and, notified, subscribed) by then.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = holder.release().await;
+        if let Ok(mut r) = released.lock() {
+            *r = Some(Instant::now());
+        }
+        for task in tasks {
+            if let Ok(Some(handoff)) = task.await {
+                all.record(handoff);
+            }
+        }
+    }
+    all
+}
+
+/// Fairness: `contenders` tasks cycle on one key for `length` (acquire with the library's own
+/// blocking acquire, hold [`HOLD`], release, come back); each task's grants.
+async fn fairness(
+    strategy: &Arc<Strategy>,
+    key: &str,
+    contenders: usize,
+    length: Duration,
+) -> Vec<u64> {
+    let deadline = Instant::now() + length;
+    let tasks: Vec<_> = (0..contenders)
+        .map(|_| {
+            let (strategy, key) = (Arc::clone(strategy), key.to_owned());
+            tokio::spawn(async move {
+                let mut grants = 0u64;
+                while Instant::now() < deadline {
+                    let Some(held) = strategy.acquire(&key, deadline).await else {
+                        break;
+                    };
+                    grants += 1;
+                    tokio::time::sleep(HOLD).await;
+                    let _ = held.release().await;
                 }
-                (handoffs, grants)
+                grants
             })
         })
         .collect();
-    let mut all = Latency::new();
     let mut grants = Vec::new();
-    for handle in handles {
-        if let Ok((h, g)) = handle.await {
-            all.add(&h);
-            grants.push(g);
-        }
+    for task in tasks {
+        grants.push(task.await.unwrap_or(0));
     }
-    (all, grants)
+    grants
 }
 
 /// Commands the first `n` masters processed so far (`INFO stats`), scripts' inner commands
 /// included.
-fn commands(cluster: &RedisCluster, n: usize) -> u64 {
+fn commands(cluster: &RedisCluster, n: usize) -> Vec<u64> {
     cluster
         .iter()
         .take(n)
-        .filter_map(|m| m.command(&["INFO", "stats"]).ok())
-        .filter_map(|info| {
-            info.lines()
-                .find_map(|l| l.trim().strip_prefix("total_commands_processed:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|m| {
+            m.command(&["INFO", "stats"])
+                .ok()
+                .and_then(|info| {
+                    info.lines()
+                        .find_map(|l| l.trim().strip_prefix("total_commands_processed:"))
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+                .unwrap_or(0)
         })
-        .sum()
+        .collect()
 }
 
 /// Master load while waiting: 64 waiters on a key one holder holds for 1 s; commands per
 /// second on the masters during that second.
 async fn load(cluster: &RedisCluster, n: usize, strategy: &Arc<Strategy>, key: &str) -> f64 {
-    let Some(holder) = strategy.acquire(key, Instant::now() + Duration::from_secs(5)).await else {
+    let Some(holder) = strategy
+        .acquire(key, Instant::now() + Duration::from_secs(5))
+        .await
+    else {
         return f64::NAN;
     };
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -175,7 +226,12 @@ async fn load(cluster: &RedisCluster, n: usize, strategy: &Arc<Strategy>, key: &
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = tokio::task::block_in_place(|| commands(cluster, n));
-    let rate = after.saturating_sub(before) as f64 / started.elapsed().as_secs_f64();
+    let spent: Vec<u64> = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
+    let rate = spent.iter().sum::<u64>() as f64 / started.elapsed().as_secs_f64();
     let _ = holder.release().await;
     let _ = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(waiters)).await;
     rate
@@ -184,12 +240,20 @@ async fn load(cluster: &RedisCluster, n: usize, strategy: &Arc<Strategy>, key: &
 /// The hand-off section.
 pub(crate) async fn handoff(cluster: &RedisCluster, plan: &Plan, r: &mut Results) {
     println!(
-        "\n== hand-off: waiters queue on one key; each grant holds {HOLD:?} and releases; from the release returning to the next grant; every library's own blocking acquire (retry delay < {RETRY_DELAY:?}); {:?} per run",
+        "\n== hand-off: W waiters queue behind a holder; each, once granted, holds {HOLD:?}, releases and leaves; latency from a release returning to the next grant; every library's own blocking acquire (retry delay < {RETRY_DELAY:?}); {:?} of rounds per cell. Jain 16: 16 contenders cycling for the same time (grants min/max). load: commands/s on the masters while 64 waiters wait on a 1 s hold",
         plan.duration
     );
     println!(
         "  {:<20} {:>3} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8} {:>12}",
-        "implementation", "N", "waiters", "p50 ms", "p99 ms", "grants", "Jain", "min/max", "master cmd/s"
+        "implementation",
+        "N",
+        "waiters",
+        "p50 ms",
+        "p99 ms",
+        "samples",
+        "Jain 16",
+        "min/max",
+        "load cmd/s"
     );
     let urls = cluster.urls();
     for n in [1usize, 5] {
@@ -205,32 +269,53 @@ pub(crate) async fn handoff(cluster: &RedisCluster, plan: &Plan, r: &mut Results
             let rate = load(cluster, n, &strategy, &load_key).await;
             for waiters in WAITERS {
                 let key = format!("handoff:{n}:{waiters}:{}", strategy.name);
-                let (lat, grants) = run(&strategy, &key, waiters + 1, plan.duration).await;
-                let total: u64 = grants.iter().sum();
-                let min = grants.iter().copied().min().unwrap_or(0);
-                let max = grants.iter().copied().max().unwrap_or(0);
-                let fairness = jain(&grants);
-                let shown_rate = if waiters == 64 { num(rate, 0) } else { String::new() };
+                let lat = handoffs(&strategy, &key, waiters, plan.duration).await;
+                let shown_rate = if waiters == 64 {
+                    num(rate, 0)
+                } else {
+                    String::new()
+                };
+                // Fairness with 16 contenders cycling, as the issue asks.
+                let (fair, minmax) = if waiters == 16 {
+                    let key = format!("handoff-fair:{n}:{}", strategy.name);
+                    let grants = fairness(&strategy, &key, 16, plan.duration).await;
+                    let min = grants.iter().copied().min().unwrap_or(0);
+                    let max = grants.iter().copied().max().unwrap_or(0);
+                    let index = jain(&grants);
+                    for (metric, v) in [
+                        ("jain", index),
+                        ("min_grants", min as f64),
+                        ("max_grants", max as f64),
+                    ] {
+                        r.push("handoff", strategy.name, n, 16, metric, v);
+                    }
+                    (num(index, 3), format!("{min}/{max}"))
+                } else {
+                    (String::new(), String::new())
+                };
                 println!(
-                    "  {:<20} {n:>3} {waiters:>7} {:>9} {:>9} {total:>8} {:>8} {:>8} {shown_rate:>12}",
+                    "  {:<20} {n:>3} {waiters:>7} {:>9} {:>9} {:>8} {fair:>8} {minmax:>8} {shown_rate:>12}",
                     strategy.name,
                     num(lat.ms(0.5), 3),
                     num(lat.ms(0.99), 3),
-                    num(fairness, 3),
-                    format!("{min}/{max}"),
+                    lat.count(),
                 );
                 for (metric, v) in [
                     ("handoff_p50_ms", lat.ms(0.5)),
                     ("handoff_p99_ms", lat.ms(0.99)),
-                    ("grants", total as f64),
-                    ("jain", fairness),
-                    ("min_grants", min as f64),
-                    ("max_grants", max as f64),
+                    ("handoffs", lat.count() as f64),
                 ] {
                     r.push("handoff", strategy.name, n, waiters, metric, v);
                 }
                 for q in DIST {
-                    r.push("handoff", strategy.name, n, waiters, &format!("dist_{q}"), lat.ms(q));
+                    r.push(
+                        "handoff",
+                        strategy.name,
+                        n,
+                        waiters,
+                        &format!("dist_{q}"),
+                        lat.ms(q),
+                    );
                 }
             }
             r.push("handoff", strategy.name, n, 64, "load_cmds_per_s", rate);

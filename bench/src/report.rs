@@ -295,6 +295,7 @@ pub(crate) fn line_chart(
                     .x_label_formatter(&|v| tick(*v))
                     .y_label_formatter(&|v| tick(*v))
                     .light_line_style(RGBColor(236, 236, 236))
+                    .max_light_lines(4)
                     .draw()
                     .map_err(|e| e.to_string())?;
                 for (i, s) in series.iter().enumerate() {

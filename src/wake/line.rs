@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 
 /// How many recent release ids a channel remembers, to wake once per release although each
 /// master that deleted the key publishes it: a release reaches at most N masters, and a
-/// handful of releases can overlap (a cleanup beside a hand-off).
+/// handful of releases can overlap.
 const RECENT: usize = 16;
 
 /// How a waiter wants to be woken.
@@ -64,8 +64,8 @@ struct Channel {
     /// Hand-off waiters, oldest first.
     line: VecDeque<Arc<Slot>>,
     observers: Vec<Arc<Slot>>,
-    /// Ids of the latest releases seen on this channel.
-    recent: VecDeque<Vec<u8>>,
+    /// Ids of the latest releases seen on this channel, with how many masters announced each.
+    recent: VecDeque<(Vec<u8>, usize)>,
 }
 
 impl Channel {
@@ -94,6 +94,9 @@ impl Channel {
 pub(crate) struct Lines {
     channels: HashMap<Arc<str>, Channel>,
     version: u64,
+    /// How many masters must announce a release before a waiter is woken (see
+    /// [`released`](Self::released)).
+    quorum: usize,
 }
 
 /// What leaving a line changed.
@@ -104,6 +107,14 @@ pub(crate) struct Left {
 }
 
 impl Lines {
+    /// No waiters yet; a release wakes once `quorum` masters announced it.
+    pub(crate) fn new(quorum: usize) -> Self {
+        Self {
+            quorum: quorum.max(1),
+            ..Self::default()
+        }
+    }
+
     /// Joins `channel`'s line; returns the slot and the version at which the channel is wanted.
     pub(crate) fn join(&mut self, channel: &Arc<str>, mode: WakeMode) -> (Arc<Slot>, u64) {
         let slot = Slot::new(mode);
@@ -167,20 +178,35 @@ impl Lines {
             .is_some_and(|first| Arc::ptr_eq(first, slot))
     }
 
-    /// A master published the release `id` on `channel`: wakes once per release (the other
-    /// masters' copies of it are ignored). Returns how many waiters were woken.
+    /// A master published the release `id` on `channel`: wakes once per release, when the
+    /// quorum-th master announces it. Not at the first: the other masters' deletes may still be
+    /// on their way, and a waiter woken then would find the key on a quorum, go back to
+    /// waiting, and miss the release (its other copies are ignored) until its fallback poll.
+    /// A lock that was held is on a quorum of masters, so its release reaches a quorum.
+    /// Returns how many waiters were woken.
     pub(crate) fn released(&mut self, channel: &str, id: &[u8]) -> usize {
+        let quorum = self.quorum.max(1);
         let Some(entry) = self.channels.get_mut(channel) else {
             return 0;
         };
-        if entry.recent.iter().any(|seen| seen == id) {
-            return 0;
+        let count = match entry.recent.iter_mut().find(|(seen, _)| seen == id) {
+            Some((_, count)) => {
+                *count += 1;
+                *count
+            }
+            None => {
+                if entry.recent.len() == RECENT {
+                    entry.recent.pop_front();
+                }
+                entry.recent.push_back((id.to_vec(), 1));
+                1
+            }
+        };
+        if count == quorum {
+            entry.wake()
+        } else {
+            0
         }
-        if entry.recent.len() == RECENT {
-            entry.recent.pop_front();
-        }
-        entry.recent.push_back(id.to_vec());
-        entry.wake()
     }
 
     /// A subscription was re-established after its connection broke: a release may have been
@@ -205,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_release_wakes_the_oldest_waiter_once_whatever_the_number_of_masters() {
-        let mut lines = Lines::default();
+        let mut lines = Lines::new(1);
         let key: Arc<str> = Arc::from("k");
         let (a, v1) = lines.join(&key, WakeMode::One);
         let (b, v2) = lines.join(&key, WakeMode::One);
@@ -226,8 +252,34 @@ mod tests {
     }
 
     #[test]
+    fn a_release_wakes_when_a_quorum_of_masters_announced_it() {
+        let mut lines = Lines::new(3);
+        let key: Arc<str> = Arc::from("k");
+        let (a, _) = lines.join(&key, WakeMode::One);
+        assert_eq!(lines.released("k", b"r1"), 0);
+        assert_eq!(
+            lines.released("k", b"r2"),
+            0,
+            "another release, counted apart"
+        );
+        assert_eq!(lines.released("k", b"r1"), 0);
+        assert!(
+            !pending(&a),
+            "two of five masters announced it: the key may still hold"
+        );
+        assert_eq!(lines.released("k", b"r1"), 1);
+        assert!(pending(&a));
+        assert_eq!(
+            lines.released("k", b"r1"),
+            0,
+            "the fourth and fifth wake no one"
+        );
+        assert_eq!(lines.released("k", b"r1"), 0);
+    }
+
+    #[test]
     fn a_cancelled_waiter_passes_its_wake_on_and_the_last_one_unsubscribes() {
-        let mut lines = Lines::default();
+        let mut lines = Lines::new(1);
         let key: Arc<str> = Arc::from("k");
         let (a, v1) = lines.join(&key, WakeMode::One);
         let (b, _) = lines.join(&key, WakeMode::One);
@@ -244,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_granted_waiter_keeps_its_wake_and_observers_all_wake() {
-        let mut lines = Lines::default();
+        let mut lines = Lines::new(1);
         let key: Arc<str> = Arc::from("k");
         let (a, _) = lines.join(&key, WakeMode::One);
         let (b, _) = lines.join(&key, WakeMode::One);
