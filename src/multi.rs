@@ -123,8 +123,11 @@ impl Redlock {
         }
     }
 
-    /// Like [`try_lock_all`](Self::try_lock_all), retrying after random delays until
-    /// `deadline`, as [`lock_until`](Self::lock_until).
+    /// Like [`try_lock_all`](Self::try_lock_all), retrying after random delays below
+    /// [`retry_delay`](crate::RedlockBuilder::retry_delay) until `deadline` (and as soon as
+    /// the holders' keys of a refused round expire, if that is sooner). It polls: unlike
+    /// [`lock_until`](Self::lock_until) it is not woken by releases (a set would need a
+    /// subscription per resource).
     ///
     /// # Errors
     ///
@@ -161,7 +164,12 @@ impl Redlock {
                 Err(failure) => return Err(failure.error),
             };
             attempts = attempts.saturating_add(1);
-            let wake = deadline_after(Instant::now(), self.set_jitter()).min(deadline);
+            let now = Instant::now();
+            let mut wake = deadline_after(now, self.set_jitter()).min(deadline);
+            // A crashed holder's keys expire unannounced: retry when they do, not later.
+            if let Some(free_in) = failure.free_in {
+                wake = wake.min(deadline_after(now, free_in + Duration::from_millis(5)));
+            }
             tokio::time::sleep_until(wake).await;
             self.set_settle(failure.cleanup).await;
             last = Some(failure.error);
@@ -218,7 +226,9 @@ impl Redlock {
         let shared = self.shared();
         let nodes = set_nodes(&shared.nodes, set);
         let keys = set.round_keys();
-        let grant = round::acquire(&nodes, label, &keys, timing).await?;
+        // Refusals report the holder's remaining TTL, so a waiter (a campaigner) retries when
+        // a crashed holder's keys expire.
+        let grant = round::acquire_reporting(&nodes, label, &keys, timing, true).await?;
         let token = grant.token.filter(|_| !grant.token_on_quorum);
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorumlock::{InvalidArgument, LockError, Redlock, DEFAULT_KEY_PREFIX, MAX_LOCK_ALL};
-use support::{builder, cluster, get, key, manager, our_keys, pttl, wait_until, PATIENCE};
+use support::{
+    builder, cluster, get, key, manager, our_keys, pttl, script_calls, wait_until, warm_up,
+    PATIENCE,
+};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -326,4 +329,86 @@ async fn restart_protection_quarantines_sets_too() {
         .await
         .expect("provisioned");
     guard.release().await.expect("release");
+}
+
+/// A refused set whose request to a paused master timed out is cleaned up there too: the late
+/// script runs when the master resumes, and the release queued behind it on the same
+/// connection undoes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_set_is_cleaned_up_on_a_timed_out_master() {
+    let mut cluster = cluster(3);
+    let locks = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    for master in cluster.iter().take(2) {
+        master
+            .command(&["SET", &key("b"), "foreign"])
+            .expect("SET b");
+    }
+    let before = script_calls(&cluster.masters()[2]);
+    cluster
+        .get_mut(2)
+        .expect("three masters")
+        .pause()
+        .expect("pause master 2");
+    let error = locks
+        .try_lock_all(&["a", "b"], TTL)
+        .await
+        .expect_err("b is held on two masters");
+    assert!(error.is_contended(), "expected contended, got {error}");
+    cluster
+        .get_mut(2)
+        .expect("three masters")
+        .resume()
+        .expect("resume master 2");
+    let resumed = &cluster.masters()[2];
+    // The late acquire and the cleanup behind it: two scripts, after which nothing is left.
+    wait_until("the late acquire and its cleanup ran", PATIENCE, || {
+        script_calls(resumed) >= before + 2 && our_keys(resumed).is_empty()
+    })
+    .await;
+    for master in cluster.iter().take(2) {
+        assert_eq!(get(master, &key("a")), None);
+        assert_eq!(get(master, &key("b")).as_deref(), Some("foreign"));
+    }
+}
+
+/// Dropping a `lock_all` future mid-flight (a master paused, so it cannot finish) leaves
+/// none of the set's keys behind once the master resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_lock_all_leaves_nothing_behind() {
+    let mut cluster = cluster(3);
+    let locks = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    // Master 0 grants, master 2 refuses, master 1 is paused: the round waits for master 1.
+    cluster.masters()[2]
+        .command(&["SET", &key("c"), "foreign"])
+        .expect("SET c");
+    cluster
+        .get_mut(1)
+        .expect("three masters")
+        .pause()
+        .expect("pause master 1");
+    let attempt = locks.try_lock_all(&["a", "b", "c"], TTL);
+    let cancelled = tokio::time::timeout(Duration::from_millis(20), attempt).await;
+    assert!(
+        cancelled.is_err(),
+        "the round cannot be decided within 20 ms"
+    );
+    cluster
+        .get_mut(1)
+        .expect("three masters")
+        .resume()
+        .expect("resume master 1");
+    for master in cluster.iter() {
+        wait_until("no key of the set is left", PATIENCE, || {
+            let c = get(master, &key("c"));
+            ["a", "b"].iter().all(|r| get(master, &key(r)).is_none())
+                && (c.is_none() || c.as_deref() == Some("foreign"))
+        })
+        .await;
+    }
+    assert_eq!(
+        get(&cluster.masters()[2], &key("c")).as_deref(),
+        Some("foreign")
+    );
 }
