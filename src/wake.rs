@@ -147,6 +147,10 @@ impl WakeHub {
     /// this waiter (in its turn, for [`WakeMode::One`]). Subscribes in the background; await
     /// [`Waiter::subscribed`] before the attempt that must not miss a release.
     ///
+    /// A release wakes once a quorum of masters published the same message on the channel:
+    /// a script that announces must publish the same payload from every master (the release
+    /// scripts publish `redis.sha1hex(value)`), and a lock that was held reaches a quorum.
+    ///
     /// Without a tokio runtime nothing is subscribed, and the waiter only polls.
     pub(crate) fn waiter(&self, channel: &Arc<str>, mode: WakeMode) -> Waiter {
         let (slot, version) = self.inner.lines().join(channel, mode);
