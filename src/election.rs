@@ -223,7 +223,7 @@ impl Redlock {
                 });
             }
             attempts = attempts.saturating_add(1);
-            let failure = match self.set_round(&set, timing, attempts - 1).await {
+            let failure = match self.set_round(&set, timing, attempts - 1, true).await {
                 Ok(guard) => match self.announce(name, &announcement, &guard).await {
                     Ok(()) => {
                         if let Some(waiter) = waiter {

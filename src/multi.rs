@@ -82,7 +82,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<MultiLockGuard, LockError> {
         let (set, timing) = self.validate_set(resources, ttl)?;
-        self.set_round(&set, timing, 0)
+        self.set_round(&set, timing, 0, false)
             .await
             .map_err(|failure| failure.error)
     }
@@ -109,7 +109,7 @@ impl Redlock {
         let mut retries_left = retry_count;
         loop {
             match self
-                .set_round(&set, timing, retry_count - retries_left)
+                .set_round(&set, timing, retry_count - retries_left, false)
                 .await
             {
                 Ok(guard) => return Ok(guard),
@@ -158,7 +158,7 @@ impl Redlock {
                     last: last.map(Box::new),
                 });
             }
-            let failure = match self.set_round(&set, timing, attempts).await {
+            let failure = match self.set_round(&set, timing, attempts, true).await {
                 Ok(guard) => return Ok(guard),
                 Err(failure) if failure.error.is_retryable() => failure,
                 Err(failure) => return Err(failure.error),
@@ -189,12 +189,14 @@ impl Redlock {
     }
 
     /// One acquire round of `set`, traced in an `acquire` span and counted, plus the fencing
-    /// write-back when the granting masters did not all issue the same token.
+    /// write-back when the granting masters did not all issue the same token. With
+    /// `report_ttl`, a refusal says when the holders' keys expire (for waiters).
     pub(crate) async fn set_round(
         &self,
         set: &Arc<KeySet>,
         timing: RoundSpec,
         retry: u32,
+        report_ttl: bool,
     ) -> Result<MultiLockGuard, RoundFailure> {
         let label = set.label();
         let span = tracing::debug_span!(
@@ -205,7 +207,7 @@ impl Redlock {
             outcome = tracing::field::Empty,
             validity_left = tracing::field::Empty,
         );
-        let outcome = in_span(&span, self.set_acquire(set, &label, timing)).await;
+        let outcome = in_span(&span, self.set_acquire(set, &label, timing, report_ttl)).await;
         let shared = self.shared();
         shared
             .counters
@@ -222,13 +224,18 @@ impl Redlock {
         set: &Arc<KeySet>,
         label: &str,
         timing: RoundSpec,
+        report_ttl: bool,
     ) -> Result<MultiLockGuard, RoundFailure> {
         let shared = self.shared();
         let nodes = set_nodes(&shared.nodes, set);
         let keys = set.round_keys();
-        // Refusals report the holder's remaining TTL, so a waiter (a campaigner) retries when
-        // a crashed holder's keys expire.
-        let grant = round::acquire_reporting(&nodes, label, &keys, timing, true).await?;
+        let grant = if report_ttl {
+            // A waiter (lock_all_until, a campaigner) retries when a crashed holder's keys
+            // expire.
+            round::acquire_reporting(&nodes, label, &keys, timing, true).await?
+        } else {
+            round::acquire(&nodes, label, &keys, timing).await?
+        };
         let token = grant.token.filter(|_| !grant.token_on_quorum);
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
