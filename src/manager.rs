@@ -18,7 +18,7 @@ use crate::shared::Shared;
 use crate::stats::{NodeStats, Stats};
 use crate::traced::{in_span, record_outcome, record_with};
 use crate::transport::node::RedisNode;
-use crate::wake::{Waiter, WakeHub, WakeMode};
+use crate::wake::{Waiter, WakeHub, WakeMode, Woken};
 
 /// How long after a holder's keys should have expired a waiter retries: `PTTL` is in whole
 /// milliseconds, and the keys must be gone on the masters' clocks when the round reaches them.
@@ -494,16 +494,36 @@ impl Redlock {
                 retries_left -= 1;
             }
             let now = Instant::now();
-            let poll_at = deadline_after(now, self.jitter()).min(deadline);
+            let mut poll_at = deadline_after(now, self.jitter()).min(deadline);
             match &waiter {
                 Some(waiter) => {
                     // A crashed holder's keys expire unannounced: be there when they do.
-                    let poll_at = match failure.free_in {
-                        Some(free_in) => poll_at.min(deadline_after(now, free_in + EXPIRY_SLACK)),
-                        None => poll_at,
-                    };
-                    let woken = waiter.wait(poll_at, deadline).await;
-                    tracing::trace!(resource, ?woken, "waiter woken");
+                    if let Some(free_in) = failure.free_in {
+                        poll_at = poll_at.min(deadline_after(now, free_in + EXPIRY_SLACK));
+                    }
+                    loop {
+                        // `lock` spends its retries on time as polling would (a waiter further
+                        // back in line spends one per retry delay without a round), so it
+                        // returns within about `retry_count` retry delays as before; `lock_until`
+                        // waits in line until its deadline.
+                        let until = match patience {
+                            Patience::Retries(_) => poll_at,
+                            Patience::Until(_) => deadline,
+                        };
+                        let woken = waiter.wait(poll_at, until).await;
+                        tracing::trace!(resource, ?woken, "waiter woken");
+                        let behind = woken == Woken::Deadline
+                            && matches!(patience, Patience::Retries(_))
+                            && !waiter.polls();
+                        if !behind {
+                            break;
+                        }
+                        if retries_left == 0 {
+                            return Err(failure.error);
+                        }
+                        retries_left -= 1;
+                        poll_at = deadline_after(Instant::now(), self.jitter());
+                    }
                 }
                 None => tokio::time::sleep_until(poll_at).await,
             }

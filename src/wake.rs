@@ -287,6 +287,11 @@ impl Waiter {
         }
     }
 
+    /// Whether this waiter polls as the fallback (the first in line, or an observer).
+    pub(crate) fn polls(&self) -> bool {
+        self.hub.lines().polls(&self.channel, &self.slot)
+    }
+
     /// Leaves the line after being granted: a release signalled meanwhile is not passed on
     /// (the lock is this waiter's now; the next release wakes the next in line).
     pub(crate) fn done(mut self) {

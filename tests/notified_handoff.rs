@@ -411,3 +411,40 @@ async fn the_cleanup_of_a_failed_round_wakes_no_one() {
         task.await.expect("waiter task");
     }
 }
+
+/// `lock` keeps its time bound with notified hand-offs: a waiter further back in line spends a
+/// retry per retry delay (without a round), so 16 waiters of one manager behind a holder that
+/// does not let go all give up, contended, within about `retry_count` retry delays (not one
+/// after the other, as they would if only the first in line counted its retries: about 3 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_gives_up_after_its_retries_even_back_in_line() {
+    let cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = builder(&cluster.urls())
+        .retry_delay(Duration::from_millis(200))
+        .retry_count(2)
+        .build()
+        .expect("build manager");
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    let _guard = holder.lock("r", TTL).await.expect("holder");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { waiter.lock("r", TTL).await.map(drop) })
+        })
+        .collect();
+    for task in tasks {
+        let outcome = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("lock gave up within its retries")
+            .expect("task");
+        let error = outcome.expect_err("the holder keeps the lock");
+        assert!(error.is_contended(), "{error}");
+    }
+    // Two retries of at most 200 ms each, plus the rounds, on a loaded machine.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "gave up after {took:?}");
+    wait_subscribers(&cluster, "r", 0).await;
+}
