@@ -16,6 +16,12 @@ fn short_lease() -> CampaignOptions {
     CampaignOptions::new().lease(LeaseOptions::new().ttl(Duration::from_secs(2)))
 }
 
+/// A lease far longer than the hand-over bounds: a waiter cannot be elected in time by
+/// retrying when the leader's keys expire, only by being woken by the resignation.
+fn long_lease() -> CampaignOptions {
+    CampaignOptions::new().lease(LeaseOptions::new().ttl(Duration::from_secs(20)))
+}
+
 /// Three campaigners in a loop: never two leaders at once, every one elected each round it
 /// asked for, and each new leadership's token above the one before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,11 +81,11 @@ async fn resign_hands_over_promptly_to_a_waiting_campaigner() {
     let cluster = cluster(3);
     let (a, b) = (manager(&cluster), manager(&cluster));
     let first = a
-        .campaign("scheduler", "host-a", short_lease())
+        .campaign("scheduler", "host-a", long_lease())
         .await
         .expect("A elected");
     let waiting = tokio::spawn(async move {
-        let opts = short_lease().poll_every(Duration::from_secs(60));
+        let opts = long_lease().poll_every(Duration::from_secs(60));
         let leadership = b.campaign("scheduler", "host-b", opts).await;
         (leadership, Instant::now())
     });
@@ -245,4 +251,98 @@ async fn bad_identities_and_names_are_refused() {
         cluster.iter().all(|m| support::our_keys(m).is_empty())
     })
     .await;
+}
+
+/// Hand-over latency, resignation to the next campaigner's election, notified (the waiter's
+/// fallback poll is a minute, so only the notification can wake it in time) against polling
+/// every 100 ms at most; prints both (`cargo test --test election -- --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_over_latency_notified_and_polling() {
+    const HANDOVERS: usize = 10;
+    let cluster = cluster(3);
+    let mut report = Vec::new();
+    for (label, notified, poll) in [
+        ("notified", true, Duration::from_secs(60)),
+        ("polling", false, Duration::from_millis(100)),
+    ] {
+        let client = || {
+            support::builder(&cluster.urls())
+                .notified_handoffs(notified)
+                .build()
+                .expect("build manager")
+        };
+        let (a, b) = (client(), client());
+        let mut took = Vec::new();
+        for i in 0..HANDOVERS {
+            let name = format!("{label}-{i}");
+            let first = a
+                .campaign(&name, "host-a", long_lease())
+                .await
+                .expect("A elected");
+            let b = b.clone();
+            let opts = long_lease().poll_every(poll);
+            let waiting = tokio::spawn(async move {
+                let won = b.campaign(&name, "host-b", opts).await;
+                (won, Instant::now())
+            });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let resigned = Instant::now();
+            first.resign().await.expect("A resigns");
+            let (second, elected) = tokio::time::timeout(Duration::from_secs(10), waiting)
+                .await
+                .expect("B elected in time")
+                .expect("B's task");
+            took.push(elected.duration_since(resigned));
+            second
+                .expect("B elected")
+                .resign()
+                .await
+                .expect("B resigns");
+        }
+        took.sort();
+        let (p50, max) = (took[HANDOVERS / 2], took[HANDOVERS - 1]);
+        assert!(
+            max < Duration::from_secs(2),
+            "{label}: hand-over took {max:?}"
+        );
+        report.push(format!("{label}: p50 {p50:?}, max {max:?}"));
+    }
+    eprintln!(
+        "hand-over over 3 masters, {HANDOVERS} each: {}",
+        report.join("; ")
+    );
+}
+
+/// A campaigner waiting on a leader that died (no resignation, nothing published) is elected
+/// when the dead leader's keys expire, not at its next poll (a minute away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_leader_is_replaced_when_its_keys_expire() {
+    let cluster = cluster(3);
+    let urls = cluster.urls();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async {
+            let locks = support::builder(&urls).build().expect("build manager");
+            let leadership = locks
+                .campaign("scheduler", "host-a", short_lease())
+                .await
+                .expect("A elected");
+            std::mem::forget(leadership);
+        });
+    })
+    .join()
+    .expect("the leader's thread");
+    let started = Instant::now();
+    let opts = short_lease().poll_every(Duration::from_secs(60));
+    let second = tokio::time::timeout(
+        Duration::from_secs(20),
+        manager(&cluster).campaign("scheduler", "host-b", opts),
+    )
+    .await
+    .expect("B elected before its first poll")
+    .expect("B elected");
+    // A's 2 s lease expires within 2 s; B retries right after, not a minute later.
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(10), "B waited {waited:?}");
+    second.resign().await.expect("B resigns");
 }
