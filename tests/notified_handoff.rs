@@ -99,14 +99,18 @@ async fn a_waiter_is_woken_by_the_release() {
     }
 }
 
-/// A waiter that started on `resource` is in line and has made its attempts: waits until the
-/// masters saw `rounds` more refused acquire-script rounds than `before`.
+/// The waiters have made their attempts: waits until a quorum of the masters saw `rounds` more
+/// refused acquire-script rounds than `before` (a round decided at the quorum may never send
+/// its request to the last master).
 async fn wait_script_rounds(cluster: &RedisCluster, before: &[u64], rounds: u64) {
+    let quorum = cluster.len() / 2 + 1;
     wait_until("the waiters' attempts", PATIENCE, || {
         cluster
             .iter()
             .zip(before)
-            .all(|(master, before)| calls(master, "pttl") >= before + rounds)
+            .filter(|(master, before)| calls(master, "pttl") >= *before + rounds)
+            .count()
+            >= quorum
     })
     .await;
 }
@@ -392,17 +396,17 @@ async fn the_cleanup_of_a_failed_round_wakes_no_one() {
     let guard = holder.lock("r", TTL).await.expect("holder");
     // The holder keeps a bare quorum: 2 of 3.
     cluster[2].command(&["DEL", &key("r")]).expect("DEL");
-    let before = pttl_calls(&cluster);
-    let tasks: Vec<_> = (0..8).map(|_| spawn_waiter(&waiter, "r")).collect();
-    wait_script_rounds(&cluster, &before[..2], 8).await;
     let start: Vec<u64> = cluster.iter().map(requests).collect();
+    let tasks: Vec<_> = (0..8).map(|_| spawn_waiter(&waiter, "r")).collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
     for (master, start) in cluster.iter().zip(start) {
         let spent = requests(master) - start;
-        // The first in line polls at most twice a second here (retry delay 2 s, uniform).
+        // Arriving costs a waiter at most 4 requests per master (two rounds and their
+        // cleanups), and the first in line polls a few times a second at most here (retry
+        // delay 2 s, uniform): 36 at most, where the livelock ran into the thousands.
         assert!(
-            spent <= 8,
-            "port {}: {spent} requests in a second while waiting",
+            spent <= 36,
+            "port {}: {spent} requests in the first second of waiting",
             master.port()
         );
     }
