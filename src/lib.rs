@@ -213,6 +213,10 @@
 //!   ...) and `build`; `shared`: the state a manager and its guards share;
 //! * `guard`: [`LockGuard`] (extend, release, `Drop`); `lease` (folder): auto-extension,
 //!   [`Lease`] and [`Redlock::run_exclusive`];
+//! * `multi` (folder): [`Redlock::lock_all`]: the key set and the master that presents it to
+//!   the round as one key (`keyset`), [`MultiLockGuard`] (`guard`); `election` (folder):
+//!   [`Redlock::campaign`] and the announcement, [`Leadership`] (`leadership`, a lease over a
+//!   one-key set), [`Redlock::observe`] (`observe`);
 //! * `slot` (folder, public for its docs): slot claims ([`Redlock::claim_slot`]): options,
 //!   outcomes, the quorum rounds, [`SlotRun`]; `guard/hold.rs` and `lease/hold.rs`: hold at least;
 //! * `round` (folder): one quorum round: the fan-out, cleanup and decision in `round.rs`, the

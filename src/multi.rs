@@ -30,6 +30,7 @@ use crate::round::spec::{round_spec, RoundSpec};
 use crate::round::timing::{deadline_after, FAR_FUTURE};
 use crate::round::{self, RoundFailure};
 use crate::traced::{in_span, record_outcome, record_with};
+use crate::wake::{Waiter, WakeMode};
 
 pub use guard::MultiLockGuard;
 pub use keyset::MAX_LOCK_ALL;
@@ -123,11 +124,14 @@ impl Redlock {
         }
     }
 
-    /// Like [`try_lock_all`](Self::try_lock_all), retrying after random delays below
-    /// [`retry_delay`](crate::RedlockBuilder::retry_delay) until `deadline` (and as soon as
-    /// the holders' keys of a refused round expire, if that is sooner). It polls: unlike
-    /// [`lock_until`](Self::lock_until) it is not woken by releases (a set would need a
-    /// subscription per resource).
+    /// Like [`try_lock_all`](Self::try_lock_all), retrying until `deadline`, as
+    /// [`lock_until`](Self::lock_until): with
+    /// [`notified_handoffs`](crate::RedlockBuilder::notified_handoffs) (the default), a
+    /// refused caller is woken by the release of **any** resource of the set (it subscribes to
+    /// each), and retries when the holders' keys expire; polling after random delays below
+    /// [`retry_delay`](crate::RedlockBuilder::retry_delay) stays the fallback. Unlike a
+    /// single-key waiter it takes no place in a resource's line: every release of one of its
+    /// resources wakes it, since another may still be held.
     ///
     /// # Errors
     ///
@@ -150,6 +154,8 @@ impl Redlock {
         let deadline = Instant::from_std(deadline).min(deadline_after(started, FAR_FUTURE));
         let mut attempts = 0u32;
         let mut last = None;
+        // Once refused: one waiter per resource of the set, woken by a release of any of them.
+        let mut waiters: Vec<Waiter> = Vec::new();
         loop {
             if Instant::now() >= deadline {
                 return Err(LockError::DeadlinePassed {
@@ -164,13 +170,34 @@ impl Redlock {
                 Err(failure) => return Err(failure.error),
             };
             attempts = attempts.saturating_add(1);
+            let shared = self.shared();
+            if shared.config.notified && failure.error.is_contended() && waiters.is_empty() {
+                // `All`, not a place in each resource's line: a set waiter woken by one
+                // release may still find another resource held, and must not have taken that
+                // release's turn from a single-key waiter that could use it.
+                waiters = set
+                    .locks()
+                    .iter()
+                    .map(|key| shared.wakes.waiter(key, WakeMode::All))
+                    .collect();
+                // Subscribed before the next attempt, so a release after it cannot be missed.
+                futures::future::join_all(waiters.iter().map(Waiter::subscribed)).await;
+                self.set_settle(failure.cleanup).await;
+                last = Some(failure.error);
+                continue;
+            }
             let now = Instant::now();
             let mut wake = deadline_after(now, self.set_jitter()).min(deadline);
             // A crashed holder's keys expire unannounced: retry when they do, not later.
             if let Some(free_in) = failure.free_in {
                 wake = wake.min(deadline_after(now, free_in + Duration::from_millis(5)));
             }
-            tokio::time::sleep_until(wake).await;
+            if waiters.is_empty() {
+                tokio::time::sleep_until(wake).await;
+            } else {
+                let waits = waiters.iter().map(|w| Box::pin(w.wait(wake, deadline)));
+                futures::future::select_all(waits).await;
+            }
             self.set_settle(failure.cleanup).await;
             last = Some(failure.error);
         }

@@ -412,3 +412,35 @@ async fn a_cancelled_lock_all_leaves_nothing_behind() {
         Some("foreign")
     );
 }
+
+/// A set waiter is woken by the release of the resource that stopped it (its fallback poll
+/// is up to a minute away, the holder's key lives 30 s): it gets the set at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_until_is_woken_by_a_release() {
+    let cluster = cluster(3);
+    let holder = manager(&cluster);
+    let waiter = builder(&cluster.urls())
+        .retry_delay(Duration::from_secs(60))
+        .build()
+        .expect("build manager");
+    let single = holder
+        .lock("account:2", Duration::from_secs(30))
+        .await
+        .expect("lock account:2");
+    let waiting = tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let both = waiter
+            .lock_all_until(&["account:1", "account:2"], TTL, deadline)
+            .await;
+        (both, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "granted while account:2 is held");
+    let released = Instant::now();
+    single.release().await.expect("release account:2");
+    let (both, granted) = waiting.await.expect("the waiter's task");
+    let both = both.expect("both accounts");
+    let took = granted.duration_since(released);
+    assert!(took < Duration::from_secs(2), "woken after {took:?}");
+    both.release().await.expect("release both");
+}

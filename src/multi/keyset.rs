@@ -110,6 +110,11 @@ impl KeySet {
         }
     }
 
+    /// The lock keys, sorted.
+    pub(crate) fn locks(&self) -> &[Arc<str>] {
+        &self.locks
+    }
+
     /// The first lock key (the set's connection, and an election's lock key).
     pub(crate) fn first_lock(&self) -> &Arc<str> {
         &self.locks[0]
