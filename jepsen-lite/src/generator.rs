@@ -305,7 +305,8 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
                 let b = (a + rng.random_range(1..shape.clients)) % shape.clients;
                 Some(Fault::SlowClients {
                     clients: vec![a.min(b), a.max(b)],
-                    by: Duration::from_millis(rng.random_range(5..40)),
+                    // Above the overstated check's slack, below the node timeout.
+                    by: Duration::from_millis(rng.random_range(15..45)),
                 })
             }
             13 if shape.clocks && shape.iptables => {
