@@ -236,6 +236,55 @@ impl Master for SetNode {
 mod tests {
     use super::*;
 
+    fn config(fencing: bool) -> Config {
+        let (config, _) = crate::RedlockBuilder::default()
+            .nodes(["redis://127.0.0.1:1"])
+            .fencing(fencing)
+            .validate()
+            .expect("valid settings");
+        config
+    }
+
+    #[test]
+    fn sets_are_sorted_by_key_and_checked() {
+        let set = KeySet::new(&config(true), &["b", "c", "a"]).expect("valid");
+        assert_eq!(set.resources, ["a", "b", "c"]);
+        let keys = set.round_keys();
+        assert_eq!(&*keys.lock, "quorumlock:a");
+        assert_eq!(keys.fence.as_deref(), Some("quorumlock:\u{1f}fence:a"));
+        // Whatever order the caller names them in, the same first key (the same connection).
+        let other = KeySet::new(&config(true), &["c", "a", "b"]).expect("valid");
+        assert_eq!(other.first_lock(), set.first_lock());
+        let plain = KeySet::new(&config(false), &["a"]).expect("valid");
+        assert!(plain.round_keys().fence.is_none());
+
+        let none: [&str; 0] = [];
+        assert_eq!(
+            KeySet::new(&config(false), &none).err(),
+            Some(InvalidArgument::NoResources)
+        );
+        assert_eq!(
+            KeySet::new(&config(false), &["x", "y", "x"]).err(),
+            Some(InvalidArgument::DuplicateResource("x".into()))
+        );
+        let many: Vec<String> = (0..=MAX_LOCK_ALL).map(|i| i.to_string()).collect();
+        assert!(matches!(
+            KeySet::new(&config(false), &many).err(),
+            Some(InvalidArgument::TooManyResources { count, .. }) if count == MAX_LOCK_ALL + 1
+        ));
+    }
+
+    #[test]
+    fn an_identity_follows_the_random_value_and_reads_back() {
+        let set = KeySet::new(&config(false), &["leader"])
+            .expect("valid")
+            .with_identity("host-a");
+        let claim = Claim::fresh(None, None);
+        let value = set.value(&claim);
+        assert!(value.starts_with(claim.value.as_str()), "{value}");
+        assert_eq!(identity_of(&value), Some("host-a"));
+    }
+
     #[test]
     fn identities_are_read_after_the_random_part_only() {
         let random = "0123456789abcdef0123456789abcdef";
