@@ -346,3 +346,33 @@ async fn a_dead_leader_is_replaced_when_its_keys_expire() {
     assert!(waited < Duration::from_secs(10), "B waited {waited:?}");
     second.resign().await.expect("B resigns");
 }
+
+/// Leadership ends at the lease's `max_hold`, however well renewals go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_ends_at_max_hold() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let lease = LeaseOptions::new()
+        .ttl(Duration::from_secs(1))
+        .max_hold(Duration::from_secs(2));
+    let started = Instant::now();
+    let leadership = locks
+        .campaign("scheduler", "host-a", CampaignOptions::new().lease(lease))
+        .await
+        .expect("elected");
+    let lost = tokio::time::timeout(Duration::from_secs(10), leadership.lost())
+        .await
+        .expect("leadership ends within the cap and one ttl");
+    let held = started.elapsed();
+    assert!(
+        matches!(
+            lost,
+            LockError::NotHeld {
+                reason: quorumlock::NotHeldReason::MaxHoldReached,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert!(held >= Duration::from_secs(2), "ended after {held:?}");
+}
