@@ -1,6 +1,6 @@
 //! jepsen-lite: fault injection against quorumlock on real `redis-server` processes.
 //!
-//! Laid out along Jepsen's lines: the run's environment ([`env`]: the masters of [`cluster`],
+//! Laid out along Jepsen's lines: the run's environment ([`env`](mod@env): the masters of [`cluster`],
 //! the library's fault proxy, the protected [`resource`], the lock [`client`] processes), the
 //! [`nemesis`] (each fault a typed operation with its took-effect check, recorded in the
 //! [`evidence`]), the scripted scenarios' [`plays`], the [`generator`] of random and composed
