@@ -199,6 +199,42 @@ pub(crate) fn targets(r: &Results) -> String {
         },
         pass: growth.map(|g| g <= 2048.0),
     });
+    // Hand-off (issue 14): notified p50 within a millisecond (about 3 round trips), 20x below
+    // rslock's; fair; quiet while waiting.
+    let handoff = |who: &str, w: usize, metric: &str| r.get("handoff", who, 5, w, metric);
+    let notified = "quorumlock notified";
+    let p50 = handoff(notified, 16, "handoff_p50_ms");
+    t.push(Target {
+        name: "N=5, 16 waiters: notified hand-off p50 <= 1 ms".to_owned(),
+        measured: p50.map_or("not measured".to_owned(), |v| format!("{v:.3} ms")),
+        pass: p50.map(|v| v <= 1.0),
+    });
+    let at_least_20: &dyn Fn(f64) -> bool = &|v| v >= 20.0;
+    for w in [1, 4, 16, 64] {
+        t.push(Target::ratio(
+            &format!("N=5, {w} waiters: rslock hand-off p50 vs notified >= 20x"),
+            ratio(
+                handoff("rslock", w, "handoff_p50_ms"),
+                handoff(notified, w, "handoff_p50_ms"),
+            ),
+            // The design's anchor is 16 waiters; the others are reported.
+            (w == 16).then_some(at_least_20),
+        ));
+    }
+    let jain = handoff(notified, 16, "jain");
+    t.push(Target {
+        name: "N=5, 16 contenders: notified Jain's index >= 0.95".to_owned(),
+        measured: jain.map_or("not measured".to_owned(), |v| format!("{v:.3}")),
+        pass: jain.map(|v| v >= 0.95),
+    });
+    t.push(Target::ratio(
+        "N=5, 64 waiters on a 1 s hold: rslock master load vs notified",
+        ratio(
+            handoff("rslock", 64, "load_cmds_per_s"),
+            handoff(notified, 64, "load_cmds_per_s"),
+        ),
+        None,
+    ));
     let mut out = String::from("\n== targets (ratios from this run)\n");
     for target in t {
         let verdict = match target.pass {
