@@ -452,3 +452,53 @@ async fn lock_gives_up_after_its_retries_even_back_in_line() {
     assert!(took < Duration::from_secs(2), "gave up after {took:?}");
     wait_subscribers(&cluster, "r", 0).await;
 }
+
+/// Regression (seen in the redaction test): an ACL user allowed every key but no channel
+/// (Redis 7's default for new users) could not release, since the release script's `PUBLISH`
+/// failed after its delete. The announcement is skipped instead: the release succeeds, and a
+/// waiter (which cannot subscribe either) finds the lock by polling within one retry delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_channel_permissions_releases_and_waiters_poll() {
+    let cluster = cluster(3);
+    for master in cluster.iter() {
+        master
+            .command(&[
+                "ACL",
+                "SETUSER",
+                "bob",
+                "on",
+                ">pass",
+                "~*",
+                "+@all",
+                "resetchannels",
+            ])
+            .expect("ACL SETUSER");
+    }
+    let urls: Vec<String> = cluster
+        .iter()
+        .map(|m| format!("redis://bob:pass@127.0.0.1:{}", m.port()))
+        .collect();
+    let locks = || {
+        builder(&urls)
+            .retry_delay(Duration::from_millis(500))
+            .build()
+            .expect("build manager")
+    };
+    let (holder, waiter) = (locks(), locks());
+    let guard = holder.lock("r", TTL).await.expect("holder");
+    let task = spawn_waiter(&waiter, "r");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard
+        .release()
+        .await
+        .expect("the release succeeds without its announcement");
+    let released = Instant::now();
+    let waited = task
+        .await
+        .expect("waiter task")
+        .saturating_duration_since(released);
+    assert!(
+        waited < Duration::from_millis(500) + PROMPT,
+        "found after {waited:?}"
+    );
+}

@@ -9,11 +9,14 @@ lua_script! {
     /// cleanup of a failed round), publishes the release on a channel named like the key, for
     /// the waiters of notified hand-offs ([`crate::wake`]); the message is the SHA1 of the value
     /// (never the value, which would let a listener release a later lock of a reentrant owner),
-    /// so the copies from several masters are recognised as one release.
+    /// so the copies from several masters are recognised as one release. The publish is a
+    /// `pcall`: a user whose ACL allows no channels (Redis 7's default for new users) still
+    /// releases (the key is deleted by then, and an error would report the release failed);
+    /// its waiters fall back to polling.
     COMPARE_AND_DELETE = r"if redis.call('get', KEYS[1]) == ARGV[1] then
     redis.call('del', KEYS[1])
     if ARGV[2] == '1' then
-        redis.call('publish', KEYS[1], redis.sha1hex(ARGV[1]))
+        redis.pcall('publish', KEYS[1], redis.sha1hex(ARGV[1]))
     end
     return 1
 end
@@ -37,7 +40,7 @@ end
 if redis.call('hlen', KEYS[2]) == 0 then
     redis.call('del', KEYS[1], KEYS[2])
     if ARGV[3] == '1' then
-        redis.call('publish', KEYS[1], redis.sha1hex(ARGV[2]))
+        redis.pcall('publish', KEYS[1], redis.sha1hex(ARGV[2]))
     end
 end
 return 1";
