@@ -14,6 +14,7 @@ pub mod client;
 pub mod clock;
 pub mod clockshim;
 pub mod cluster;
+pub mod cron;
 pub mod env;
 pub mod evidence;
 pub mod generator;

@@ -93,6 +93,31 @@ enum Cmd {
     Soak(SoakArgs),
     /// List the scenarios.
     List,
+    /// The cron workload: 5 scheduler workers with skewed clocks run 3 jobs under pauses,
+    /// kills, a master crash and a partition; every slot must run once and in time. Exits 1
+    /// unless it passed (a mutant must fail).
+    Cron {
+        /// Seed (default: random, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// How long the workers run, seconds (default 45, as --quick).
+        #[arg(long)]
+        duration: Option<u64>,
+        /// Run broken workers, which must be caught.
+        #[arg(long, value_enum)]
+        mutant: Option<jepsen_lite::cron::worker::Mutant>,
+        /// The quick run of scripts/jepsen.sh --quick (45 s, one fault of each kind).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// A cron worker (started by the controller).
+    #[command(hide = true)]
+    CronWorker {
+        #[arg(long)]
+        config: String,
+        #[arg(long, value_enum)]
+        mutant: Option<jepsen_lite::cron::worker::Mutant>,
+    },
     /// A lock client (started by the controller).
     #[command(hide = true)]
     Client {
@@ -105,6 +130,9 @@ fn main() {
     let cli = Cli::parse();
     if let Cmd::Client { config } = &cli.command {
         std::process::exit(client_main(config));
+    }
+    if let Cmd::CronWorker { config, mutant } = &cli.command {
+        std::process::exit(cron_worker_main(config, *mutant));
     }
     let out = cli.out.clone().unwrap_or_else(|| {
         PathBuf::from(concat!(
@@ -178,6 +206,33 @@ fn client_main(config: &str) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("client: {e}");
+            1
+        }
+    }
+}
+
+fn cron_worker_main(config: &str, mutant: Option<jepsen_lite::cron::worker::Mutant>) -> i32 {
+    let cfg = match serde_json::from_str(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cron-worker: bad config: {e}");
+            return 2;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cron-worker: {e}");
+            return 2;
+        }
+    };
+    match rt.block_on(jepsen_lite::cron::worker::run(cfg, mutant)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cron-worker: {e}");
             1
         }
     }
@@ -360,7 +415,19 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
             i32::from(!outcomes.iter().all(|o| acceptable(o, allow_skip)))
         }
         Cmd::Soak(args) => soak(args, &out, clocks.as_ref()).await,
-        Cmd::Client { .. } => 2,
+        Cmd::Cron {
+            seed,
+            duration,
+            mutant,
+            quick,
+        } => {
+            let mut opts = jepsen_lite::cron::Options::quick(seed_or_random(seed), mutant);
+            if let (Some(secs), false) = (duration, quick) {
+                opts.duration = Duration::from_secs(secs);
+            }
+            jepsen_lite::cron::run(opts, &out).await
+        }
+        Cmd::Client { .. } | Cmd::CronWorker { .. } => 2,
     }
 }
 

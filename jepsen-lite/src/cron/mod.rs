@@ -1,0 +1,758 @@
+//! The `cron` workload (issue 13): five worker processes run three short-period jobs through
+//! `quorumlock-scheduler` against five masters, with skewed wall clocks and faults, and every
+//! slot must run once, in time.
+//!
+//! The controller starts the masters (provisioned for restart protection), the fenced
+//! [`store`], and the [`worker`] processes, each with the clock shim preloaded: offsets spread
+//! over ±2 s, one worker's clock also running fast by half the drift factor. Then it injects,
+//! in turn: a pause (`SIGSTOP`) of a worker holding a slot, a `kill -9` of a worker holding a
+//! slot (started again), a master crash and empty restart, and a partition (iptables) of one
+//! master. Each fault's effect is read back (state `T`, the worker's exit by signal 9 and its
+//! new pid, the master's new pid, the rule's packet counter), and so is every worker's clock
+//! (its readings in the store). The [`checker`] judges the slots due in the measured window.
+//!
+//! `jepsen-lite cron --mutant release-at-end` runs workers that take a plain lock per slot and
+//! release it at the job's end: it must fail with double runs.
+
+pub mod checker;
+pub mod store;
+pub mod worker;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use quorumlock::testing::{MasterOptions, RedisCluster};
+use quorumlock::Redlock;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
+
+use self::checker::{DueSlot, Limits, Minimum, Observation};
+use self::store::{Access, Kind, Store};
+use self::worker::{JobSpec, Mutant, WorkerConfig};
+use crate::clock::now_ns;
+use crate::clockshim::Clocks;
+use crate::evidence::{self, Evidence};
+use crate::nemesis::iptables::{self, Rule};
+use crate::outcome::Verdict;
+
+const WORKERS: usize = 5;
+const MASTERS: usize = 5;
+/// Each worker's clock offset before the seed's jitter (±150 ms), ms: spread over ±2 s.
+const OFFSETS_MS: [i64; WORKERS] = [-1850, -1100, -300, 600, 1850];
+/// The fast clock's rate: half quorumlock's default drift factor (0.01).
+const FAST_PPM: i64 = 5000;
+const WORK_MS: u64 = 400;
+const CLAIM_TTL_MS: u64 = 1000;
+const DEADLINE_MS: u64 = 4000;
+const MAX_TTL_MS: u64 = 2000;
+const NODE_TIMEOUT_MS: u64 = 100;
+/// Added to the deadline for a claim round and the store's round trip on a loaded machine.
+const SLACK_MS: i64 = 500;
+const WARM_UP: Duration = Duration::from_secs(3);
+const FAULT_EVERY: Duration = Duration::from_secs(7);
+const PAUSE_FOR: Duration = Duration::from_secs(4);
+const PARTITION_FOR: Duration = Duration::from_secs(3);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The seed of the clocks and the faults' targets.
+    pub seed: u64,
+    /// How long the workers run.
+    pub duration: Duration,
+    /// A broken worker, which must be caught.
+    pub mutant: Option<Mutant>,
+    /// Fewest slots due and executed for a verdict.
+    pub min_slots: usize,
+}
+
+impl Options {
+    /// The quick run of `scripts/jepsen.sh --quick`: 45 s, one fault of each kind.
+    pub fn quick(seed: u64, mutant: Option<Mutant>) -> Self {
+        Self {
+            seed,
+            duration: Duration::from_secs(45),
+            mutant,
+            min_slots: 40,
+        }
+    }
+}
+
+fn jobs() -> Vec<JobSpec> {
+    [("job-a", 1000), ("job-b", 1500), ("job-c", 2000)]
+        .into_iter()
+        .map(|(name, period_ms)| JobSpec {
+            name: name.into(),
+            period_ms,
+        })
+        .collect()
+}
+
+/// The faults the nemesis cycles through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+enum Fault {
+    PauseWorker,
+    KillWorker,
+    CrashMaster,
+    PartitionMaster,
+}
+
+const CYCLE: [Fault; 4] = [
+    Fault::PauseWorker,
+    Fault::KillWorker,
+    Fault::CrashMaster,
+    Fault::PartitionMaster,
+];
+
+/// One worker's clock as set.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct WorkerClock {
+    offset_ms: i64,
+    rate_ppm: i64,
+    set_ns: u64,
+}
+
+/// The host's wall clock against its monotonic clock, read together once.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct TimeBase {
+    wall_ns: i128,
+    mono_ns: u64,
+}
+
+impl TimeBase {
+    fn now() -> Self {
+        let wall_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i128::try_from(d.as_nanos()).unwrap_or(0))
+            .unwrap_or(0);
+        Self {
+            wall_ns,
+            mono_ns: now_ns(),
+        }
+    }
+
+    fn wall_ns(&self, mono_ns: u64) -> i128 {
+        self.wall_ns + i128::from(mono_ns) - i128::from(self.mono_ns)
+    }
+
+    fn mono_ns(&self, wall_ns: i128) -> u64 {
+        u64::try_from(i128::from(self.mono_ns) + wall_ns - self.wall_ns).unwrap_or(0)
+    }
+}
+
+/// A worker process.
+struct WorkerProc {
+    child: tokio::process::Child,
+    pid: u32,
+}
+
+/// Removes an iptables rule when dropped (an interrupted run leaves none behind).
+struct RuleGuard(Option<Rule>);
+
+impl Drop for RuleGuard {
+    fn drop(&mut self) {
+        if let Some(rule) = self.0.take() {
+            let _ = iptables::apply(false, rule);
+        }
+    }
+}
+
+/// Everything a run starts; dropping it kills the workers and the masters.
+struct Env {
+    dir: PathBuf,
+    shim: PathBuf,
+    clock_dir: PathBuf,
+    masters: RedisCluster,
+    store: Store,
+    workers: Vec<WorkerProc>,
+    config: WorkerConfig,
+    mutant: Option<Mutant>,
+    /// Masters' unusable intervals (master, from, to), host monotonic ns.
+    unusable: Vec<(usize, u64, u64)>,
+    evidence: Evidence,
+    rng: StdRng,
+    quarantine: Duration,
+}
+
+/// What the run writes as `summary.json`.
+#[derive(Debug, Serialize)]
+struct Summary<'a> {
+    seed: u64,
+    mutant: Option<Mutant>,
+    verdict: Verdict,
+    why: &'a str,
+    slots_due: usize,
+    executed: usize,
+    double_runs: usize,
+    misses: usize,
+    excused: usize,
+    lateness_p50_ms: Option<i64>,
+    lateness_p99_ms: Option<i64>,
+    lateness_max_ms: Option<i64>,
+    rejected_writes: usize,
+    retried_runs: usize,
+    faults_injected: usize,
+    faults_proven: usize,
+}
+
+/// Runs the workload and prints its table; returns the exit code (0 only for a pass).
+pub async fn run(opts: Options, out: &Path) -> i32 {
+    let name = match opts.mutant {
+        Some(_) => format!("cron-release-at-end-{}", opts.seed),
+        None => format!("cron-{}", opts.seed),
+    };
+    let dir = out.join(name);
+    match run_in(&opts, &dir).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!(
+                "jepsen-lite cron: {e} (seed {}; files in {})",
+                opts.seed,
+                dir.display()
+            );
+            1
+        }
+    }
+}
+
+async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(dir)?;
+    println!(
+        "jepsen-lite cron: {WORKERS} workers, jobs every 1/1.5/2 s, {MASTERS} masters, {} s, seed {}, fencing and restart protection on{}",
+        opts.duration.as_secs(),
+        opts.seed,
+        if opts.mutant.is_some() { ", MUTANT release-at-end" } else { "" }
+    );
+    if !iptables::available() {
+        return Err("iptables is needed for the partition (install the iptables package)".into());
+    }
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let (clocks, _) = Clocks::install(&dir.join("clock"))
+        .map_err(|e| format!("the clock shim cannot be built: {e}"))?;
+    let clock_dir = dir.join("clock").canonicalize()?;
+    let mut offsets: Vec<i64> = OFFSETS_MS
+        .iter()
+        .map(|o| (o + rng.random_range(-150..=150)).clamp(-2000, 2000))
+        .collect();
+    for i in (1..offsets.len()).rev() {
+        offsets.swap(i, rng.random_range(0..=i));
+    }
+    let fast = rng.random_range(0..WORKERS);
+    let mut set = Vec::new();
+    for (w, &offset_ms) in offsets.iter().enumerate() {
+        let rate_ppm = if w == fast { FAST_PPM } else { 0 };
+        // The shim's control files are named by "port": workers use 1..=5, no master's port.
+        clocks.set(shim_id(w), offset_ms, rate_ppm)?;
+        set.push(WorkerClock {
+            offset_ms,
+            rate_ppm,
+            set_ns: now_ns(),
+        });
+    }
+    let masters =
+        tokio::task::block_in_place(|| RedisCluster::start_with(MASTERS, MasterOptions::new()))?;
+    let store = Store::start().await?;
+    let config = WorkerConfig {
+        id: 0,
+        nodes: masters.urls(),
+        store: store.addr,
+        jobs: jobs(),
+        work_ms: WORK_MS,
+        claim_ttl_ms: CLAIM_TTL_MS,
+        deadline_ms: DEADLINE_MS,
+        max_ttl_ms: MAX_TTL_MS,
+        node_timeout_ms: NODE_TIMEOUT_MS,
+    };
+    let admin = Redlock::builder()
+        .nodes(config.nodes.clone())
+        .fencing(true)
+        .restart_protection(true)
+        .max_ttl(Duration::from_millis(MAX_TTL_MS))
+        .build()?;
+    admin.provision().await?;
+    let quarantine = admin.restart_quarantine().unwrap_or_default();
+    let mut env = Env {
+        dir: dir.to_path_buf(),
+        shim: clock_dir.join("libjlclock.so"),
+        clock_dir,
+        masters,
+        store,
+        workers: Vec::new(),
+        config,
+        mutant: opts.mutant,
+        unusable: Vec::new(),
+        evidence: Evidence::default(),
+        rng,
+        quarantine,
+    };
+    for w in 0..WORKERS {
+        let p = env.spawn(w)?;
+        env.workers.push(p);
+    }
+    env.wait_ready(Duration::from_secs(15)).await?;
+    let base = TimeBase::now();
+    let start = base.mono_ns;
+    let end = start + u64::try_from(opts.duration.as_nanos()).unwrap_or(u64::MAX);
+    let max_lag_ms = offsets.iter().map(|o| -o).max().unwrap_or(0).max(0);
+    let max_ahead_ms = offsets.iter().copied().max().unwrap_or(0).max(0);
+    let limits = Limits {
+        deadline_ms: i64::try_from(DEADLINE_MS).unwrap_or(0),
+        max_lag_ms,
+        max_ahead_ms,
+        slack_ms: SLACK_MS,
+    };
+    // Slots due from the warm-up's end until late enough that the slowest start is seen.
+    let tail_ns =
+        u64::try_from(limits.deadline_ms + max_lag_ms + SLACK_MS + 1000).unwrap_or(0) * 1_000_000;
+    let measured = (start + dur_ns(WARM_UP), end.saturating_sub(tail_ns));
+    let mut at = start + dur_ns(WARM_UP) + dur_ns(FAULT_EVERY) / 2;
+    let mut k = 0;
+    while at + dur_ns(FAULT_EVERY) <= measured.1 {
+        sleep_until_ns(at).await;
+        let fault = CYCLE[k % CYCLE.len()];
+        env.inject(fault).await;
+        k += 1;
+        at += dur_ns(FAULT_EVERY);
+    }
+    sleep_until_ns(end).await;
+    let log = env.store.log();
+    // Kill the workers first, so that nothing changes while the clocks are judged.
+    env.workers.clear();
+    prove_clocks(&mut env.evidence, &log, &set, &base);
+    let slots = due_slots(&jobs(), &base, measured);
+    let outages = checker::quorum_outages(MASTERS, &env.unusable);
+    let obs = checker::check(&slots, &log, &outages, &limits);
+    let min = Minimum {
+        slots: opts.min_slots,
+        faults: k + WORKERS + 1,
+    };
+    let (verdict, why) = checker::verdict(&obs, &env.evidence, &min);
+    print_table(&obs, &env.evidence, verdict, &why);
+    let summary = Summary {
+        seed: opts.seed,
+        mutant: opts.mutant,
+        verdict,
+        why: &why,
+        slots_due: obs.slots_due,
+        executed: obs.executed,
+        double_runs: obs.double_runs.len(),
+        misses: obs.misses.len(),
+        excused: obs.excused,
+        lateness_p50_ms: obs.lateness_quantile(0.5),
+        lateness_p99_ms: obs.lateness_quantile(0.99),
+        lateness_max_ms: obs.lateness_ms.last().copied(),
+        rejected_writes: obs.rejected_writes,
+        retried_runs: obs.retried_runs,
+        faults_injected: env.evidence.injected(),
+        faults_proven: env.evidence.proven(),
+    };
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_vec_pretty(&serde_json::json!({
+            "summary": summary,
+            "observation": obs,
+            "limits": limits,
+            "evidence": env.evidence,
+        }))?,
+    )?;
+    std::fs::write(
+        dir.join("history.json"),
+        serde_json::to_vec(&serde_json::json!({
+            "seed": opts.seed,
+            "clocks": set,
+            "time_base": base,
+            "measured": measured,
+            "slots": slots,
+            "unusable": env.unusable,
+            "outages": outages,
+            "log": log,
+        }))?,
+    )?;
+    println!("seed {}; files in {}", opts.seed, dir.display());
+    Ok(i32::from(verdict != Verdict::Pass))
+}
+
+fn shim_id(worker: usize) -> u16 {
+    u16::try_from(worker + 1).unwrap_or(u16::MAX)
+}
+
+fn dur_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+async fn sleep_until_ns(t: u64) {
+    let now = now_ns();
+    if t > now {
+        tokio::time::sleep(Duration::from_nanos(t - now)).await;
+    }
+}
+
+/// The slots of `jobs` due within `(from, to]` (host monotonic ns).
+fn due_slots(jobs: &[JobSpec], base: &TimeBase, (from, to): (u64, u64)) -> Vec<DueSlot> {
+    let (from_ms, to_ms) = (
+        base.wall_ns(from).div_euclid(1_000_000),
+        base.wall_ns(to).div_euclid(1_000_000),
+    );
+    let mut slots = Vec::new();
+    for job in jobs {
+        let period = i128::from(job.period_ms);
+        let mut slot = (from_ms.div_euclid(period) + 1) * period;
+        while slot <= to_ms {
+            slots.push(DueSlot {
+                job: job.name.clone(),
+                slot_ms: i64::try_from(slot).unwrap_or(0),
+                due_ns: base.mono_ns(slot * 1_000_000),
+            });
+            slot += period;
+        }
+    }
+    slots
+}
+
+/// Records each worker's clock offset (and the fast one's rate) as read from its reports.
+fn prove_clocks(evidence: &mut Evidence, log: &[Access], set: &[WorkerClock], base: &TimeBase) {
+    for (w, clock) in set.iter().enumerate() {
+        let readings: Vec<(u64, i64)> = log
+            .iter()
+            .filter(|a| a.req.kind == Kind::Clock && a.req.worker == w)
+            .map(|a| {
+                let host_us = base.wall_ns(a.req.mono_ns).div_euclid(1000);
+                let off_ms = (i128::from(a.req.wall_us) - host_us).div_euclid(1000);
+                (a.req.mono_ns, i64::try_from(off_ms).unwrap_or(i64::MAX))
+            })
+            .collect();
+        let fault = format!("clock of worker {w} off by {:+} ms", clock.offset_ms);
+        evidence.record(
+            fault,
+            match readings.first() {
+                None => Err("no clock reading from the worker".into()),
+                Some(&(mono, measured)) => {
+                    let elapsed_ms =
+                        i64::try_from(mono.saturating_sub(clock.set_ns) / 1_000_000).unwrap_or(0);
+                    let expected = clock.offset_ms + elapsed_ms * clock.rate_ppm / 1_000_000;
+                    if evidence::offset_took_effect(measured, expected) {
+                        Ok(format!("worker read {measured:+} ms against the host"))
+                    } else {
+                        Err(format!(
+                            "worker read {measured:+} ms, expected {expected:+}"
+                        ))
+                    }
+                }
+            },
+        );
+        if clock.rate_ppm != 0 {
+            let fault = format!("clock of worker {w} fast by {} ppm", clock.rate_ppm);
+            let check = match (readings.first(), readings.last()) {
+                (Some(&(m0, o0)), Some(&(m1, o1))) if m1 > m0 + 10_000_000_000 => {
+                    let span_ms = ((m1 - m0) / 1_000_000) as f64;
+                    let ppm = (o1 - o0) as f64 / span_ms * 1e6;
+                    let reading = format!(
+                        "gained {} ms in {:.1} s: {ppm:.0} ppm",
+                        o1 - o0,
+                        span_ms / 1000.0
+                    );
+                    if (ppm - clock.rate_ppm as f64).abs() <= clock.rate_ppm as f64 * 0.3 {
+                        Ok(reading)
+                    } else {
+                        Err(reading)
+                    }
+                }
+                _ => Err("fewer than 10 s of clock readings".into()),
+            };
+            evidence.record(fault, check);
+        }
+    }
+}
+
+impl Env {
+    fn spawn(&self, w: usize) -> Result<WorkerProc, Box<dyn std::error::Error>> {
+        // Through /proc: a rebuild that replaces the binary meanwhile must not fail a respawn.
+        let proc_exe = Path::new("/proc/self/exe");
+        let exe = if proc_exe.exists() {
+            proc_exe.to_path_buf()
+        } else {
+            std::env::current_exe()?
+        };
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("worker-{w}.stderr")))?;
+        let cfg = WorkerConfig {
+            id: w,
+            ..self.config.clone()
+        };
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg("cron-worker")
+            .arg("--config")
+            .arg(serde_json::to_string(&cfg)?);
+        if self.mutant == Some(Mutant::ReleaseAtEnd) {
+            cmd.args(["--mutant", "release-at-end"]);
+        }
+        let child = cmd
+            .env_remove("QUORUMLOCK_REDIS_SERVER")
+            .env("LD_PRELOAD", &self.shim)
+            .env(
+                "JEPSEN_LITE_CLOCK_FILE",
+                self.clock_dir.join(format!("{}.clock", shim_id(w))),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(true)
+            .spawn()?;
+        let pid = child.id().ok_or("a worker exited at once")?;
+        Ok(WorkerProc { child, pid })
+    }
+
+    /// Waits until every worker reported its clock.
+    async fn wait_ready(&self, within: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let log = self.store.log();
+            let ready = (0..WORKERS)
+                .filter(|&w| {
+                    log.iter()
+                        .any(|a| a.req.kind == Kind::Clock && a.req.worker == w)
+                })
+                .count();
+            if ready == WORKERS {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "only {ready} of {WORKERS} workers reported within {within:?} (see worker-*.stderr)"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A worker running an execution it began at most 150 ms ago (so 250 ms or more of its
+    /// work is left), waiting up to `within` for one: (worker, job, slot, token).
+    async fn holder(&self, within: Duration) -> Option<(usize, String, i64, Option<u64>)> {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            let log = self.store.log();
+            let now = now_ns();
+            let open = log.iter().rev().find(|b| {
+                b.req.kind == Kind::Begin
+                    && b.accepted
+                    && now.saturating_sub(b.time_ns) < 150_000_000
+                    && self
+                        .workers
+                        .get(b.req.worker)
+                        .is_some_and(|p| p.pid == b.req.pid)
+                    && !log.iter().any(|w| {
+                        w.req.kind == Kind::Write
+                            && w.req.pid == b.req.pid
+                            && w.req.job == b.req.job
+                            && w.req.slot_ms == b.req.slot_ms
+                            && w.req.token == b.req.token
+                    })
+            });
+            if let Some(b) = open {
+                return Some((b.req.worker, b.req.job.clone(), b.req.slot_ms, b.req.token));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        None
+    }
+
+    async fn inject(&mut self, fault: Fault) {
+        match fault {
+            Fault::PauseWorker => self.pause_worker().await,
+            Fault::KillWorker => self.kill_worker().await,
+            Fault::CrashMaster => self.crash_master().await,
+            Fault::PartitionMaster => self.partition_master().await,
+        }
+    }
+
+    async fn pause_worker(&mut self) {
+        let (w, holding) = match self.holder(Duration::from_secs(3)).await {
+            Some((w, job, slot, token)) => {
+                (w, format!("holding {job} slot {slot} (token {token:?})"))
+            }
+            None => (self.rng.random_range(0..WORKERS), "holding no slot".into()),
+        };
+        let pid = self.workers[w].pid;
+        crate::nemesis::signal(pid, nix::sys::signal::Signal::SIGSTOP);
+        let check = wait_stopped(pid).await.map(|r| format!("{r}, {holding}"));
+        tokio::time::sleep(PAUSE_FOR).await;
+        crate::nemesis::signal(pid, nix::sys::signal::Signal::SIGCONT);
+        self.evidence
+            .record(format!("pause worker {w} for {PAUSE_FOR:?}"), check);
+    }
+
+    async fn kill_worker(&mut self) {
+        let Some((w, job, slot, token)) = self.holder(Duration::from_secs(5)).await else {
+            self.evidence.record(
+                "kill -9 worker holding a slot",
+                Err("no worker was found holding a slot within 5 s".into()),
+            );
+            return;
+        };
+        let old = self.workers[w].pid;
+        let _ = self.workers[w].child.start_kill();
+        let status = self.workers[w].child.wait().await;
+        let killed = {
+            use std::os::unix::process::ExitStatusExt;
+            status.ok().and_then(|s| s.signal()) == Some(9)
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let check = match self.spawn(w) {
+            Ok(p) => {
+                let new = p.pid;
+                self.workers[w] = p;
+                if killed && new != old {
+                    Ok(format!(
+                        "pid {old} died of signal 9 running {job} slot {slot} (token {token:?}); started again as pid {new}"
+                    ))
+                } else {
+                    Err(format!(
+                        "pid {old} did not die of SIGKILL ({killed}), new pid {new}"
+                    ))
+                }
+            }
+            Err(e) => Err(format!("pid {old} killed; could not start it again: {e}")),
+        };
+        self.evidence
+            .record(format!("kill -9 worker {w} holding a slot"), check);
+    }
+
+    async fn crash_master(&mut self) {
+        let m = self.rng.random_range(0..MASTERS);
+        let old = self.masters.masters()[m].pid();
+        let down = now_ns();
+        let check = tokio::task::block_in_place(|| {
+            let master = self
+                .masters
+                .get_mut(m)
+                .ok_or_else(|| format!("no master {m}"))?;
+            master.kill().map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_secs(1));
+            master.restart_empty().map_err(|e| e.to_string())?;
+            master
+                .ping(Duration::from_secs(2))
+                .map_err(|e| e.to_string())?;
+            let new = master.pid();
+            if new.is_some() && new != old {
+                Ok(format!(
+                    "pid {old:?} killed, restarted empty as pid {new:?}, answering PING"
+                ))
+            } else {
+                Err(format!("pid {old:?} → {new:?}: no new process"))
+            }
+        });
+        let up = now_ns() + dur_ns(self.quarantine);
+        self.unusable.push((m, down, up));
+        self.evidence
+            .record(format!("crash master {m}, restart empty"), check);
+    }
+
+    async fn partition_master(&mut self) {
+        // Not a master still in restart protection's quarantine: a quorum stays reachable.
+        let now = now_ns();
+        let candidates: Vec<usize> = (0..MASTERS)
+            .filter(|&m| !self.unusable.iter().any(|&(u, _, to)| u == m && to > now))
+            .collect();
+        let m = candidates[self.rng.random_range(0..candidates.len())];
+        let port = self.masters.ports()[m];
+        let rule = Rule::Drop(port);
+        let from = now_ns();
+        let check = match iptables::apply(true, rule) {
+            Err(e) => Err(format!("iptables: {e}")),
+            Ok(()) => {
+                let guard = RuleGuard(Some(rule));
+                tokio::time::sleep(PARTITION_FOR).await;
+                let listing = iptables::listing();
+                drop(guard);
+                match listing {
+                    Ok(l) => match evidence::dropped_packets(&l, port) {
+                        0 => Err("the rule dropped no packet".into()),
+                        n => Ok(format!("{n} packets to port {port} dropped")),
+                    },
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        self.unusable.push((m, from, now_ns()));
+        self.evidence
+            .record(format!("partition master {m} for {PARTITION_FOR:?}"), check);
+    }
+}
+
+async fn wait_stopped(pid: u32) -> Result<String, String> {
+    let t = tokio::time::Instant::now();
+    loop {
+        match evidence::process_stopped(pid) {
+            Ok(r) => return Ok(r),
+            Err(e) if t.elapsed() > Duration::from_secs(1) => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(2)).await,
+        }
+    }
+}
+
+fn ms(v: Option<i64>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+fn print_table(obs: &Observation, evidence: &Evidence, verdict: Verdict, why: &str) {
+    println!(
+        "{:>9} {:>9} {:>11} {:>7} {:>8} {:>24} {:>22} {:>9} {:>8} {:>14}",
+        "slots due",
+        "executed",
+        "double runs",
+        "misses",
+        "excused",
+        "lateness p50/p99/max ms",
+        "own clock p50/p99 ms",
+        "rejected",
+        "retries",
+        "faults proven"
+    );
+    let own = |q| checker::quantile(&obs.own_lateness_ms, q);
+    println!(
+        "{:>9} {:>9} {:>11} {:>7} {:>8} {:>24} {:>22} {:>9} {:>8} {:>14}",
+        obs.slots_due,
+        obs.executed,
+        obs.double_runs.len(),
+        obs.misses.len(),
+        obs.excused,
+        format!(
+            "{}/{}/{}",
+            ms(obs.lateness_quantile(0.5)),
+            ms(obs.lateness_quantile(0.99)),
+            ms(obs.lateness_ms.last().copied())
+        ),
+        format!("{}/{}", ms(own(0.5)), ms(own(0.99))),
+        obs.rejected_writes,
+        obs.retried_runs,
+        format!("{}/{}", evidence.proven(), evidence.injected()),
+    );
+    for c in &evidence.checks {
+        println!(
+            "  {} {}: {}",
+            if c.took_effect { "proven " } else { "UNPROVEN" },
+            c.fault,
+            c.reading
+        );
+    }
+    for d in obs.double_runs.iter().take(5) {
+        println!(
+            "  double run: {} slot {} ran {} times (worker, token, ms after due): {:?}",
+            d.job,
+            d.slot_ms,
+            d.runs.len(),
+            d.runs
+        );
+    }
+    for (job, slot, late) in obs.misses.iter().take(5) {
+        println!(
+            "  miss: {job} slot {slot}, first run {} ms after due",
+            ms(*late)
+        );
+    }
+    println!("verdict: {verdict:?}: {why}");
+}

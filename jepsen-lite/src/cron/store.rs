@@ -1,0 +1,296 @@
+//! The cron workload's fenced store: a TCP server in the controller that every job execution
+//! reports to, keyed by `(job, slot)`.
+//!
+//! An execution sends a `begin` when it starts and a `write` (its one side effect) when its
+//! work is done, both carrying the fencing token of its claim. Per key the store keeps the
+//! highest token it accepted and rejects any access below it (a `begin` counts, so a retry that
+//! started makes the stale runner's later write fail), and any access without a token. It
+//! also logs each worker's wall-clock readings (`clock`), from which the controller proves the
+//! clock shim's offsets and rate. Every access is stamped with the host's monotonic clock on
+//! arrival.
+//!
+//! `resource.rs`'s register does not fit: it holds one counter for the whole run, while the
+//! tokens of slot claims are per slot and must be compared per slot.
+//!
+//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::clock::now_ns;
+
+/// What an access is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A worker's wall clock, read with its monotonic clock (no key, never rejected).
+    Clock,
+    /// An execution starts.
+    Begin,
+    /// An execution's side effect: what "the slot ran" means.
+    Write,
+}
+
+/// One request line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// What it is.
+    pub kind: Kind,
+    /// The worker (0-based).
+    pub worker: usize,
+    /// Its process id.
+    pub pid: u32,
+    /// The job (empty for `clock`).
+    #[serde(default)]
+    pub job: String,
+    /// The slot's due instant, Unix milliseconds (0 for `clock`).
+    #[serde(default)]
+    pub slot_ms: i64,
+    /// The fencing token of the claim.
+    #[serde(default)]
+    pub token: Option<u64>,
+    /// Which claim of the slot (1, or more for a retry).
+    #[serde(default)]
+    pub attempt: u32,
+    /// The worker's wall clock (its shimmed `CLOCK_REALTIME`), Unix microseconds.
+    pub wall_us: i64,
+    /// The worker's `CLOCK_MONOTONIC` read right after it (the host's, never shimmed).
+    pub mono_ns: u64,
+    /// For `begin`: how late the run started by the worker's own clock, ms.
+    #[serde(default)]
+    pub own_lateness_ms: Option<f64>,
+}
+
+/// One response line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether the access was applied.
+    pub accepted: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One logged access: the request, its arrival and the store's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Access {
+    /// Host monotonic nanoseconds at arrival.
+    pub time_ns: u64,
+    /// The request.
+    #[serde(flatten)]
+    pub req: Request,
+    /// Whether it was applied.
+    pub accepted: bool,
+}
+
+/// The highest token per key and the log.
+#[derive(Debug, Default)]
+pub struct State {
+    max_token: HashMap<(String, i64), u64>,
+    /// Every access, in arrival order.
+    pub log: Vec<Access>,
+}
+
+impl State {
+    /// Applies one request arriving at `time_ns` and logs it.
+    pub fn apply(&mut self, req: Request, time_ns: u64) -> Response {
+        let rejection = match req.kind {
+            Kind::Clock => None,
+            Kind::Begin | Kind::Write => {
+                let max = self.max_token.entry((req.job.clone(), req.slot_ms));
+                match req.token {
+                    None => Some("no token".to_string()),
+                    Some(t) => match max {
+                        std::collections::hash_map::Entry::Occupied(e) if t < *e.get() => {
+                            Some(format!("stale token {t} < {}", e.get()))
+                        }
+                        std::collections::hash_map::Entry::Occupied(mut e) => {
+                            e.insert(t);
+                            None
+                        }
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(t);
+                            None
+                        }
+                    },
+                }
+            }
+        };
+        let accepted = rejection.is_none();
+        self.log.push(Access {
+            time_ns,
+            req,
+            accepted,
+        });
+        Response {
+            accepted,
+            reason: rejection,
+        }
+    }
+}
+
+/// The running store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// Where workers connect.
+    pub addr: SocketAddr,
+    /// The tokens and the log.
+    pub state: Arc<Mutex<State>>,
+}
+
+impl Store {
+    /// Binds to a free loopback port and serves in the background on the current runtime.
+    ///
+    /// # Errors
+    ///
+    /// When no port can be bound.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = Arc::clone(&state);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, Arc::clone(&shared)));
+            }
+        });
+        Ok(Self { addr, state })
+    }
+
+    /// A copy of the log.
+    pub fn log(&self) -> Vec<Access> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .log
+            .clone()
+    }
+}
+
+async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
+    let _ = stream.set_nodelay(true);
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let arrival = now_ns();
+        let response = match serde_json::from_str::<Request>(&line) {
+            Ok(req) => state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .apply(req, arrival),
+            Err(e) => Response {
+                accepted: false,
+                reason: Some(format!("bad request: {e}")),
+            },
+        };
+        let Ok(mut out) = serde_json::to_vec(&response) else {
+            return;
+        };
+        out.push(b'\n');
+        if write.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A worker's connection to the store.
+#[derive(Debug)]
+pub struct Client {
+    lines: tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>,
+    write: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl Client {
+    /// Connects.
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot be reached.
+    pub async fn connect(addr: SocketAddr) -> std::io::Result<Self> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (read, write) = stream.into_split();
+        Ok(Self {
+            lines: BufReader::new(read).lines(),
+            write,
+        })
+    }
+
+    /// Sends one request and waits for its response.
+    ///
+    /// # Errors
+    ///
+    /// When the connection fails or the response does not parse.
+    pub async fn call(&mut self, req: &Request) -> std::io::Result<Response> {
+        let mut out = serde_json::to_vec(req)?;
+        out.push(b'\n');
+        self.write.write_all(&out).await?;
+        let line = self
+            .lines
+            .next_line()
+            .await?
+            .ok_or_else(|| std::io::Error::other("the store closed the connection"))?;
+        Ok(serde_json::from_str(&line)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(kind: Kind, slot_ms: i64, token: Option<u64>) -> Request {
+        Request {
+            kind,
+            worker: 0,
+            pid: 1,
+            job: "a".into(),
+            slot_ms,
+            token,
+            attempt: 1,
+            wall_us: 0,
+            mono_ns: 0,
+            own_lateness_ms: None,
+        }
+    }
+
+    #[test]
+    fn stale_and_missing_tokens_are_rejected_per_slot() {
+        let mut s = State::default();
+        assert!(s.apply(req(Kind::Begin, 1000, Some(5)), 1).accepted);
+        // A retry's begin raises the bar: the first runner's write is stale.
+        assert!(s.apply(req(Kind::Begin, 1000, Some(7)), 2).accepted);
+        let stale = s.apply(req(Kind::Write, 1000, Some(5)), 3);
+        assert!(!stale.accepted);
+        assert!(stale.reason.unwrap_or_default().contains("stale"));
+        assert!(s.apply(req(Kind::Write, 1000, Some(7)), 4).accepted);
+        // Equal tokens pass (the same execution's begin and write).
+        assert!(s.apply(req(Kind::Write, 1000, Some(7)), 5).accepted);
+        // Another slot has its own bar.
+        assert!(s.apply(req(Kind::Write, 2000, Some(1)), 6).accepted);
+        assert!(!s.apply(req(Kind::Write, 2000, None), 7).accepted);
+        // Clock readings are never rejected.
+        assert!(s.apply(req(Kind::Clock, 0, None), 8).accepted);
+        assert_eq!(s.log.len(), 8);
+    }
+
+    #[tokio::test]
+    async fn serves_over_tcp_and_stamps_arrival() {
+        let store = Store::start().await.expect("starts");
+        let mut client = Client::connect(store.addr).await.expect("connects");
+        let before = now_ns();
+        let r = client
+            .call(&req(Kind::Write, 1000, Some(3)))
+            .await
+            .expect("call");
+        assert!(r.accepted);
+        let log = store.log();
+        assert_eq!(log.len(), 1);
+        assert!(log[0].time_ns >= before);
+        assert_eq!(log[0].req.token, Some(3));
+    }
+}
