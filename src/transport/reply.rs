@@ -62,7 +62,11 @@ pub(crate) fn acquire_reply(
         granted,
         token,
         epoch_age,
-        remaining: if granted { None } else { remaining_of_pttl(*pttl) },
+        remaining: if granted {
+            None
+        } else {
+            remaining_of_pttl(*pttl)
+        },
     })
 }
 
@@ -197,10 +201,25 @@ mod tests {
         );
         for bad in [
             Reply::Nil,
-            Reply::Array(vec![Reply::Int(1), Reply::Int(0), Reply::Int(0), Reply::Int(-2)]),
-            Reply::Array(vec![Reply::Int(2), Reply::Int(1), Reply::Int(0), Reply::Int(-2)]),
+            Reply::Array(vec![
+                Reply::Int(1),
+                Reply::Int(0),
+                Reply::Int(0),
+                Reply::Int(-2),
+            ]),
+            Reply::Array(vec![
+                Reply::Int(2),
+                Reply::Int(1),
+                Reply::Int(0),
+                Reply::Int(-2),
+            ]),
             Reply::Array(vec![Reply::Int(1), Reply::Int(1), Reply::Int(0)]),
-            Reply::Array(vec![Reply::Int(1), Reply::Int(-4), Reply::Int(0), Reply::Int(-2)]),
+            Reply::Array(vec![
+                Reply::Int(1),
+                Reply::Int(-4),
+                Reply::Int(0),
+                Reply::Int(-2),
+            ]),
         ] {
             assert!(acquire_reply(bad, true, true).is_err());
         }
