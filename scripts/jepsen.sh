@@ -9,6 +9,7 @@
 #   scripts/jepsen.sh run --scenario client-pause --seed 42   # one scenario
 #   scripts/jepsen.sh soak --minutes 30          # composed random runs back to back, N = 1,3,5,7
 #   scripts/jepsen.sh soak --minutes 10 --mutation min-token  # seeds until a mutant is caught
+#   scripts/jepsen.sh cron --quick [--seed S] [--mutant release-at-end]  # the cron workload alone
 #
 # jepsen-lite is built with `--cfg quorumlock_mutants` (the deliberately broken library variants
 # its mutant scenarios run), in a target directory of its own so that the flag never reaches
@@ -17,6 +18,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh --jepsen
-if [[ ${1:-} == run || ${1:-} == list || ${1:-} == soak ]]; then command=(); else command=(matrix); fi
+if [[ ${1:-} == run || ${1:-} == list || ${1:-} == soak || ${1:-} == cron ]]; then command=(); else command=(matrix); fi
 RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
     cargo run --locked --release -p jepsen-lite -- "${command[@]}" "$@"
+if [[ ${#command[@]} -gt 0 && " $* " == *" --quick "* ]]; then
+    # The cron workload (issue 13): scheduler workers with skewed clocks under faults, ~50 s.
+    RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
+        cargo run --locked --release -p jepsen-lite -- cron --quick
+fi

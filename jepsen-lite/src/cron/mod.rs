@@ -12,7 +12,9 @@
 //! (its readings in the store). The [`checker`] judges the slots due in the measured window.
 //!
 //! `jepsen-lite cron --mutant release-at-end` runs workers that take a plain lock per slot and
-//! release it at the job's end: it must fail with double runs.
+//! release it at the job's end: it must fail with double runs. `--mutant skip-abandoned` runs
+//! the scheduler without retrying abandoned slots: it must fail with misses (the killed
+//! holder's slot).
 
 pub mod checker;
 pub mod store;
@@ -200,7 +202,8 @@ struct Summary<'a> {
 /// Runs the workload and prints its table; returns the exit code (0 only for a pass).
 pub async fn run(opts: Options, out: &Path) -> i32 {
     let name = match opts.mutant {
-        Some(_) => format!("cron-release-at-end-{}", opts.seed),
+        Some(Mutant::ReleaseAtEnd) => format!("cron-release-at-end-{}", opts.seed),
+        Some(Mutant::SkipAbandoned) => format!("cron-skip-abandoned-{}", opts.seed),
         None => format!("cron-{}", opts.seed),
     };
     let dir = out.join(name);
@@ -223,7 +226,11 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
         "jepsen-lite cron: {WORKERS} workers, jobs every 1/1.5/2 s, {MASTERS} masters, {} s, seed {}, fencing and restart protection on{}",
         opts.duration.as_secs(),
         opts.seed,
-        if opts.mutant.is_some() { ", MUTANT release-at-end" } else { "" }
+        match opts.mutant {
+            Some(Mutant::ReleaseAtEnd) => ", MUTANT release-at-end",
+            Some(Mutant::SkipAbandoned) => ", MUTANT skip-abandoned",
+            None => "",
+        }
     );
     if !iptables::available() {
         return Err("iptables is needed for the partition (install the iptables package)".into());
@@ -487,9 +494,11 @@ impl Env {
         cmd.arg("cron-worker")
             .arg("--config")
             .arg(serde_json::to_string(&cfg)?);
-        if self.mutant == Some(Mutant::ReleaseAtEnd) {
-            cmd.args(["--mutant", "release-at-end"]);
-        }
+        match self.mutant {
+            Some(Mutant::ReleaseAtEnd) => cmd.args(["--mutant", "release-at-end"]),
+            Some(Mutant::SkipAbandoned) => cmd.args(["--mutant", "skip-abandoned"]),
+            None => &mut cmd,
+        };
         let child = cmd
             .env_remove("QUORUMLOCK_REDIS_SERVER")
             .env("LD_PRELOAD", &self.shim)

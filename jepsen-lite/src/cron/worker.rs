@@ -9,7 +9,8 @@
 //! With `--mutant release-at-end` it runs no scheduler: each job fires on its own wall clock,
 //! takes a plain lock on the slot and releases it when the job ends, as `quorumlock exec
 //! --no-wait` from cron did. A worker whose clock lags then finds the lock free and runs the
-//! slot again, which the checker must report.
+//! slot again, which the checker must report. With `--mutant skip-abandoned` the scheduler does
+//! not retry a slot whose runner died: the checker must report it missed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,6 +31,9 @@ pub enum Mutant {
     /// A plain lock per slot, released when the job ends, instead of a slot claim that records
     /// completion.
     ReleaseAtEnd,
+    /// The scheduler with [`OnAbandoned::Skip`] instead of `Retry`: a slot whose runner was
+    /// killed or lost its claim is never run (at most once, not at least once).
+    SkipAbandoned,
 }
 
 /// One job: a name and a period (slots on the multiples of the period since the epoch).
@@ -148,7 +152,12 @@ pub async fn run(
     tokio::spawn(report_clock(cfg.store, cfg.id));
     let work = Duration::from_millis(cfg.work_ms);
     match mutant {
-        None => {
+        None | Some(Mutant::SkipAbandoned) => {
+            let on_abandoned = if mutant.is_some() {
+                OnAbandoned::Skip
+            } else {
+                OnAbandoned::Retry
+            };
             let mut builder = Scheduler::builder(&locks).worker(format!("w{}", cfg.id));
             for spec in &cfg.jobs {
                 let (store, worker, name) = (cfg.store, cfg.id, spec.name.clone());
@@ -170,7 +179,7 @@ pub async fn run(
                 )?
                 .starting_deadline(Duration::from_millis(cfg.deadline_ms))
                 .claim_ttl(Duration::from_millis(cfg.claim_ttl_ms))
-                .on_abandoned(OnAbandoned::Retry);
+                .on_abandoned(on_abandoned);
                 builder = builder.job(job);
             }
             let _scheduler = builder.start()?;
