@@ -119,8 +119,30 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         env.clients[c].signal(nix::sys::signal::Signal::SIGCONT);
         env.nemesis.record(Verb::ResumeClient, json!({"client": c}));
     }
+    // A client may still stop itself after a grant until its loop ends, after the watcher's
+    // last look: continue any that did while waiting for the loops to finish.
+    let deadline = Instant::now() + env.ttl() * 3 + Duration::from_secs(10);
     for c in 0..env.clients.len() {
-        env.wait(c, "done").await?;
+        loop {
+            for other in 0..env.clients.len() {
+                if env.clients[other].is_stopped() {
+                    env.clients[other].signal(nix::sys::signal::Signal::SIGCONT);
+                    env.nemesis
+                        .record(Verb::ResumeClient, json!({"client": other, "at": "end"}));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let step = left.min(Duration::from_millis(200));
+            match tokio::time::timeout(step, env.clients[c].wait("done", step)).await {
+                Ok(Ok(_)) => break,
+                // It crashed while holding in its last cycles: its loop is over too.
+                _ if env.clients[c].exited() => break,
+                _ if Instant::now() >= deadline => {
+                    return Err(format!("client {c} sent no done before the deadline").into());
+                }
+                _ => {}
+            }
+        }
     }
     Ok(())
 }

@@ -333,7 +333,8 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
     let obs = checker::check(&slots, &log, &outages, &limits);
     let min = Minimum {
         slots: opts.min_slots,
-        faults: k + WORKERS + 1,
+        // One fault of each kind at least, every clock offset and the fast rate.
+        faults: k.max(CYCLE.len()) + WORKERS + 1,
     };
     let (verdict, why) = checker::verdict(&obs, &env.evidence, &min);
     print_table(&obs, &env.evidence, verdict, &why);
