@@ -302,7 +302,7 @@ impl Drop for LockGuard {
         }
         self.shared.holds.leave(&self.key, &self.claim);
         tracing::debug!(resource = %self.resource, "lock guard dropped without release; releasing in the background");
-        round::release_in_background(
+        round::release_held_in_background(
             Arc::clone(&self.shared.nodes),
             Arc::clone(&self.key),
             self.claim.clone(),

@@ -483,9 +483,32 @@ pub(crate) fn release_in_background<M: Master>(
     claim: Claim,
     holders: &[bool],
 ) -> Option<JoinHandle<()>> {
-    // A cleanup (or a best-effort release from a drop): not announced, see
-    // `Master::release_and_announce`.
-    let mut requests = delete_requests(&nodes, &key, &claim, holders, false);
+    // The cleanup of a failed or cancelled round: not announced (its key was never a held
+    // lock, and waking waiters into a round that finds the lock free only on a minority
+    // livelocks them), see `Master::release_and_announce`.
+    background_release(nodes, key, claim, holders, false)
+}
+
+/// Releases a lock that was held, as [`release_in_background`] does, and announces the
+/// release to the waiters of notified hand-offs: a guard dropped without `release()` wakes
+/// the next waiter as an explicit release does, instead of leaving it to its next poll.
+pub(crate) fn release_held_in_background<M: Master>(
+    nodes: Nodes<M>,
+    key: Arc<str>,
+    claim: Claim,
+    holders: &[bool],
+) -> Option<JoinHandle<()>> {
+    background_release(nodes, key, claim, holders, true)
+}
+
+fn background_release<M: Master>(
+    nodes: Nodes<M>,
+    key: Arc<str>,
+    claim: Claim,
+    holders: &[bool],
+    announce: bool,
+) -> Option<JoinHandle<()>> {
+    let mut requests = delete_requests(&nodes, &key, &claim, holders, announce);
     if requests.is_empty() {
         return None;
     }

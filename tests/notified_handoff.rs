@@ -99,6 +99,32 @@ async fn a_waiter_is_woken_by_the_release() {
     }
 }
 
+/// A guard dropped without `release()` announces its release as `release()` does (its
+/// background release is the release of a held lock, not a failed round's cleanup): the
+/// waiter is granted promptly, not at its next 2 s poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_wakes_the_waiter() {
+    let cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = waiting_manager(&cluster);
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    for round in 0..3 {
+        let guard = holder.lock("dropped", TTL).await.expect("holder");
+        let task = spawn_waiter(&waiter, "dropped");
+        wait_subscribers(&cluster, "dropped", 1).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(guard);
+        let dropped = Instant::now();
+        let granted = task.await.expect("waiter task");
+        let handoff = granted.saturating_duration_since(dropped);
+        assert!(
+            handoff < PROMPT,
+            "round {round}: the hand-off after a drop took {handoff:?} (retry delay {RETRY_DELAY:?})"
+        );
+    }
+}
+
 /// The waiters have made their attempts: waits until a quorum of the masters saw `rounds` more
 /// refused acquire-script rounds than `before` (a round decided at the quorum may never send
 /// its request to the last master).

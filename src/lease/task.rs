@@ -350,7 +350,10 @@ async fn finish<G: Renew>(mut guard: G, resource: &str, end: End, publisher: &Pu
             // The holder may have seen the lease end (its handle reads the clock) and released
             // before this task's timer fired: that lease was lost all the same, and counts so.
             if publisher.state().loss(clock::now()) == Some(NotHeldReason::Expired) {
-                tracing::warn!(resource, "lease lost: validity ran out before it was released");
+                tracing::warn!(
+                    resource,
+                    "lease lost: validity ran out before it was released"
+                );
                 guard.count_expiry();
             }
             publisher.stop(NotHeldReason::Released, Some(clock::now()));

@@ -266,7 +266,7 @@ impl Drop for MultiLockGuard {
             return;
         }
         tracing::debug!(resource = %self.label, "multi-lock guard dropped without release; releasing in the background");
-        round::release_in_background(
+        round::release_held_in_background(
             Arc::clone(&self.nodes),
             Arc::clone(&self.keys.lock),
             self.claim.clone(),

@@ -84,13 +84,14 @@ lua_script! {
     /// whole set held the value, else 0 (part of it expired, or belongs to someone else: never
     /// touched). Each deleted lock key's release is published on a channel named like the key,
     /// as the single-key release does, so waiters of notified hand-offs ([`crate::wake`]) on
-    /// any resource of the set are woken.
+    /// any resource of the set are woken. The publish is a `pcall`, as in the single-key
+    /// release: a user whose ACL allows no channels still releases.
     MULTI_RELEASE = r"local n = tonumber(ARGV[2])
 local deleted = 0
 for i = 1, n do
     if redis.call('get', KEYS[i]) == ARGV[1] then
         redis.call('del', KEYS[i])
-        redis.call('publish', KEYS[i], redis.sha1hex(ARGV[1]))
+        redis.pcall('publish', KEYS[i], redis.sha1hex(ARGV[1]))
         deleted = deleted + 1
     end
 end
