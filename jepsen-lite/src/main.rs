@@ -44,8 +44,8 @@ struct SoakArgs {
     /// Masters, a comma-separated list cycled through.
     #[arg(long, default_value = "1,3,5,7", value_delimiter = ',')]
     nodes: Vec<usize>,
-    /// Fencing and restart protection off: reports the violation rate (runs are expected
-    /// to break, so the exit status says nothing).
+    /// Fencing and restart protection off: reports the violation rate (runs with violations
+    /// are listed, and the exit status says nothing).
     #[arg(long)]
     unprotected: bool,
     /// Run a library mutant (see `scenario::COMPOSED_MUTANTS`) and stop at the first run that
@@ -463,23 +463,25 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
     let first = seed_or_random(seed);
     let scenarios: Vec<scenario::Scenario> = nodes
         .iter()
-        .filter_map(|n| {
-            let name = if unprotected {
-                format!("composed-n{n}-unprotected")
-            } else {
-                format!("composed-n{n}")
-            };
-            scenario::find(&name).or_else(|| {
-                // Any N: the N = 5 scenario on n masters.
-                scenario::find(if unprotected {
-                    "composed-n5-unprotected"
+        .map(|&n| scenario::Scenario {
+            mutation,
+            ..scenario::composed(
+                if unprotected {
+                    "composed-unprotected"
                 } else {
-                    "composed-n5"
-                })
-                .map(|s| scenario::Scenario { nodes: *n, ..s })
-            })
+                    "composed"
+                },
+                n,
+                !unprotected,
+            )
         })
-        .map(|s| scenario::Scenario { mutation, ..s })
+        .map(
+            |s| match scenario::find(&format!("composed-n{}", s.nodes)) {
+                // The catalog's name, so that `run --scenario` replays it.
+                Some(named) if !unprotected => scenario::Scenario { mutation, ..named },
+                _ => s,
+            },
+        )
         .collect();
     if scenarios.is_empty() || minutes.is_nan() || minutes <= 0.0 {
         eprintln!("jepsen-lite: soak needs --minutes above 0 and at least one --nodes value");

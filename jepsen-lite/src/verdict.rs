@@ -183,6 +183,10 @@ pub fn composed_observation(
         ("lost", usize::from(lost.lost_any())),
         ("liveness after crash", liveness.late.len()),
     ];
+    if !fenced {
+        // Without fencing, an access outside its claim is the break itself.
+        violations.push(("stale accesses", effects.stale_accesses));
+    }
     if fenced {
         violations.push(("token order", report.tokens.order_violations.len()));
         violations.push((
