@@ -11,7 +11,7 @@ use rand::RngExt;
 
 use crate::minimal::Minimal;
 use crate::peers::{Held, TTL};
-use crate::report::{num, Results};
+use crate::report::{num, Results, HANDOFF_PERCENTILES as DIST};
 use crate::sections::Plan;
 use crate::stats::{jain, Latency};
 
@@ -22,15 +22,6 @@ const RETRY_DELAY: Duration = Duration::from_millis(200);
 const HOLD: Duration = Duration::from_millis(1);
 /// Waiter counts of the latency table.
 pub(crate) const WAITERS: [usize; 4] = [1, 4, 16, 64];
-/// The strategies' names, in the order of the table.
-pub(crate) const NAMES: [&str; 4] = [
-    "quorumlock notified",
-    "quorumlock polling",
-    "rslock",
-    "minimal",
-];
-/// Percentiles drawn in the distribution chart.
-pub(crate) const DIST: [f64; 8] = [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999];
 
 /// A library's own blocking acquire.
 enum Waiting {

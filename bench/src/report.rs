@@ -4,6 +4,17 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// The hand-off section's strategies, in the order of its table (the section measures them,
+/// the report charts them).
+pub(crate) const HANDOFF_NAMES: [&str; 4] = [
+    "quorumlock notified",
+    "quorumlock polling",
+    "rslock",
+    "minimal",
+];
+/// Percentiles drawn in the hand-off distribution chart.
+pub(crate) const HANDOFF_PERCENTILES: [f64; 8] = [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999];
+
 /// One measured figure.
 pub(crate) struct Row {
     pub(crate) section: &'static str,
@@ -459,11 +470,11 @@ pub(crate) fn write_all(
         }
     }
     // The hand-off latency distribution, N = 5, 16 waiters: percentile against latency.
-    let dist: Vec<Series> = crate::handoff::NAMES
+    let dist: Vec<Series> = HANDOFF_NAMES
         .iter()
         .map(|who| Series {
             label: (*who).to_owned(),
-            points: crate::handoff::DIST
+            points: HANDOFF_PERCENTILES
                 .iter()
                 .filter_map(|q| {
                     r.get("handoff", who, 5, 16, &format!("dist_{q}"))
