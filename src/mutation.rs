@@ -34,16 +34,20 @@ pub enum Mutation {
     QuarantineIgnored,
 }
 
-/// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`), and the
-/// lowest token a granting master issued (`MinToken`).
+/// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error
+/// such as a refused connection is not a reply), and the lowest token a granting master issued
+/// (`MinToken`).
 #[cfg(quorumlock_mutants)]
 pub(crate) fn observe_reply(
     first: &std::sync::OnceLock<tokio::time::Instant>,
     lowest: &std::sync::Mutex<Option<u64>>,
-    granted_token: Option<u64>,
+    reply: Option<&crate::round::master::AcquireReply>,
 ) {
+    let Some(reply) = reply else {
+        return;
+    };
     first.get_or_init(crate::clock::now);
-    if let Some(token) = granted_token {
+    if let Some(token) = reply.token.filter(|_| reply.granted) {
         let mut lowest = lowest
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);

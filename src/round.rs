@@ -210,15 +210,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
         .map(|(i, node)| async move {
             let reply = node.acquire(request).await;
             #[cfg(quorumlock_mutants)]
-            crate::mutation::observe_reply(
-                first_reply,
-                lowest,
-                reply
-                    .as_ref()
-                    .ok()
-                    .filter(|r| r.granted)
-                    .and_then(|r| r.token),
-            );
+            crate::mutation::observe_reply(first_reply, lowest, reply.as_ref().ok());
             if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
                 let at = if reply.granted {
                     Some(Duration::ZERO)
