@@ -493,6 +493,7 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
     );
     let end = std::time::Instant::now() + Duration::from_secs_f64(minutes * 60.0);
     let mut summary = jepsen_lite::soak::Summary::default();
+    let mut rows = Vec::new();
     let mut i = 0u64;
     while std::time::Instant::now() < end && seeds.is_none_or(|s| i < s) {
         let sc = &scenarios[usize::try_from(i).unwrap_or(0) % scenarios.len()];
@@ -516,6 +517,10 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
             o.observed
         );
         summary.add(&o);
+        rows.push(report::soak::RunRow::of(&o));
+        // Rewritten after each run, so that an interrupted soak still leaves its page.
+        let page = out.join("soak.html");
+        let _ = report::soak::write_soak_html(&page, &summary, &rows, run_seconds);
         i += 1;
         // Caught: the checkers saw a break (not a run that failed for another reason).
         if mutation.is_some() && o.observed.starts_with("break") {
@@ -533,6 +538,7 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
         return 1;
     }
     print!("{summary}");
+    println!("summary page {}", out.join("soak.html").display());
     println!(
         "replay one: jepsen-lite run --scenario NAME --seed S --duration {run_seconds} (N other than 1, 3, 5, 7: soak --nodes N --seed S --seeds 1)"
     );
