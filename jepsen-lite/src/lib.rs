@@ -29,3 +29,4 @@ pub mod run;
 pub mod scenario;
 pub mod soak;
 pub mod verdict;
+pub mod workload;

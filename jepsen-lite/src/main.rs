@@ -110,6 +110,33 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// The election or lock-all workload (issue 14): 5 workers campaign for one name (with 2
+    /// observers) or lock random sets of resources in random orders, fenced, under holder
+    /// pauses and kills, a master crash, a minority partition and a master pause. Exits 1
+    /// unless it passed (a mutant must fail).
+    Workload {
+        /// Which workload.
+        #[arg(long, value_enum)]
+        kind: jepsen_lite::workload::WorkloadKind,
+        /// Seed (default: random, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// How long the workers run, seconds (default 34, as --quick).
+        #[arg(long)]
+        duration: Option<u64>,
+        /// Run broken workers, which must be caught.
+        #[arg(long, value_enum)]
+        mutant: Option<jepsen_lite::workload::Mutant>,
+        /// The quick run of scripts/jepsen.sh --quick (34 s, each fault once).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// A workload worker or observer (started by the controller).
+    #[command(hide = true)]
+    WorkloadWorker {
+        #[arg(long)]
+        config: String,
+    },
     /// A cron worker (started by the controller).
     #[command(hide = true)]
     CronWorker {
@@ -133,6 +160,9 @@ fn main() {
     }
     if let Cmd::CronWorker { config, mutant } = &cli.command {
         std::process::exit(cron_worker_main(config, *mutant));
+    }
+    if let Cmd::WorkloadWorker { config } = &cli.command {
+        std::process::exit(workload_worker_main(config));
     }
     let out = cli.out.clone().unwrap_or_else(|| {
         PathBuf::from(concat!(
@@ -233,6 +263,33 @@ fn cron_worker_main(config: &str, mutant: Option<jepsen_lite::cron::worker::Muta
         Ok(()) => 0,
         Err(e) => {
             eprintln!("cron-worker: {e}");
+            1
+        }
+    }
+}
+
+fn workload_worker_main(config: &str) -> i32 {
+    let cfg = match serde_json::from_str(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("workload-worker: bad config: {e}");
+            return 2;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("workload-worker: {e}");
+            return 2;
+        }
+    };
+    match rt.block_on(jepsen_lite::workload::worker::run(cfg)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("workload-worker: {e}");
             1
         }
     }
@@ -427,7 +484,21 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
             }
             jepsen_lite::cron::run(opts, &out).await
         }
-        Cmd::Client { .. } | Cmd::CronWorker { .. } => 2,
+        Cmd::Workload {
+            kind,
+            seed,
+            duration,
+            mutant,
+            quick,
+        } => {
+            let mut opts =
+                jepsen_lite::workload::Options::quick(kind, seed_or_random(seed), mutant);
+            if let (Some(secs), false) = (duration, quick) {
+                opts.duration = Duration::from_secs(secs);
+            }
+            jepsen_lite::workload::run(opts, &out).await
+        }
+        Cmd::Client { .. } | Cmd::CronWorker { .. } | Cmd::WorkloadWorker { .. } => 2,
     }
 }
 

@@ -1,0 +1,132 @@
+//! The election worker's loop: campaign, lead for a few writes, resign; again.
+//!
+//! While leader it writes through the fenced store: before each write it checks its validity
+//! (and stops leading when none is left), then works a little more, then writes: a pause in
+//! that gap (the controller's `SIGSTOP`) makes the write stale, which the store must reject.
+//! It stops leading when [`lost`](quorumlock::Leadership::lost) resolves or a write is
+//! rejected.
+//!
+//! Mutants: `keep-leading` ignores `lost()` and a rejected write and keeps believing it leads
+//! (its validity, as it reports it, is always a full TTL minus the drift from the check, as if
+//! every renewal had succeeded): the claims checker must find it overlapping the next leader.
+//! `never-resign` leads until its lease is lost (a kill or a pause): leadership stops changing,
+//! which the progress check must catch.
+
+use std::time::Duration;
+
+use quorumlock::{CampaignOptions, LeaseOptions, Redlock};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use super::store::Kind;
+use super::worker::{valid_until_ns, Reporter, WorkerConfig};
+use super::{Mutant, ELECTION};
+use crate::clock::now_ns;
+
+/// Runs the worker until it is killed.
+///
+/// # Errors
+///
+/// Lease options the library refuses.
+pub async fn run(
+    locks: &Redlock,
+    cfg: &WorkerConfig,
+    reporter: &mut Reporter,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let pid = std::process::id();
+    let mut rng = StdRng::seed_from_u64(cfg.seed ^ (cfg.id as u64) << 32 ^ u64::from(pid));
+    let ttl = cfg.ttl();
+    let believed = super::believed_validity(ttl);
+    let opts = CampaignOptions::new().lease(LeaseOptions::new().ttl(ttl).renew_every(ttl / 3));
+    let mut claim = 0u64;
+    loop {
+        claim += 1;
+        let identity = format!("w{}-p{pid}-c{claim}", cfg.id);
+        let mut call = reporter.request(Kind::Call);
+        call.claim = claim;
+        call.resources = vec![ELECTION.into()];
+        call.identity = identity.clone();
+        reporter.send(&call).await;
+        let leadership = match locks.campaign(ELECTION, &identity, opts.clone()).await {
+            Ok(l) => l,
+            Err(e) => {
+                let mut refused = reporter.request(Kind::Refused);
+                refused.claim = claim;
+                refused.note = e.to_string();
+                reporter.send(&refused).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let token = leadership.fence();
+        let (at, until) = valid_until_ns(leadership.remaining());
+        let mut grant = reporter.request(Kind::Grant);
+        grant.claim = claim;
+        grant.resources = vec![ELECTION.into()];
+        grant.identity = identity.clone();
+        grant.token = Some(token);
+        grant.at_ns = at;
+        grant.call_ns = call.at_ns;
+        grant.valid_until_ns = Some(until);
+        grant.renewed = true;
+        reporter.send(&grant).await;
+
+        let keep_leading = cfg.mutant == Some(Mutant::KeepLeading);
+        let writes = if cfg.mutant == Some(Mutant::NeverResign) {
+            usize::MAX
+        } else {
+            rng.random_range(2..=8)
+        };
+        let mut ended: Option<String> = None;
+        for _ in 0..writes {
+            let work = Duration::from_millis(rng.random_range(30..120));
+            tokio::select! {
+                lost = leadership.lost(), if !keep_leading => {
+                    ended = Some(format!("lost: {lost}"));
+                    break;
+                }
+                () = tokio::time::sleep(work) => {}
+            }
+            let (at, until) = if keep_leading {
+                let now = now_ns();
+                (now, now + believed)
+            } else {
+                let remaining = leadership.remaining();
+                if remaining.is_zero() {
+                    ended = Some("validity ran out".into());
+                    break;
+                }
+                valid_until_ns(remaining)
+            };
+            // Work between the check and the write: a pause here makes the write stale.
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..40))).await;
+            let mut write = reporter.request(Kind::Write);
+            write.claim = claim;
+            write.resources = vec![ELECTION.into()];
+            write.token = Some(token);
+            write.at_ns = at;
+            write.valid_until_ns = Some(until);
+            if !reporter.send(&write).await && !keep_leading {
+                ended = Some("write rejected".into());
+                break;
+            }
+        }
+        let mut end = reporter.request(Kind::End);
+        end.claim = claim;
+        end.resources = vec![ELECTION.into()];
+        end.token = Some(token);
+        match ended {
+            Some(why) => {
+                end.note = why;
+                reporter.send(&end).await;
+                drop(leadership);
+            }
+            None => {
+                end.note = "resign".into();
+                reporter.send(&end).await;
+                let _ = leadership.resign().await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..150))).await;
+    }
+}

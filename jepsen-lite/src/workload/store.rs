@@ -1,0 +1,309 @@
+//! The workloads' fenced store and event log: a TCP server in the controller that every worker
+//! and observer reports to.
+//!
+//! A `write` names one resource and carries the fencing token of the claim it is made under;
+//! per resource the store keeps the highest token it accepted and rejects any write below it,
+//! and any write without a token (equal tokens pass: one claim writes several times). Every
+//! other request is an event of the history (a campaign or lock call begun, a grant, a claim
+//! ended, a refusal, an observer's reading), logged and never rejected. Every request is stamped
+//! with the host's monotonic clock on arrival; the times inside a request are the sender's
+//! `CLOCK_MONOTONIC`, the same clock on one host.
+//!
+//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::clock::now_ns;
+
+/// What a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A worker or observer is connected and about to start.
+    Ready,
+    /// A campaign or lock call begins (`at_ns`), with the identity it campaigns with.
+    Call,
+    /// The call returned a grant: `at_ns` when the validity was read, `valid_until_ns` what
+    /// it said, `call_ns` when the call began.
+    Grant,
+    /// A write to one resource under a claim: `at_ns` when the validity was checked,
+    /// `valid_until_ns` what the check said (the holder's belief).
+    Write,
+    /// The holder stopped believing it holds the claim (`at_ns`): before a resignation or a
+    /// release, or when it saw the loss.
+    End,
+    /// A call gave up (`note`: the error).
+    Refused,
+    /// An observer's item: `identity` and `token` of a new leader, or neither for "no leader".
+    Observed,
+}
+
+/// One request line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// What it is.
+    pub kind: Kind,
+    /// The worker (observers are numbered after the workers).
+    pub worker: usize,
+    /// Its process id.
+    pub pid: u32,
+    /// The claim's number within the process (1, 2, ...); 0 for none.
+    #[serde(default)]
+    pub claim: u64,
+    /// The resources (the election's name; a set; one resource for a write).
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// The fencing token.
+    #[serde(default)]
+    pub token: Option<u64>,
+    /// The identity campaigned with (elections).
+    #[serde(default)]
+    pub identity: String,
+    /// The sender's monotonic clock at the event, ns.
+    #[serde(default)]
+    pub at_ns: u64,
+    /// For a grant: when its call began, ns.
+    #[serde(default)]
+    pub call_ns: u64,
+    /// For a grant or a write: the end of validity the holder believed in, ns.
+    #[serde(default)]
+    pub valid_until_ns: Option<u64>,
+    /// For a grant: whether a lease renews it (later readings may extend the claim).
+    #[serde(default)]
+    pub renewed: bool,
+    /// Why (an end, a refusal).
+    #[serde(default)]
+    pub note: String,
+}
+
+impl Request {
+    /// A request of `kind` from `worker`, stamped now, everything else empty.
+    pub fn new(kind: Kind, worker: usize) -> Self {
+        Self {
+            kind,
+            worker,
+            pid: std::process::id(),
+            claim: 0,
+            resources: Vec::new(),
+            token: None,
+            identity: String::new(),
+            at_ns: now_ns(),
+            call_ns: 0,
+            valid_until_ns: None,
+            renewed: false,
+            note: String::new(),
+        }
+    }
+}
+
+/// One response line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether the request was applied (only writes are ever rejected).
+    pub accepted: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One logged request: its arrival and the store's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Access {
+    /// Host monotonic nanoseconds at arrival.
+    pub time_ns: u64,
+    /// The request.
+    #[serde(flatten)]
+    pub req: Request,
+    /// Whether it was applied.
+    pub accepted: bool,
+}
+
+/// The highest token per resource and the log.
+#[derive(Debug, Default)]
+pub struct State {
+    max_token: HashMap<String, u64>,
+    /// Every request, in arrival order.
+    pub log: Vec<Access>,
+}
+
+impl State {
+    /// Applies one request arriving at `time_ns` and logs it.
+    pub fn apply(&mut self, req: Request, time_ns: u64) -> Response {
+        let rejection = match req.kind {
+            Kind::Write => match (req.resources.as_slice(), req.token) {
+                ([resource], Some(t)) => match self.max_token.get(resource) {
+                    Some(&max) if t < max => Some(format!("stale token {t} < {max}")),
+                    _ => {
+                        self.max_token.insert(resource.clone(), t);
+                        None
+                    }
+                },
+                ([_], None) => Some("no token".to_string()),
+                _ => Some("a write names exactly one resource".to_string()),
+            },
+            _ => None,
+        };
+        let accepted = rejection.is_none();
+        self.log.push(Access {
+            time_ns,
+            req,
+            accepted,
+        });
+        Response {
+            accepted,
+            reason: rejection,
+        }
+    }
+}
+
+/// The running store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// Where workers connect.
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+}
+
+impl Store {
+    /// Binds to a free loopback port and serves in the background on the current runtime.
+    ///
+    /// # Errors
+    ///
+    /// When no port can be bound.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = Arc::clone(&state);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, Arc::clone(&shared)));
+            }
+        });
+        Ok(Self { addr, state })
+    }
+
+    /// A copy of the last `n` entries of the log.
+    pub fn tail(&self, n: usize) -> Vec<Access> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.log[state.log.len().saturating_sub(n)..].to_vec()
+    }
+
+    /// A copy of the log.
+    pub fn log(&self) -> Vec<Access> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .log
+            .clone()
+    }
+}
+
+async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
+    let _ = stream.set_nodelay(true);
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let arrival = now_ns();
+        let response = match serde_json::from_str::<Request>(&line) {
+            Ok(req) => state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .apply(req, arrival),
+            Err(e) => Response {
+                accepted: false,
+                reason: Some(format!("bad request: {e}")),
+            },
+        };
+        let Ok(mut out) = serde_json::to_vec(&response) else {
+            return;
+        };
+        out.push(b'\n');
+        if write.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A worker's connection to the store.
+#[derive(Debug)]
+pub struct Client {
+    lines: tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>,
+    write: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl Client {
+    /// Connects.
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot be reached.
+    pub async fn connect(addr: SocketAddr) -> std::io::Result<Self> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (read, write) = stream.into_split();
+        Ok(Self {
+            lines: BufReader::new(read).lines(),
+            write,
+        })
+    }
+
+    /// Sends one request and waits for its response.
+    ///
+    /// # Errors
+    ///
+    /// When the connection fails or the response does not parse.
+    pub async fn call(&mut self, req: &Request) -> std::io::Result<Response> {
+        let mut out = serde_json::to_vec(req)?;
+        out.push(b'\n');
+        self.write.write_all(&out).await?;
+        let line = self
+            .lines
+            .next_line()
+            .await?
+            .ok_or_else(|| std::io::Error::other("the store closed the connection"))?;
+        Ok(serde_json::from_str(&line)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(resource: &str, token: Option<u64>) -> Request {
+        let mut r = Request::new(Kind::Write, 0);
+        r.resources = vec![resource.into()];
+        r.token = token;
+        r
+    }
+
+    #[test]
+    fn stale_and_missing_tokens_are_rejected_per_resource() {
+        let mut s = State::default();
+        assert!(s.apply(write("a", Some(5)), 1).accepted);
+        assert!(
+            s.apply(write("a", Some(5)), 2).accepted,
+            "equal tokens pass"
+        );
+        assert!(s.apply(write("a", Some(7)), 3).accepted);
+        let stale = s.apply(write("a", Some(6)), 4);
+        assert!(!stale.accepted);
+        assert!(stale.reason.unwrap_or_default().contains("stale"));
+        assert!(
+            s.apply(write("b", Some(1)), 5).accepted,
+            "b has its own bar"
+        );
+        assert!(!s.apply(write("b", None), 6).accepted);
+        let mut two = write("a", Some(9));
+        two.resources.push("b".into());
+        assert!(!s.apply(two, 7).accepted);
+        assert!(s.apply(Request::new(Kind::Grant, 0), 8).accepted);
+        assert_eq!(s.log.len(), 8);
+    }
+}

@@ -1,0 +1,162 @@
+//! One process of a workload (`jepsen-lite workload-worker --config JSON`): a worker running
+//! the [`election`](super::election) or [`lock_all`](super::lock_all) loop, or an observer of
+//! the election.
+//!
+//! Every worker builds its manager with fencing and restart protection on, and reports each
+//! step to the controller's [store](super::store): the call, the grant with the validity it
+//! read (`remaining()` first, then the clock, so that a preemption between the two lengthens
+//! the claim, which the checker bounds independently, instead of hiding an overlap), each
+//! write with the validity checked just before it, and the end of its belief.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use quorumlock::Redlock;
+use serde::{Deserialize, Serialize};
+
+use super::store::{Client, Kind, Request};
+use super::{Mutant, WorkloadKind};
+use crate::clock::now_ns;
+
+/// What a process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Campaigns or locks, and writes.
+    Worker,
+    /// Observes the election and reports each item.
+    Observer,
+}
+
+/// What the controller hands a process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerConfig {
+    /// Election or lock-all.
+    pub kind: WorkloadKind,
+    /// Worker or observer.
+    pub role: Role,
+    /// The process's index (observers after the workers).
+    pub id: usize,
+    /// The masters' URLs.
+    pub nodes: Vec<String>,
+    /// The store.
+    pub store: SocketAddr,
+    /// The run's seed (each process mixes in its index and pid).
+    pub seed: u64,
+    /// A broken worker, which the checker must catch.
+    pub mutant: Option<Mutant>,
+    /// The lock and lease TTL, ms.
+    pub ttl_ms: u64,
+    /// The managers' max TTL (restart protection's quarantine), ms.
+    pub max_ttl_ms: u64,
+    /// The per-master timeout, ms.
+    pub node_timeout_ms: u64,
+}
+
+impl WorkerConfig {
+    /// The lock and lease TTL.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
+    }
+}
+
+/// The store connection, which reconnects once when a call fails.
+#[derive(Debug)]
+pub struct Reporter {
+    addr: SocketAddr,
+    client: Option<Client>,
+    /// The process's index.
+    pub worker: usize,
+}
+
+impl Reporter {
+    /// Connects to the store.
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot be reached.
+    pub async fn connect(addr: SocketAddr, worker: usize) -> std::io::Result<Self> {
+        Ok(Self {
+            addr,
+            client: Some(Client::connect(addr).await?),
+            worker,
+        })
+    }
+
+    /// A request of `kind` from this process, stamped now.
+    pub fn request(&self, kind: Kind) -> Request {
+        Request::new(kind, self.worker)
+    }
+
+    /// Sends `req`; whether the store accepted it (`false` when it could not be reached).
+    pub async fn send(&mut self, req: &Request) -> bool {
+        for _ in 0..2 {
+            if self.client.is_none() {
+                self.client = Client::connect(self.addr).await.ok();
+            }
+            let Some(client) = self.client.as_mut() else {
+                continue;
+            };
+            match client.call(req).await {
+                Ok(r) => return r.accepted,
+                Err(_) => self.client = None,
+            }
+        }
+        false
+    }
+}
+
+/// `remaining` mapped onto this host's monotonic clock: read it first, then the clock.
+pub fn valid_until_ns(remaining: Duration) -> (u64, u64) {
+    let remaining = u64::try_from(remaining.as_nanos()).unwrap_or(u64::MAX);
+    let now = now_ns();
+    (now, now.saturating_add(remaining))
+}
+
+/// Runs the process until it is killed.
+///
+/// # Errors
+///
+/// A bad configuration, or a store that cannot be reached.
+pub async fn run(cfg: WorkerConfig) -> Result<(), Box<dyn std::error::Error>> {
+    let locks = Redlock::builder()
+        .nodes(cfg.nodes.clone())
+        .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
+        .fencing(true)
+        .restart_protection(true)
+        .max_ttl(Duration::from_millis(cfg.max_ttl_ms))
+        .build()?;
+    // A master may be down when a killed worker comes back: the others are enough.
+    let _ = locks.connect().await;
+    let mut reporter = Reporter::connect(cfg.store, cfg.id).await?;
+    let ready = reporter.request(Kind::Ready);
+    reporter.send(&ready).await;
+    match (cfg.role, cfg.kind) {
+        (Role::Observer, _) => observe(&locks, &mut reporter).await,
+        (Role::Worker, WorkloadKind::Election) => {
+            super::election::run(&locks, &cfg, &mut reporter).await
+        }
+        (Role::Worker, WorkloadKind::LockAll) => {
+            super::lock_all::run(&locks, &cfg, &mut reporter).await
+        }
+    }
+}
+
+/// Reports every item of the election's observer stream.
+async fn observe(
+    locks: &Redlock,
+    reporter: &mut Reporter,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use futures::StreamExt;
+    let mut stream = locks.observe(super::ELECTION)?;
+    while let Some(item) = stream.next().await {
+        let mut req = reporter.request(Kind::Observed);
+        req.resources = vec![super::ELECTION.to_string()];
+        if let Some(leader) = item {
+            req.identity = leader.identity().to_string();
+            req.token = Some(leader.fence());
+        }
+        reporter.send(&req).await;
+    }
+    Ok(())
+}
