@@ -124,13 +124,17 @@ pub fn flags(
     out
 }
 
-/// Whether an accepted access came after its claim ended (or under no known claim): what the
-/// effects checker counts as stale.
+/// How far past its claim's end an access may arrive before it is stale: the epsilon the run's
+/// checkers use (cross-process timestamps).
+pub const STALE_EPSILON_NS: u64 = 1_000_000;
+
+/// Whether an accepted access came after its claim ended (by more than
+/// [`STALE_EPSILON_NS`]) or under no known claim: what the effects checker counts as stale.
 pub fn stale(access: &Access, claims: &HashMap<&str, &Claim>) -> bool {
     access.accepted
         && claims
             .get(access.lease.as_str())
-            .is_none_or(|c| access.time_ns > c.end_ns)
+            .is_none_or(|c| access.time_ns > c.end_ns.saturating_add(STALE_EPSILON_NS))
 }
 
 /// One row of the run's header.

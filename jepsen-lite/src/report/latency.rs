@@ -160,7 +160,7 @@ pub fn latency_svg(events: &[Event]) -> Result<String, String> {
             .y_desc("acquire latency, ms")
             .x_labels(((span_s / step) as usize + 1).max(2))
             .x_label_formatter(&|x| axis::tick_label(*x, step))
-            .light_line_style(RGBColor(0xEE, 0xEE, 0xEE))
+            .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(|e| e.to_string())?;
         for b in &bands {
@@ -186,13 +186,18 @@ pub fn latency_svg(events: &[Event]) -> Result<String, String> {
             let label = format!("{} {}", kind_name(s.kind), s.quantile);
             match s.kind {
                 Kind::Ok => {
-                    chart
-                        .draw_series(LineSeries::new(points.clone(), style))
-                        .map_err(|e| e.to_string())?
-                        .label(label)
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
-                        });
+                    // Lines join neighbouring buckets only: a line across buckets without a
+                    // grant would show latencies nobody measured.
+                    for (i, run) in runs(&points, bucket_s).into_iter().enumerate() {
+                        let drawn = chart
+                            .draw_series(LineSeries::new(run, style))
+                            .map_err(|e| e.to_string())?;
+                        if i == 0 {
+                            drawn.label(label.clone()).legend(move |(x, y)| {
+                                PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
+                            });
+                        }
+                    }
                     chart
                         .draw_series(points.iter().map(|&p| Circle::new(p, 2, colour.filled())))
                         .map_err(|e| e.to_string())?;
@@ -237,6 +242,19 @@ pub fn latency_svg(events: &[Event]) -> Result<String, String> {
     Ok(out)
 }
 
+/// The points cut where a bucket (of `bucket_s`) has no point, so that each run joins
+/// neighbouring buckets only.
+pub fn runs(points: &[(f64, f64)], bucket_s: f64) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    for &p in points {
+        match out.last_mut() {
+            Some(run) if run.last().is_some_and(|q| p.0 - q.0 <= bucket_s * 1.5) => run.push(p),
+            _ => out.push(vec![p]),
+        }
+    }
+    out
+}
+
 /// `#RRGGBB` as a plotters colour (grey for anything else).
 fn rgb(hex: &str) -> RGBColor {
     let h = hex.trim_start_matches('#');
@@ -255,6 +273,16 @@ mod tests {
 
     fn s(at_s: f64, ms: f64, kind: Kind) -> Sample {
         Sample { at_s, ms, kind }
+    }
+
+    #[test]
+    fn lines_break_at_empty_buckets() {
+        let points = [(0.5, 1.0), (1.5, 2.0), (4.5, 3.0), (5.5, 1.0), (9.5, 1.0)];
+        let got = runs(&points, 1.0);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0], [(0.5, 1.0), (1.5, 2.0)]);
+        assert_eq!(got[2], [(9.5, 1.0)]);
+        assert!(runs(&[], 1.0).is_empty());
     }
 
     #[test]

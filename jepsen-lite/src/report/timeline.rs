@@ -115,7 +115,7 @@ pub fn timeline_svg(
     let axis_y = lanes_bottom + 4.0;
     let legend_top = axis_y + 30.0;
     let legend = legend_items(&flags, report, accesses, &by_lease);
-    let legend_h = 16.0 * legend.len().div_ceil(2) as f64 + 8.0;
+    let legend_h = 16.0 * legend.len() as f64 + 8.0;
     let h = legend_top + legend_h;
     let lane_y =
         |p: &Process| lanes_top + LANE_H * lanes.iter().position(|l| l == p).unwrap_or(0) as f64;
@@ -252,8 +252,8 @@ pub fn timeline_svg(
         );
     }
     for (i, (colour, text)) in legend.iter().enumerate() {
-        let lx = 4.0 + (i % 2) as f64 * (WIDTH / 2.0);
-        let ly = legend_top + 16.0 * (i / 2) as f64;
+        let lx = 4.0;
+        let ly = legend_top + 16.0 * i as f64;
         let _ = write!(
             s,
             r##"<rect x="{lx:.1}" y="{:.1}" width="18" height="10" fill="{colour}" stroke="#333" stroke-width="0.5"/><text x="{:.1}" y="{:.1}">{}</text>"##,
