@@ -455,15 +455,6 @@ pub fn catalog() -> Vec<Scenario> {
         composed("composed-n3", 3, true),
         composed("composed-n5", 5, true),
         composed("composed-n7", 7, true),
-        // The mutant the composed nemesis catches in its first run (see `soak --mutation`).
-        Scenario {
-            name: "mutant-composed-clock-after-first-reply",
-            kind: "mutant",
-            expect: Expect::Break,
-            about: "composed-n5 against a library whose round clock starts at the first reply",
-            mutation: Some("clock-after-first-reply"),
-            ..composed("mutant-composed-clock-after-first-reply", 5, true)
-        },
         Scenario {
             name: "composed-quick",
             quick: true,
