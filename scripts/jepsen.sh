@@ -10,6 +10,7 @@
 #   scripts/jepsen.sh soak --minutes 30          # composed random runs back to back, N = 1,3,5,7
 #   scripts/jepsen.sh soak --minutes 10 --mutation min-token  # seeds until a mutant is caught
 #   scripts/jepsen.sh cron --quick [--seed S] [--mutant release-at-end]  # the cron workload alone
+#   scripts/jepsen.sh workload --kind election|lock-all --quick [--seed S] [--mutant NAME]
 #
 # jepsen-lite is built with `--cfg quorumlock_mutants` (the deliberately broken library variants
 # its mutant scenarios run), in a target directory of its own so that the flag never reaches
@@ -18,11 +19,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh --jepsen
-if [[ ${1:-} == run || ${1:-} == list || ${1:-} == soak || ${1:-} == cron ]]; then command=(); else command=(matrix); fi
+if [[ ${1:-} == run || ${1:-} == list || ${1:-} == soak || ${1:-} == cron || ${1:-} == workload ]]; then command=(); else command=(matrix); fi
 RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
     cargo run --locked --release -p jepsen-lite -- "${command[@]}" "$@"
 if [[ ${#command[@]} -gt 0 && " $* " == *" --quick "* ]]; then
     # The cron workload (issue 13): scheduler workers with skewed clocks under faults, ~50 s.
     RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
         cargo run --locked --release -p jepsen-lite -- cron --quick
+    # The election and lock-all workloads (issue 14): fenced leaders and sets under faults, ~40 s each.
+    for kind in election lock-all; do
+        RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
+            cargo run --locked --release -p jepsen-lite -- workload --kind "$kind" --quick
+    done
 fi

@@ -4,10 +4,12 @@
 //! A **claim** is one grant to one process (its `(pid, claim)`): from the grant until the
 //! earliest of its end (a resignation, release or seen loss) and the latest validity it
 //! believed in (at the grant, or checked before a write). Each belief is bounded independently
-//! of the library: a grant's by its call's start + TTL − drift (the winning round started no
-//! earlier), a lease's later readings by the reading's time + TTL − drift (the renewal that
-//! gave it started no later); a belief more than [`Params::slack_ns`] past its bound is an
-//! **overstated** validity. Per resource:
+//! of the library by the time it was read + TTL − drift (the round or renewal that gave it
+//! started before it was read); a claim that no lease renews keeps its grant's bound. A belief
+//! more than [`Params::slack_ns`] past its bound is an **overstated** validity. (A waiting call,
+//! `campaign` or `lock_all_until`, does not expose when its winning round started, so a tighter
+//! bound, as the claims checker's `t_start + ttl − drift` for single rounds, is not available.)
+//! Per resource:
 //! * claims never **overlap** (by more than [`Params::epsilon_ns`]);
 //! * **tokens** strictly increase from one claim to the next;
 //! * the store accepted no **stale** write (a token below one it accepted before: checked
@@ -198,7 +200,7 @@ pub fn claims(log: &[Access], p: &Params, overstated: &mut Vec<String>) -> Vec<C
             Kind::Grant => {
                 let until = r.valid_until_ns.unwrap_or(r.at_ns);
                 let label = format!("grant w{} p{} c{}", r.worker, r.pid, r.claim);
-                let belief = bound_over(label, until, r.call_ns.saturating_add(life), overstated);
+                let belief = bound_over(label, until, r.at_ns.saturating_add(life), overstated);
                 let claim = Claim {
                     worker: r.worker,
                     pid: r.pid,
@@ -220,7 +222,7 @@ pub fn claims(log: &[Access], p: &Params, overstated: &mut Vec<String>) -> Vec<C
                 let bound = if *renewed {
                     r.at_ns.saturating_add(life)
                 } else {
-                    c.call_ns.saturating_add(life)
+                    c.start_ns.saturating_add(life)
                 };
                 let label = format!("write check w{} p{} c{}", r.worker, r.pid, r.claim);
                 let belief = bound_over(label, until, bound, overstated);
@@ -672,7 +674,7 @@ mod tests {
         assert_eq!(obs.overlaps.len(), 1, "{:?}", obs.overlaps);
         assert!(obs.overstated.is_empty() && obs.outside_claim.is_empty());
         let mut log = clean();
-        // Granted at 10 from a call at 0: the bound is 988 ms; 1050 is overstated.
+        // Read at 10: the bound is 998 ms; 1050 is overstated.
         log[1].req.valid_until_ns = Some(1050 * MS);
         log[3].req.at_ns = 2000 * MS;
         let obs = check(&log, &[], &[], &params());

@@ -49,15 +49,17 @@ impl Env {
     }
 
     /// A worker that was granted a claim at most [`FRESH`] ago and has not ended it, waiting
-    /// up to [`FIND_FOR`] for one.
+    /// up to [`FIND_FOR`] for one; after a second, any claim not ended (a holder that keeps
+    /// its claim long grants nothing fresh).
     async fn holder(&self) -> Option<Holder> {
-        let deadline = tokio::time::Instant::now() + FIND_FOR;
-        while tokio::time::Instant::now() < deadline {
+        let started = tokio::time::Instant::now();
+        while started.elapsed() < FIND_FOR {
             let tail = self.store.tail(200);
             let now = now_ns();
+            let any_age = started.elapsed() > Duration::from_secs(1);
             let found = tail.iter().rev().find(|g| {
                 g.req.kind == Kind::Grant
-                    && now.saturating_sub(g.time_ns) < dur_ns(FRESH)
+                    && (any_age || now.saturating_sub(g.time_ns) < dur_ns(FRESH))
                     && self.workers.iter().any(|p| p.pid == g.req.pid)
                     && !tail.iter().any(|e| {
                         e.req.kind == Kind::End
