@@ -154,7 +154,19 @@ pub fn write_soak_html(
     runs: &[RunRow],
     run_seconds: u64,
 ) -> std::io::Result<()> {
-    std::fs::write(path, soak_html(summary, runs, run_seconds))
+    // Links relative to the page, so that the directory can be moved or served as it is.
+    let base = path.parent().unwrap_or(Path::new(""));
+    let runs: Vec<RunRow> = runs
+        .iter()
+        .map(|r| RunRow {
+            dir: r
+                .dir
+                .strip_prefix(base)
+                .map_or_else(|_| r.dir.clone(), Path::to_path_buf),
+            ..r.clone()
+        })
+        .collect();
+    std::fs::write(path, soak_html(summary, &runs, run_seconds))
 }
 
 #[cfg(test)]
