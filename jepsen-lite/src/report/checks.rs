@@ -1,7 +1,7 @@
 //! What each checker expected and observed, for the run's header, and which claims and accesses
 //! each one flagged, for the colours of the timeline.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::checker::{Claim, Report};
 use crate::outcome::Outcome;
@@ -59,17 +59,17 @@ impl Flag {
     }
 }
 
-/// The leases each checker flagged. `explained(at_ns)` says whether a claim overlap at that
+/// The leases each checker flagged, each with every checker that flagged it, first the one it
+/// is coloured by (the order of [`Flag`]). `explained(at_ns)` says whether a claim overlap at that
 /// time falls within a TTL of a clock fault (only a composed run discounts those).
 pub fn flags(
     report: &Report,
     accesses: &[Access],
     explained: impl Fn(u64) -> bool,
-) -> HashMap<String, Flag> {
-    let mut out: HashMap<String, Flag> = HashMap::new();
+) -> HashMap<String, BTreeSet<Flag>> {
+    let mut out: HashMap<String, BTreeSet<Flag>> = HashMap::new();
     let mut put = |lease: &str, flag: Flag| {
-        let e = out.entry(lease.to_string()).or_insert(flag);
-        *e = (*e).min(flag);
+        out.entry(lease.to_string()).or_default().insert(flag);
     };
     for o in &report.claims.overlaps {
         let flag = if explained(o.at_ns) {
@@ -390,7 +390,13 @@ mod tests {
             register: Register::Fenced,
             ..write.clone()
         };
-        let f = flags(&r, &[write, other], |at| at > 500);
+        let all = flags(&r, &[write, other], |at| at > 500);
+        let f: HashMap<&str, Flag> = all
+            .iter()
+            .filter_map(|(lease, set)| Some((lease.as_str(), *set.first()?)))
+            .collect();
+        // Flagged by both, coloured by the claims checker.
+        assert_eq!(all["0-1"].len(), 2);
         assert_eq!(f["0-1"], Flag::Claims);
         assert_eq!(f["1-2"], Flag::Effects);
         assert_eq!(f["0-5"], Flag::ClaimsClock);

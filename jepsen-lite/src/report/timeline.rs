@@ -2,7 +2,7 @@
 //! below (claims coloured by the checker that flagged them, refused acquisitions, the resource
 //! accesses), time ticks, and a legend that names every colour it uses.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use super::axis;
@@ -192,9 +192,16 @@ pub fn timeline_svg(
         );
     }
     for c in &claims {
-        let flag = flags.get(&c.lease);
-        let colour = flag.map_or(CLAIM, |f| f.colour());
-        let why = flag.map_or(String::new(), |f| format!(" (flagged: {})", f.meaning()));
+        let flagged = flags.get(&c.lease);
+        let colour = flagged
+            .and_then(|set| set.first())
+            .map_or(CLAIM, |f| f.colour());
+        let why: Vec<&str> = flagged.into_iter().flatten().map(|f| f.meaning()).collect();
+        let why = if why.is_empty() {
+            String::new()
+        } else {
+            format!(" (flagged: {})", why.join("; "))
+        };
         let token = c.token.map_or(String::new(), |t| format!(", token {t}"));
         let _ = write!(
             s,
@@ -270,12 +277,13 @@ pub fn timeline_svg(
 /// The legend: every colour the timeline can use with its meaning and how many it marks, the
 /// checkers' colours always (a zero count says plainly that a checker flagged nothing).
 fn legend_items(
-    flags: &HashMap<String, Flag>,
+    flags: &HashMap<String, BTreeSet<Flag>>,
     report: &Report,
     accesses: &[Access],
     by_lease: &HashMap<&str, &Claim>,
 ) -> Vec<(&'static str, String)> {
-    let count = |f: Flag| flags.values().filter(|&&g| g == f).count();
+    // Every claim a checker flagged, whatever colour it is drawn in.
+    let count = |f: Flag| flags.values().filter(|set| set.contains(&f)).count();
     let mut items = vec![(
         CLAIM,
         format!(
@@ -285,6 +293,7 @@ fn legend_items(
     )];
     for f in Flag::ALL {
         items.push((f.colour(), format!("{}: {} claims", f.meaning(), count(f))));
+        // (A claim several checkers flagged takes the colour of the first in this list.)
     }
     items.push((REFUSED, format!("acquire refused: {}", report.acquires[1])));
     items.push((
