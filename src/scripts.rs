@@ -54,7 +54,7 @@ pub(crate) use restart::{MASTER_LIFE, PROVISION};
 pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
-pub(crate) fn all() -> [&'static LuaScript; 13] {
+pub(crate) fn all() -> [&'static LuaScript; 18] {
     [
         &COMPARE_AND_DELETE,
         &COMPARE_AND_PEXPIRE,
@@ -69,5 +69,10 @@ pub(crate) fn all() -> [&'static LuaScript; 13] {
         &MULTI_EXTEND,
         &MULTI_RAISE_FENCE,
         &ANNOUNCE,
+        &RELEASE_HOLDING,
+        &CLAIM_SLOT,
+        &REVERT_SLOT,
+        &FINISH_SLOT,
+        &SLOT_STATUS,
     ]
 }

@@ -218,11 +218,23 @@ impl Redlock {
         let won = loop {
             let started = crate::clock::now();
             let (outcome, cleanup) = round::claim(nodes, &keys, spec).await;
+            // A final answer other than a win waits (at most a node timeout) for the undo of
+            // this round's own claim: the caller's next read (`slot_status`, a status page)
+            // must not see it as a live claim (seen as a flaky `Running` status in a test).
             let delay = match outcome {
                 RoundOutcome::Won(won) => break won,
-                RoundOutcome::Completed(r) => return Ok(SlotClaim::Completed(r)),
-                RoundOutcome::Running(r) => return Ok(SlotClaim::RunningElsewhere(r)),
-                RoundOutcome::Abandoned(r) => return Ok(SlotClaim::Abandoned(r)),
+                RoundOutcome::Completed(r) => {
+                    settle(cleanup, config.node_timeout).await;
+                    return Ok(SlotClaim::Completed(r));
+                }
+                RoundOutcome::Running(r) => {
+                    settle(cleanup, config.node_timeout).await;
+                    return Ok(SlotClaim::RunningElsewhere(r));
+                }
+                RoundOutcome::Abandoned(r) => {
+                    settle(cleanup, config.node_timeout).await;
+                    return Ok(SlotClaim::Abandoned(r));
+                }
                 // Out of rounds after a split vote: a claim that may stand on a quorum (masters
                 // that did not answer may hold it) is left to its claimer; otherwise nobody
                 // holds the slot, and the caller hears it as contention it may retry.
@@ -243,9 +255,7 @@ impl Redlock {
             tokio::time::sleep(delay).await;
             // A split vote's claims are undone before the next round, so that it does not
             // trip over its own.
-            if let Some(cleanup) = cleanup {
-                let _ = tokio::time::timeout(config.node_timeout, cleanup).await;
-            }
+            settle(cleanup, config.node_timeout).await;
         };
         // A token the granting masters did not all issue is written back to a quorum first.
         if let (Some(fence), Some(token), false) = (&keys.fence, won.token, won.token_on_quorum) {
@@ -333,6 +343,13 @@ impl Redlock {
             Seen::Completed => SlotStatus::Completed(record),
             Seen::Abandoned => SlotStatus::Abandoned(record),
         })
+    }
+}
+
+/// Waits up to `within` for the undo of a round's own claim (it goes on regardless).
+async fn settle(cleanup: Option<tokio::task::JoinHandle<()>>, within: Duration) {
+    if let Some(cleanup) = cleanup {
+        let _ = tokio::time::timeout(within, cleanup).await;
     }
 }
 

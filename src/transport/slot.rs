@@ -262,12 +262,18 @@ async fn open(
 ) -> Result<Opened, NodeErrorKind> {
     let setup = async {
         let conn = connect(&client, connect_timeout).await?;
-        for script in scripts::all() {
-            let load: [&[u8]; 3] = [b"SCRIPT", b"LOAD", script.source.as_bytes()];
-            let reply = conn
-                .query(Command(&[&load]))
-                .await
-                .map_err(during_setup("loading scripts: "))?;
+        // Every load is queued at once (the pipeline writes them together and pairs the
+        // replies in order): one round trip for all the scripts, not one each, so that a
+        // connection to a master that just restarted is ready sooner.
+        let loads = scripts::all().map(|script| {
+            let conn = &conn;
+            async move {
+                let load: [&[u8]; 3] = [b"SCRIPT", b"LOAD", script.source.as_bytes()];
+                (script, conn.query(Command(&[&load])).await)
+            }
+        });
+        for (script, reply) in futures::future::join_all(loads).await {
+            let reply = reply.map_err(during_setup("loading scripts: "))?;
             let loaded = match &reply {
                 Reply::Bulk(bytes) => bytes.eq_ignore_ascii_case(script.sha().as_bytes()),
                 Reply::Status(text) => text.eq_ignore_ascii_case(script.sha()),
