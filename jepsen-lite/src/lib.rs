@@ -19,6 +19,7 @@ pub mod env;
 pub mod evidence;
 pub mod generator;
 pub mod history;
+pub mod json_lines;
 pub mod nemesis;
 pub mod outcome;
 pub mod plays;

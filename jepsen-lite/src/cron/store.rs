@@ -19,10 +19,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::clock::now_ns;
+use crate::json_lines;
 
 /// What an access is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,12 +172,9 @@ impl Store {
 }
 
 async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
-    let _ = stream.set_nodelay(true);
-    let (read, mut write) = stream.into_split();
-    let mut lines = BufReader::new(read).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let arrival = now_ns();
-        let response = match serde_json::from_str::<Request>(&line) {
+    json_lines::serve(
+        stream,
+        |request: Result<Request, _>, arrival| match request {
             Ok(req) => state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -187,61 +183,18 @@ async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
                 accepted: false,
                 reason: Some(format!("bad request: {e}")),
             },
-        };
-        let Ok(mut out) = serde_json::to_vec(&response) else {
-            return;
-        };
-        out.push(b'\n');
-        if write.write_all(&out).await.is_err() {
-            return;
-        }
-    }
+        },
+    )
+    .await;
 }
 
-/// A worker's connection to the store.
-#[derive(Debug)]
-pub struct Client {
-    lines: tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>,
-    write: tokio::net::tcp::OwnedWriteHalf,
-}
-
-impl Client {
-    /// Connects.
-    ///
-    /// # Errors
-    ///
-    /// When the store cannot be reached.
-    pub async fn connect(addr: SocketAddr) -> std::io::Result<Self> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let (read, write) = stream.into_split();
-        Ok(Self {
-            lines: BufReader::new(read).lines(),
-            write,
-        })
-    }
-
-    /// Sends one request and waits for its response.
-    ///
-    /// # Errors
-    ///
-    /// When the connection fails or the response does not parse.
-    pub async fn call(&mut self, req: &Request) -> std::io::Result<Response> {
-        let mut out = serde_json::to_vec(req)?;
-        out.push(b'\n');
-        self.write.write_all(&out).await?;
-        let line = self
-            .lines
-            .next_line()
-            .await?
-            .ok_or_else(|| std::io::Error::other("the store closed the connection"))?;
-        Ok(serde_json::from_str(&line)?)
-    }
-}
+/// A client process's connection to this store.
+pub type Client = json_lines::Client<Request, Response>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::now_ns;
 
     fn req(kind: Kind, slot_ms: i64, token: Option<u64>) -> Request {
         Request {
