@@ -5,17 +5,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock;
 use crate::error::LockError;
-use crate::round::spec::round_spec;
 use crate::round::timing::drift;
-use crate::round::{self, Grant, Holders};
+use crate::round::Grant;
 use crate::shared::Shared;
-use crate::traced::{in_span, record_outcome, record_with};
-use crate::value::Claim;
+use crate::transport::node::RedisNode;
 
+// What a guard of one resource and a guard of a set keep and do alike.
+pub(crate) mod held;
 // Hold at least: a release that keeps the lock until a minimum time after its grant.
 mod hold;
+
+use held::Held;
 
 /// A lock held on a quorum of masters, valid until [`valid_until`](Self::valid_until).
 ///
@@ -33,29 +34,18 @@ mod hold;
 /// keys expire after their TTL. Prefer `release().await`, which reports the outcome.
 #[must_use = "dropping the guard releases the lock at once (in the background)"]
 pub struct LockGuard {
-    shared: Arc<Shared>,
-    resource: String,
-    key: Arc<str>,
-    claim: Claim,
-    holders: Holders,
-    ttl: Duration,
-    /// On the lock clock ([`crate::clock`]).
-    valid_until: Instant,
+    /// The grant; its `label` is the resource name.
+    held: Held<RedisNode>,
     /// When the acquisition round started (`valid_until − (ttl − drift)` at the grant), on the
     /// lock clock: what [`release_holding`](Self::release_holding) counts from.
     granted: Instant,
-    fence: Option<u64>,
-    /// Set once the guard's keys were handed to a release, so `Drop` does nothing.
-    released: bool,
-    /// Set once a loss was counted in the manager's stats, so it is counted once.
-    loss_counted: bool,
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("resource", &self.resource)
-            .field("ttl", &self.ttl)
+            .field("resource", &self.held.label)
+            .field("ttl", &self.held.ttl)
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
     }
@@ -74,24 +64,16 @@ impl LockGuard {
             .valid_until
             .checked_sub(validity)
             .unwrap_or(grant.valid_until);
+        let nodes = Arc::clone(&shared.nodes);
         Self {
             granted,
-            shared,
-            resource,
-            key,
-            claim: grant.claim,
-            holders: grant.holders,
-            ttl,
-            valid_until: grant.valid_until,
-            fence: grant.token,
-            released: false,
-            loss_counted: false,
+            held: Held::new(shared, nodes, resource, key, ttl, grant),
         }
     }
 
     /// The resource name this lock was acquired for.
     pub fn resource(&self) -> &str {
-        &self.resource
+        &self.held.label
     }
 
     /// The fencing token of this grant, when fencing is on ([`RedlockBuilder::fencing`] or
@@ -132,12 +114,12 @@ impl LockGuard {
     /// [`Redlock::fenced`]: crate::Redlock::fenced
     /// [`Redlock::reentrant`]: crate::Redlock::reentrant
     pub fn fence(&self) -> Option<u64> {
-        self.fence
+        self.held.fence
     }
 
     /// The TTL of the last successful acquire or extend.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.held.ttl
     }
 
     /// The instant the lock's validity ends: the start of the last successful acquire or
@@ -148,22 +130,22 @@ impl LockGuard {
     /// keeping it. [`remaining`](Self::remaining) and [`is_valid`](Self::is_valid) count the
     /// suspend.
     pub fn valid_until(&self) -> std::time::Instant {
-        clock::timer(self.valid_until).into_std()
+        self.held.valid_until_std()
     }
 
     /// The validity left now (zero once it ran out).
     pub fn remaining(&self) -> Duration {
-        self.valid_until.saturating_duration_since(clock::now())
+        self.held.remaining()
     }
 
     /// Whether the validity has not run out yet.
     pub fn is_valid(&self) -> bool {
-        clock::now() < self.valid_until
+        self.held.is_valid()
     }
 
     /// The end of the validity on the lock clock, for the lease.
     pub(crate) fn valid_until_on_lock_clock(&self) -> Instant {
-        self.valid_until
+        self.held.valid_until
     }
 
     /// Sets the lock's TTL to `ttl` from now, on a quorum of the masters that hold it.
@@ -192,59 +174,8 @@ impl LockGuard {
     /// guarantee, so a cancelled extension never leaves the guard claiming more than the keys
     /// may hold.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
-        let span = tracing::debug_span!(
-            "extend",
-            resource = %self.resource,
-            ?ttl,
-            outcome = tracing::field::Empty,
-            validity_left = tracing::field::Empty,
-        );
-        let outcome = in_span(&span, self.extend_round(ttl)).await;
-        self.hold_changed();
-        self.shared.counters.extended(outcome.as_ref().copied());
-        self.count_loss(&outcome);
-        record_outcome(&span, outcome.as_ref(), "extended");
-        record_with(&span, "validity_left", || self.remaining());
-        outcome
-    }
-
-    async fn extend_round(&mut self, ttl: Duration) -> Result<(), LockError> {
-        let config = &self.shared.config;
-        let timing = round_spec(config, ttl)?;
-        let before = self.valid_until;
-        // A shorter TTL shortens the keys as soon as the first master applies it.
-        let pessimistic = clock::now()
-            .checked_add(
-                timing
-                    .ttl
-                    .saturating_sub(drift(timing.ttl, config.drift_factor)),
-            )
-            .map_or(before, |t| t.min(before));
-        self.valid_until = pessimistic;
-        self.hold_changed();
-        let outcome = round::extend(
-            &self.shared.nodes,
-            &self.resource,
-            &self.key,
-            &self.claim,
-            &self.holders,
-            timing,
-            before,
-        )
-        .await;
-        match outcome {
-            Ok(valid_until) => {
-                self.valid_until = valid_until;
-                self.ttl = timing.ttl;
-                Ok(())
-            }
-            Err(error) => {
-                if matches!(error, LockError::NotHeld { .. }) {
-                    self.valid_until = self.valid_until.min(clock::now());
-                }
-                Err(error)
-            }
-        }
+        // A reentrant owner's hold follows every move of the validity.
+        self.held.extend(ttl, |held| hold_changed(held)).await
     }
 
     /// Releases the lock: compare-and-delete on every master that may hold it.
@@ -265,89 +196,55 @@ impl LockGuard {
     /// `Drop` sends the deletes again in the background (a second compare-and-delete is
     /// harmless), so nothing is left behind.
     pub async fn release(mut self) -> Result<(), LockError> {
-        self.shared.holds.leave(&self.key, &self.claim);
-        let still_valid = self.is_valid();
-        let span = tracing::debug_span!(
-            "release",
-            resource = %self.resource,
-            validity_left = ?self.remaining(),
-            outcome = tracing::field::Empty,
-        );
-        let outcome = in_span(
-            &span,
-            round::release(
-                &self.shared.nodes,
-                &self.resource,
-                &self.key,
-                &self.claim,
-                &self.holders,
-                still_valid,
-            ),
-        )
-        .await;
-        self.released = true;
-        if outcome.is_ok() {
-            self.shared.counters.released();
-        }
-        self.count_loss(&outcome);
-        record_outcome(&span, outcome.as_ref(), "released");
-        outcome
+        self.leave_hold();
+        self.held.release().await
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.released {
-            return;
+        // `held` releases the keys in the background when it is dropped right after this.
+        if !self.held.is_released() {
+            self.leave_hold();
         }
-        self.shared.holds.leave(&self.key, &self.claim);
-        tracing::debug!(resource = %self.resource, "lock guard dropped without release; releasing in the background");
-        round::release_held_in_background(
-            Arc::clone(&self.shared.nodes),
-            Arc::clone(&self.key),
-            self.claim.clone(),
-            &self.holders.may_hold,
-        );
     }
 }
 
 // accessors for lease.rs
 impl LockGuard {
-    /// Counts a loss in the manager's stats if `outcome` says the lock was lost.
-    fn count_loss(&mut self, outcome: &Result<(), LockError>) {
-        if matches!(outcome, Err(error) if crate::stats::is_loss(error)) {
-            self.count_lost();
-        }
-    }
-
     /// Counts this lock as lost in the manager's stats, once per guard.
     pub(crate) fn count_lost(&mut self) {
-        if !self.loss_counted {
-            self.loss_counted = true;
-            self.shared.counters.lost();
-        }
+        self.held.count_lost();
     }
 
     /// The settings of the manager that granted this lock (drift factor, node timeout).
     pub(crate) fn config(&self) -> &crate::config::Config {
-        &self.shared.config
+        &self.held.shared.config
     }
 
     /// Enters a fenced, reentrant guard, whose token is stored on a quorum, in its owner's
     /// hold: it takes the token of a hold that is still on (see [`crate::holds`]).
     pub(crate) fn into_hold(mut self) -> Self {
-        if let Some(token) = self.fence {
-            let holds = &self.shared.holds;
-            self.fence = Some(holds.begin(&self.key, &self.claim, token, self.valid_until));
+        let held = &mut self.held;
+        if let Some(token) = held.fence {
+            let holds = &held.shared.holds;
+            held.fence = Some(holds.begin(&held.key, &held.claim, token, held.valid_until));
         }
         self
     }
 
-    /// Tells the owner's hold (if any) of this guard's new validity.
-    fn hold_changed(&self) {
-        if self.fence.is_some() {
-            let holds = &self.shared.holds;
-            holds.update(&self.key, &self.claim, self.valid_until);
-        }
+    /// Takes this guard out of its owner's hold (if any): it no longer holds the lock.
+    fn leave_hold(&self) {
+        let held = &self.held;
+        held.shared.holds.leave(&held.key, &held.claim);
+    }
+}
+
+/// Tells the owner's hold (if any) of a fenced guard's new validity.
+fn hold_changed(held: &Held<RedisNode>) {
+    if held.fence.is_some() {
+        held.shared
+            .holds
+            .update(&held.key, &held.claim, held.valid_until);
     }
 }

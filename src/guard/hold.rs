@@ -13,7 +13,7 @@ use crate::error::{InvalidArgument, LockError, NotHeldReason};
 use crate::round::tally::Tally;
 use crate::round::timing::quorum;
 use crate::scripts::RELEASE_HOLDING;
-use crate::traced::{in_span, record_outcome};
+use crate::traced::in_span;
 use crate::transport::reply::flag_reply;
 use crate::transport::resp::Decimal;
 
@@ -60,7 +60,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn release_holding(mut self, at_least: Duration) -> Result<(), LockError> {
-        let max = self.shared.config.max_ttl;
+        let max = self.held.shared.config.max_ttl;
         if at_least > max {
             return Err(InvalidArgument::HoldTooLong {
                 hold: at_least,
@@ -75,30 +75,25 @@ impl LockGuard {
         if keep_ms == 0 {
             return self.release().await;
         }
-        self.shared.holds.leave(&self.key, &self.claim);
+        self.leave_hold();
         let still_valid = self.is_valid();
         let span = tracing::debug_span!(
             "release",
-            resource = %self.resource,
+            resource = %self.held.label,
             validity_left = ?self.remaining(),
             hold = ?keep,
             outcome = tracing::field::Empty,
         );
         let outcome = in_span(&span, self.hold_round(keep_ms, still_valid)).await;
-        self.released = true;
-        if outcome.is_ok() {
-            self.shared.counters.released();
-        }
-        self.count_loss(&outcome);
-        record_outcome(&span, outcome.as_ref(), "released");
-        outcome
+        self.held.released_with(&span, outcome)
     }
 
     /// One round of the hold script on every master that may hold the key; requests still in
     /// flight when the outcome is known finish in the background.
     async fn hold_round(&self, keep_ms: u64, still_valid: bool) -> Result<(), LockError> {
-        let nodes = &self.shared.nodes;
-        let holders = &self.holders;
+        let held = &self.held;
+        let nodes = &held.nodes;
+        let holders = &held.holders;
         let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
             .with_confirmed(&holders.confirmed);
         let mut requests: FuturesUnordered<_> = nodes
@@ -108,8 +103,8 @@ impl LockGuard {
             .filter(|(_, (_, holds))| **holds)
             .map(|(i, (node, _))| {
                 let node = Arc::clone(node);
-                let key = Arc::clone(&self.key);
-                let claim = self.claim.clone();
+                let key = Arc::clone(&held.key);
+                let claim = held.claim.clone();
                 async move {
                     let keep = Decimal::new(keep_ms);
                     let reentry = claim.reentry.as_ref();
@@ -139,7 +134,7 @@ impl LockGuard {
             }
         }
         tracing::debug!(
-            resource = %self.resource,
+            resource = %held.label,
             held = tally.yes,
             not_ours = tally.no,
             failed = tally.failed,
@@ -147,13 +142,13 @@ impl LockGuard {
         );
         if !still_valid {
             return Err(LockError::NotHeld {
-                resource: self.resource.clone(),
+                resource: held.label.clone(),
                 reason: NotHeldReason::Expired,
             });
         }
         if tally.won() {
             return Ok(());
         }
-        Err(tally.holder_error(nodes, &self.resource))
+        Err(tally.holder_error(nodes, &held.label))
     }
 }

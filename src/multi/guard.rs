@@ -5,15 +5,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock;
 use crate::error::LockError;
+use crate::guard::held::Held;
 use crate::multi::keyset::{KeySet, SetNode};
-use crate::round::spec::round_spec;
-use crate::round::timing::drift;
-use crate::round::{self, Grant, Holders, LockKeys, Nodes};
+use crate::round::{Grant, Holders, Nodes};
 use crate::shared::Shared;
-use crate::traced::{in_span, record_outcome, record_with};
-use crate::value::Claim;
 
 /// Several resources locked together on a quorum of masters (by
 /// [`Redlock::lock_all`](crate::Redlock::lock_all)), valid until
@@ -34,26 +30,16 @@ use crate::value::Claim;
 /// best-effort release of the whole set on the current tokio runtime.
 #[must_use = "dropping the guard releases the locks at once (in the background)"]
 pub struct MultiLockGuard {
-    shared: Arc<Shared>,
-    nodes: Nodes<SetNode>,
+    /// The grant, on masters that present the set as one key; its `label` names the set.
+    held: Held<SetNode>,
     set: Arc<KeySet>,
-    label: String,
-    keys: LockKeys,
-    claim: Claim,
-    holders: Holders,
-    ttl: Duration,
-    /// On the lock clock ([`crate::clock`]).
-    valid_until: Instant,
-    fence: Option<u64>,
-    released: bool,
-    loss_counted: bool,
 }
 
 impl std::fmt::Debug for MultiLockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MultiLockGuard")
             .field("resources", &self.set.resources)
-            .field("ttl", &self.ttl)
+            .field("ttl", &self.held.ttl)
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
     }
@@ -67,19 +53,11 @@ impl MultiLockGuard {
         ttl: Duration,
         grant: Grant,
     ) -> Self {
+        let label = set.label();
+        let key = set.round_keys().lock;
         Self {
-            shared,
-            nodes,
-            label: set.label(),
-            keys: set.round_keys(),
+            held: Held::new(shared, nodes, label, key, ttl, grant),
             set,
-            claim: grant.claim,
-            holders: grant.holders,
-            ttl,
-            valid_until: grant.valid_until,
-            fence: grant.token,
-            released: false,
-            loss_counted: false,
         }
     }
 
@@ -90,52 +68,52 @@ impl MultiLockGuard {
 
     /// The fencing token of the set (see [Fencing](Self#fencing)), when fencing is on.
     pub fn fence(&self) -> Option<u64> {
-        self.fence
+        self.held.fence
     }
 
     /// The TTL of the last successful acquire or extend.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.held.ttl
     }
 
     /// The instant the validity ends; see [`LockGuard::valid_until`](crate::LockGuard::valid_until).
     pub fn valid_until(&self) -> std::time::Instant {
-        clock::timer(self.valid_until).into_std()
+        self.held.valid_until_std()
     }
 
     /// The validity left now (zero once it ran out).
     pub fn remaining(&self) -> Duration {
-        self.valid_until.saturating_duration_since(clock::now())
+        self.held.remaining()
     }
 
     /// Whether the validity has not run out yet.
     pub fn is_valid(&self) -> bool {
-        clock::now() < self.valid_until
+        self.held.is_valid()
     }
 
     /// The end of the validity on the lock clock (leases).
     pub(crate) fn valid_until_on_lock_clock(&self) -> Instant {
-        self.valid_until
+        self.held.valid_until
     }
 
     /// The manager's settings (leases).
     pub(crate) fn config(&self) -> &crate::config::Config {
-        &self.shared.config
+        &self.held.shared.config
     }
 
     /// The claim's value as stored (elections announce it).
     pub(crate) fn stored_value(&self) -> String {
-        self.set.value(&self.claim)
+        self.set.value(&self.held.claim)
     }
 
     /// The set's first lock key (an election's only one).
     pub(crate) fn lock_key(&self) -> &str {
-        &self.keys.lock
+        &self.held.key
     }
 
     /// Which masters may hold the set (elections announce on them).
     pub(crate) fn holders(&self) -> &Holders {
-        &self.holders
+        &self.held.holders
     }
 
     /// Sets every resource's TTL to `ttl` from now, on a quorum of the masters that hold the
@@ -150,57 +128,7 @@ impl MultiLockGuard {
     /// As [`LockGuard::extend`](crate::LockGuard::extend): before any request is sent, the
     /// validity is lowered to what the new TTL alone would guarantee.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
-        let span = tracing::debug_span!(
-            "extend",
-            resource = %self.label,
-            ?ttl,
-            outcome = tracing::field::Empty,
-            validity_left = tracing::field::Empty,
-        );
-        let outcome = in_span(&span, self.extend_round(ttl)).await;
-        self.shared.counters.extended(outcome.as_ref().copied());
-        self.count_loss(&outcome);
-        record_outcome(&span, outcome.as_ref(), "extended");
-        record_with(&span, "validity_left", || self.remaining());
-        outcome
-    }
-
-    async fn extend_round(&mut self, ttl: Duration) -> Result<(), LockError> {
-        let config = &self.shared.config;
-        let timing = round_spec(config, ttl)?;
-        let before = self.valid_until;
-        // A shorter TTL shortens the keys as soon as the first master applies it.
-        let pessimistic = clock::now()
-            .checked_add(
-                timing
-                    .ttl
-                    .saturating_sub(drift(timing.ttl, config.drift_factor)),
-            )
-            .map_or(before, |t| t.min(before));
-        self.valid_until = pessimistic;
-        let outcome = round::extend(
-            &self.nodes,
-            &self.label,
-            &self.keys.lock,
-            &self.claim,
-            &self.holders,
-            timing,
-            before,
-        )
-        .await;
-        match outcome {
-            Ok(valid_until) => {
-                self.valid_until = valid_until;
-                self.ttl = timing.ttl;
-                Ok(())
-            }
-            Err(error) => {
-                if matches!(error, LockError::NotHeld { .. }) {
-                    self.valid_until = self.valid_until.min(clock::now());
-                }
-                Err(error)
-            }
-        }
+        self.held.extend(ttl, |_| ()).await
     }
 
     /// Releases every resource of the set: one compare-and-delete of the whole set on every
@@ -216,61 +144,11 @@ impl MultiLockGuard {
     /// As [`LockGuard::release`](crate::LockGuard::release): if dropped early, the guard's
     /// `Drop` sends the deletes again in the background.
     pub async fn release(mut self) -> Result<(), LockError> {
-        let still_valid = self.is_valid();
-        let span = tracing::debug_span!(
-            "release",
-            resource = %self.label,
-            validity_left = ?self.remaining(),
-            outcome = tracing::field::Empty,
-        );
-        let outcome = in_span(
-            &span,
-            round::release(
-                &self.nodes,
-                &self.label,
-                &self.keys.lock,
-                &self.claim,
-                &self.holders,
-                still_valid,
-            ),
-        )
-        .await;
-        self.released = true;
-        if outcome.is_ok() {
-            self.shared.counters.released();
-        }
-        self.count_loss(&outcome);
-        record_outcome(&span, outcome.as_ref(), "released");
-        outcome
-    }
-
-    /// Counts a loss in the manager's stats if `outcome` says the set was lost.
-    fn count_loss(&mut self, outcome: &Result<(), LockError>) {
-        if matches!(outcome, Err(error) if crate::stats::is_loss(error)) {
-            self.count_lost();
-        }
+        self.held.release().await
     }
 
     /// Counts the set as lost in the manager's stats, once per guard.
     pub(crate) fn count_lost(&mut self) {
-        if !self.loss_counted {
-            self.loss_counted = true;
-            self.shared.counters.lost();
-        }
-    }
-}
-
-impl Drop for MultiLockGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        tracing::debug!(resource = %self.label, "multi-lock guard dropped without release; releasing in the background");
-        round::release_held_in_background(
-            Arc::clone(&self.nodes),
-            Arc::clone(&self.keys.lock),
-            self.claim.clone(),
-            &self.holders.may_hold,
-        );
+        self.held.count_lost();
     }
 }
