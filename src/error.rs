@@ -273,6 +273,27 @@ pub enum InvalidArgument {
     /// is zero.
     #[error("election poll interval is zero: expected a positive duration")]
     ZeroPollInterval,
+    /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given no slot.
+    #[error("no slots to claim: expected at least one (job, slot) pair")]
+    NoSlots,
+    /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given the same `(job, slot)`
+    /// twice (an error rather than a silent merge: it is usually a bug in the caller's list).
+    #[error("slot {slot:?} of job {job:?} is named twice: expected distinct (job, slot) pairs")]
+    DuplicateSlot {
+        /// The job.
+        job: String,
+        /// The slot.
+        slot: String,
+    },
+    /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given more slots than one
+    /// request may carry.
+    #[error("{count} slots to claim at once: expected at most {max}")]
+    TooManySlots {
+        /// How many were given.
+        count: usize,
+        /// The most accepted ([`MAX_SLOT_BATCH`](crate::MAX_SLOT_BATCH)).
+        max: usize,
+    },
 }
 
 /// The error of every lock operation.

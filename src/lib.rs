@@ -288,6 +288,6 @@ pub use mutation::Mutation;
 pub use owner::Owner;
 pub use slot::{
     SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
-    DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
+    DEFAULT_SLOT_TTL, MAX_SLOT_BATCH, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
 };
 pub use stats::{NodeStats, Stats};

@@ -51,10 +51,12 @@ pub(crate) use multi::{ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE,
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
 pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
-pub(crate) use slot::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
+pub(crate) use slot::{
+    CLAIM_SLOT, CLAIM_SLOTS, FINISH_SLOT, REVERT_SLOT, REVERT_SLOTS, SLOT_STATUS,
+};
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
-pub(crate) fn all() -> [&'static LuaScript; 18] {
+pub(crate) fn all() -> [&'static LuaScript; 20] {
     [
         &COMPARE_AND_DELETE,
         &COMPARE_AND_PEXPIRE,
@@ -74,5 +76,7 @@ pub(crate) fn all() -> [&'static LuaScript; 18] {
         &REVERT_SLOT,
         &FINISH_SLOT,
         &SLOT_STATUS,
+        &CLAIM_SLOTS,
+        &REVERT_SLOTS,
     ]
 }

@@ -95,6 +95,8 @@
 //! A master whose clock jumps forward expires claims early, as it would locks; records expire
 //! too, after the retention.
 
+mod batch;
+mod many;
 mod options;
 mod outcome;
 mod round;
@@ -110,6 +112,7 @@ use crate::guard::LockGuard;
 use crate::manager::Redlock;
 use crate::round::spec::round_spec;
 use crate::round::Grant;
+pub use many::MAX_SLOT_BATCH;
 pub use options::{
     SlotOptions, DEFAULT_SLOT_RETENTION, DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
 };
@@ -257,64 +260,10 @@ impl Redlock {
             // trip over its own.
             settle(cleanup, config.node_timeout).await;
         };
-        // A token the granting masters did not all issue is written back to a quorum first.
-        if let (Some(fence), Some(token), false) = (&keys.fence, won.token, won.token_on_quorum) {
-            let retention = timing.fence_retention.max(timing.ttl);
-            let raised = crate::round::raise_fence(nodes, &resource, fence, token, retention).await;
-            if let Err(error) = raised {
-                round::revert_in_background(nodes, &keys, &won.claim.value, &won.holders.may_hold);
-                return Err(error);
-            }
-        }
-        let value = won.claim.value.clone();
-        let may_hold = Arc::clone(&won.holders.may_hold);
-        let attempt = won.attempt;
-        let guard = LockGuard::new(
-            Arc::clone(&shared),
-            resource.clone(),
-            Arc::clone(&keys.running),
-            timing.ttl,
-            Grant {
-                claim: won.claim,
-                valid_until: won.valid_until,
-                holders: won.holders,
-                token: won.token,
-                token_on_quorum: true,
-            },
-        );
-        // A claim that cannot be handed over is undone (the guard's own release on drop only
-        // deletes the running key; the revert also restores the record).
-        let failed = if guard.is_valid() {
-            match guard.keep_alive(lease_opts) {
-                Ok(lease) => {
-                    return Ok(SlotClaim::Claimed(SlotRun {
-                        lease,
-                        info: Box::new(RunInfo {
-                            shared,
-                            keys,
-                            value,
-                            job: job.to_string(),
-                            slot: slot.to_string(),
-                            resource,
-                            runner,
-                            retention: opts.retention,
-                            attempt,
-                        }),
-                    }))
-                }
-                Err(rejected) => LockError::from(rejected),
-            }
-        } else {
-            drop(guard);
-            LockError::ValidityExhausted {
-                resource: resource.clone(),
-                elapsed: timing.ttl.saturating_sub(timing.drift()),
-                ttl: timing.ttl,
-                drift: timing.drift(),
-            }
-        };
-        round::revert_in_background(nodes, &keys, &value, &may_hold);
-        Err(failed)
+        hand_over(
+            &shared, won, keys, resource, job, slot, &runner, opts, lease_opts,
+        )
+        .await
     }
 
     /// Reads what a quorum of masters says about slot `slot` of `job` (for status pages),
@@ -344,6 +293,81 @@ impl Redlock {
             Seen::Abandoned => SlotStatus::Abandoned(record),
         })
     }
+}
+
+/// Makes a won claim a [`SlotRun`]: writes a token the granting masters did not all issue back
+/// to a quorum, then starts the claim's lease. A claim that cannot be handed over is undone.
+#[allow(clippy::too_many_arguments)] // one call site per entry point; a struct would only rename them
+async fn hand_over(
+    shared: &Arc<crate::shared::Shared>,
+    won: round::Won,
+    keys: SlotKeys,
+    resource: String,
+    job: &str,
+    slot: &str,
+    runner: &str,
+    opts: &SlotOptions,
+    lease_opts: crate::lease::LeaseOptions,
+) -> Result<SlotClaim, LockError> {
+    let nodes = &shared.nodes;
+    let timing = round_spec(&shared.config, opts.ttl)?;
+    if let (Some(fence), Some(token), false) = (&keys.fence, won.token, won.token_on_quorum) {
+        let retention = timing.fence_retention.max(timing.ttl);
+        let raised = crate::round::raise_fence(nodes, &resource, fence, token, retention).await;
+        if let Err(error) = raised {
+            round::revert_in_background(nodes, &keys, &won.claim.value, &won.holders.may_hold);
+            return Err(error);
+        }
+    }
+    let value = won.claim.value.clone();
+    let may_hold = Arc::clone(&won.holders.may_hold);
+    let attempt = won.attempt;
+    let guard = LockGuard::new(
+        Arc::clone(shared),
+        resource.clone(),
+        Arc::clone(&keys.running),
+        timing.ttl,
+        Grant {
+            claim: won.claim,
+            valid_until: won.valid_until,
+            holders: won.holders,
+            token: won.token,
+            token_on_quorum: true,
+        },
+    );
+    // A claim that cannot be handed over is undone (the guard's own release on drop only
+    // deletes the running key; the revert also restores the record).
+    let failed = if guard.is_valid() {
+        match guard.keep_alive(lease_opts) {
+            Ok(lease) => {
+                return Ok(SlotClaim::Claimed(SlotRun {
+                    lease,
+                    info: Box::new(RunInfo {
+                        shared: Arc::clone(shared),
+                        keys,
+                        value,
+                        job: job.to_string(),
+                        slot: slot.to_string(),
+                        resource,
+                        runner: runner.to_string(),
+                        retention: opts.retention,
+                        attempt,
+                    }),
+                }))
+            }
+            Err(rejected) => LockError::from(rejected),
+        }
+    } else {
+        drop(guard);
+        LockError::ValidityExhausted {
+            resource: resource.clone(),
+            elapsed: timing.ttl.saturating_sub(timing.drift()),
+            ttl: timing.ttl,
+            drift: timing.drift(),
+        }
+    };
+    round::revert_in_background(nodes, &keys, &value, &may_hold);
+    Err(failed)
 }
 
 /// Waits up to `within` for the undo of a round's own claim (it goes on regardless).

@@ -8,6 +8,67 @@
 //! `value` (the claim's value), `runner`, `token`, `attempts`, `updated` (the master's clock,
 //! µs), and the `prev_*` fields a failed claim is undone from.
 
+/// The claim of one slot, shared by [`CLAIM_SLOT`] and [`CLAIM_SLOTS`] (one source, so a batch
+/// claims each slot exactly as a single claim does). Defines `now_us` (the master's clock, read
+/// once per call), `epoch_age(key, on)` and `claim(run, rec, fence, value, a)`, where `a` holds
+/// the arguments every slot of a call shares: `ttl` (ms), `fencing`, `fence_retention` (ms),
+/// `proposal`, `cap` (µs), `retention` (ms), `runner`, `retry` (as in [`CLAIM_SLOT`]).
+macro_rules! claim_fn {
+    () => {
+        r"local t = redis.call('time')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function epoch_age(key, on)
+    if not on then
+        return -1
+    end
+    local born = redis.call('get', key)
+    if not born then
+        redis.call('set', key, string.format('%d', now_us))
+        born = now_us
+    end
+    return math.floor((now_us - tonumber(born)) / 1000)
+end
+local function claim(run, rec, fence, value, a, epoch_age_ms)
+    local function answer(code, token, holder)
+        local r = redis.call('hmget', rec, 'attempts', 'token', 'runner', 'updated')
+        return {code, token, epoch_age_ms, tonumber(r[1] or '0') or 0, tonumber(r[2] or '0') or 0,
+            r[3] or '', tonumber(r[4] or '0') or 0, holder or ''}
+    end
+    local state = redis.call('hget', rec, 'state')
+    if state == 'completed' then
+        return answer(2, 0)
+    end
+    local holder = redis.call('get', run)
+    if holder == value then
+        return answer(1, tonumber(redis.call('hget', rec, 'token') or '0') or 0)
+    end
+    if holder then
+        return answer(3, 0, redis.sha1hex(holder))
+    end
+    if state and a.retry ~= '1' then
+        return answer(4, 0)
+    end
+    redis.call('set', run, value, 'px', a.ttl)
+    local token = 0
+    if a.fencing == '1' then
+        local current = tonumber(redis.call('get', fence) or '0')
+        local proposal = math.min(tonumber(a.proposal), now_us + tonumber(a.cap))
+        token = math.max(current + 1, now_us, proposal)
+        redis.call('set', fence, string.format('%d', token), 'px', a.fence_retention)
+    end
+    local old = redis.call('hmget', rec, 'state', 'runner', 'token', 'updated')
+    redis.call('hset', rec, 'state', 'running', 'value', value, 'runner', a.runner,
+        'token', string.format('%d', token), 'updated', string.format('%d', now_us),
+        'prev_state', old[1] or '', 'prev_runner', old[2] or '', 'prev_token', old[3] or '0',
+        'prev_updated', old[4] or '0')
+    redis.call('hincrby', rec, 'attempts', 1)
+    redis.call('pexpire', rec, a.retention)
+    return answer(1, token)
+end
+"
+    };
+}
+
 lua_script! {
     /// Claims a slot on this master.
     ///
@@ -30,52 +91,34 @@ lua_script! {
     /// sent again (a retry on a fresh connection) finds its own key and is granted again
     /// without counting a second attempt. The fence counter and epoch marker work as in the
     /// acquire script.
-    CLAIM_SLOT = r"local t = redis.call('time')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local epoch_age_ms = -1
-if ARGV[4] == '1' then
-    local born = redis.call('get', KEYS[4])
-    if not born then
-        redis.call('set', KEYS[4], string.format('%d', now_us))
-        born = now_us
-    end
-    epoch_age_ms = math.floor((now_us - tonumber(born)) / 1000)
+    CLAIM_SLOT = concat!(claim_fn!(), r"local a = {ttl = ARGV[2], fencing = ARGV[3], fence_retention = ARGV[5],
+    proposal = ARGV[6], cap = ARGV[7], retention = ARGV[8], runner = ARGV[9], retry = ARGV[10]}
+return claim(KEYS[1], KEYS[2], KEYS[3], ARGV[1], a, epoch_age(KEYS[4], ARGV[4] == '1'))");
+}
+
+lua_script! {
+    /// Claims many slots on this master at once, each exactly as [`CLAIM_SLOT`] would (the same
+    /// Lua function), in one call: a batch of `n` slots costs one request per master instead
+    /// of `n`.
+    ///
+    /// `KEYS` holds three keys per slot, in order: running key, record, the job's fence
+    /// counter (the running key again when unfenced); then the epoch marker (any key when
+    /// unused). `ARGV[1..9]` are those of [`CLAIM_SLOT`] shifted down by one (`ARGV[1]` claim
+    /// TTL, `ARGV[2]` fencing, `ARGV[3]` epoch check, `ARGV[4]` fence retention, `ARGV[5]`
+    /// proposed token, `ARGV[6]` cap, `ARGV[7]` record retention, `ARGV[8]` runner, `ARGV[9]`
+    /// retry), then one claim value per slot, in the order of the slots.
+    ///
+    /// Returns one [`CLAIM_SLOT`] reply per slot, in order.
+    CLAIM_SLOTS = concat!(claim_fn!(), r"local a = {ttl = ARGV[1], fencing = ARGV[2], fence_retention = ARGV[4],
+    proposal = ARGV[5], cap = ARGV[6], retention = ARGV[7], runner = ARGV[8], retry = ARGV[9]}
+local n = (#KEYS - 1) / 3
+local age = epoch_age(KEYS[#KEYS], ARGV[3] == '1')
+local out = {}
+for i = 1, n do
+    local k = (i - 1) * 3
+    out[i] = claim(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[9 + i], a, age)
 end
-local function answer(code, token, holder)
-    local r = redis.call('hmget', KEYS[2], 'attempts', 'token', 'runner', 'updated')
-    return {code, token, epoch_age_ms, tonumber(r[1] or '0') or 0, tonumber(r[2] or '0') or 0,
-        r[3] or '', tonumber(r[4] or '0') or 0, holder or ''}
-end
-local state = redis.call('hget', KEYS[2], 'state')
-if state == 'completed' then
-    return answer(2, 0)
-end
-local holder = redis.call('get', KEYS[1])
-if holder == ARGV[1] then
-    return answer(1, tonumber(redis.call('hget', KEYS[2], 'token') or '0') or 0)
-end
-if holder then
-    return answer(3, 0, redis.sha1hex(holder))
-end
-if state and ARGV[10] ~= '1' then
-    return answer(4, 0)
-end
-redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
-local token = 0
-if ARGV[3] == '1' then
-    local current = tonumber(redis.call('get', KEYS[3]) or '0')
-    local proposal = math.min(tonumber(ARGV[6]), now_us + tonumber(ARGV[7]))
-    token = math.max(current + 1, now_us, proposal)
-    redis.call('set', KEYS[3], string.format('%d', token), 'px', ARGV[5])
-end
-local old = redis.call('hmget', KEYS[2], 'state', 'runner', 'token', 'updated')
-redis.call('hset', KEYS[2], 'state', 'running', 'value', ARGV[1], 'runner', ARGV[9],
-    'token', string.format('%d', token), 'updated', string.format('%d', now_us),
-    'prev_state', old[1] or '', 'prev_runner', old[2] or '', 'prev_token', old[3] or '0',
-    'prev_updated', old[4] or '0')
-redis.call('hincrby', KEYS[2], 'attempts', 1)
-redis.call('pexpire', KEYS[2], ARGV[8])
-return answer(1, token)";
+return out");
 }
 
 lua_script! {
@@ -101,6 +144,34 @@ local p = redis.call('hmget', KEYS[2], 'prev_state', 'prev_runner', 'prev_token'
 redis.call('hset', KEYS[2], 'state', p[1] or 'abandoned', 'value', '', 'runner', p[2] or '',
     'token', p[3] or '0', 'updated', p[4] or '0')
 return 1";
+}
+
+lua_script! {
+    /// Undoes many claims at once, each as [`REVERT_SLOT`] does: `KEYS` holds two keys per
+    /// slot (running key, record), `ARGV` one claim value per slot, in the same order. It goes
+    /// on the connection of the batch's claim (the first slot's running key), behind it, so a
+    /// claim that arrives late is undone after it lands. Returns how many records were
+    /// restored.
+    REVERT_SLOTS = r"local restored = 0
+for i = 1, #ARGV do
+    local run, rec, value = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i]
+    if redis.call('get', run) == value then
+        redis.call('del', run)
+    end
+    local r = redis.call('hmget', rec, 'value', 'state')
+    if r[1] == value and r[2] == 'running' then
+        restored = restored + 1
+        if redis.call('hincrby', rec, 'attempts', -1) <= 0 then
+            redis.call('del', rec)
+        else
+            local p = redis.call('hmget', rec, 'prev_state', 'prev_runner', 'prev_token',
+                'prev_updated')
+            redis.call('hset', rec, 'state', p[1] or 'abandoned', 'value', '', 'runner',
+                p[2] or '', 'token', p[3] or '0', 'updated', p[4] or '0')
+        end
+    end
+end
+return restored";
 }
 
 lua_script! {

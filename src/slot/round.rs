@@ -123,7 +123,7 @@ enum Code {
 }
 
 #[derive(Debug)]
-struct ClaimReply {
+pub(crate) struct ClaimReply {
     code: Code,
     /// For [`Code::Running`]: which live claim (a hash of its value).
     holder: String,
@@ -150,6 +150,238 @@ impl Drop for RevertGuard<'_> {
     }
 }
 
+/// The arguments every slot of a claim request shares, as the scripts take them.
+pub(crate) struct ClaimArgs {
+    ttl: Decimal,
+    fence_retention: Decimal,
+    proposal: Decimal,
+    cap: Decimal,
+    retention: Decimal,
+    fencing: bool,
+    epoch_check: bool,
+}
+
+impl ClaimArgs {
+    pub(crate) fn new(spec: &ClaimSpec<'_>, fencing: bool, epoch_check: bool) -> Self {
+        let timing = spec.timing;
+        Self {
+            ttl: Decimal::new(millis(timing.ttl)),
+            fence_retention: Decimal::new(millis(timing.fence_retention.max(timing.ttl))),
+            proposal: Decimal::new(if fencing { timing.fence_proposal() } else { 0 }),
+            cap: Decimal::new(u64::try_from(timing.fence_cap().as_micros()).unwrap_or(u64::MAX)),
+            retention: Decimal::new(millis(spec.retention)),
+            fencing,
+            epoch_check,
+        }
+    }
+
+    /// `ttl, fencing, epoch, fence_retention, proposal, cap, retention, runner, retry`.
+    pub(crate) fn shared<'a>(&'a self, spec: &ClaimSpec<'a>) -> [&'a [u8]; 9] {
+        let flag = |on: bool| if on { &b"1"[..] } else { &b"0"[..] };
+        [
+            self.ttl.as_bytes(),
+            flag(self.fencing),
+            flag(self.epoch_check),
+            self.fence_retention.as_bytes(),
+            self.proposal.as_bytes(),
+            self.cap.as_bytes(),
+            self.retention.as_bytes(),
+            spec.runner.as_bytes(),
+            flag(spec.retry_abandoned),
+        ]
+    }
+}
+
+/// Where one slot stands in a claim round: every master's answer so far, and (once every
+/// master answered or the claim won) the decision. A single claim and each slot of a batch
+/// are tallied and decided by this one type, so a batch decides exactly as single claims do.
+pub(crate) struct SlotTally {
+    tally: Tally,
+    needed: usize,
+    n: usize,
+    completed: Option<SlotRecord>,
+    running: Vec<(String, SlotRecord)>,
+    abandoned: Vec<SlotRecord>,
+    attempt: u32,
+    /// Masters whose answer is unknown (failed, timed out): they may hold any claim.
+    unknown: usize,
+}
+
+impl SlotTally {
+    pub(crate) fn new(nodes: &Nodes<RedisNode>, timing: &RoundSpec) -> Self {
+        let needed = timing.quorum(nodes.len());
+        Self {
+            tally: Tally::new(nodes.iter().map(|_| true), needed),
+            needed,
+            n: nodes.len(),
+            completed: None,
+            running: Vec::new(),
+            abandoned: Vec::new(),
+            attempt: 0,
+            unknown: 0,
+        }
+    }
+
+    /// Whether a quorum granted the claim (so far).
+    pub(crate) fn won(&self) -> bool {
+        self.tally.won()
+    }
+
+    /// Records master `i`'s answer to the claim of the slot of `keys`.
+    pub(crate) fn record(
+        &mut self,
+        nodes: &Nodes<RedisNode>,
+        i: usize,
+        keys: &SlotKeys,
+        timing: &RoundSpec,
+        reply: Result<ClaimReply, NodeErrorKind>,
+    ) {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(kind) => {
+                self.unknown += 1;
+                self.tally.record_token(i, Err(kind), None);
+                return;
+            }
+        };
+        match reply.code {
+            Code::Granted => match (
+                timing.quarantine,
+                with_life(nodes, i, keys, reply.epoch_age),
+            ) {
+                // Restart protection: this master may have forgotten claims and completions.
+                // Its key is set (and undone), but its grant does not count.
+                (Some(quarantine), Some(age)) if age < quarantine => self.tally.record_token(
+                    i,
+                    Err(NodeErrorKind::Quarantined {
+                        age,
+                        remaining: quarantine - age,
+                    }),
+                    None,
+                ),
+                _ => {
+                    self.attempt = self.attempt.max(reply.record.attempts);
+                    self.tally.record_token(i, Ok(true), reply.token);
+                }
+            },
+            // A master that answers with a claim or a completion tells a fact about the past,
+            // which no restart makes untrue: those answers count from every master.
+            Code::Completed => {
+                self.completed = Some(reply.record);
+                self.tally.record_token(i, Ok(false), None);
+            }
+            Code::Running => {
+                self.running.push((reply.holder, reply.record));
+                self.tally.record_token(i, Ok(false), None);
+            }
+            Code::Abandoned => {
+                self.abandoned.push(reply.record);
+                self.tally.record_token(i, Ok(false), None);
+            }
+        }
+    }
+
+    /// The round's outcome for this slot, and the masters where its claim must be undone
+    /// (`None` when it won: its keys are the caller's). `t0` is when the round started.
+    pub(crate) fn decide(
+        self,
+        nodes: &Nodes<RedisNode>,
+        spec: &ClaimSpec<'_>,
+        claim: &Claim,
+        t0: Instant,
+        elapsed: Duration,
+        fencing: bool,
+    ) -> (RoundOutcome, Option<Arc<[bool]>>) {
+        let Self {
+            tally,
+            needed,
+            n,
+            completed,
+            running,
+            abandoned,
+            attempt,
+            unknown,
+        } = self;
+        let timing = spec.timing;
+        tracing::debug!(
+            resource = spec.resource,
+            granted = tally.yes,
+            refused = tally.no,
+            failed = tally.failed,
+            completed = completed.is_some(),
+            running = running.len(),
+            abandoned = abandoned.len(),
+            ?elapsed,
+            "claim round decided"
+        );
+        let holders = tally.may_hold();
+        if let Some(record) = completed {
+            return (RoundOutcome::Completed(record), Some(holders));
+        }
+        let blocked = !spec.retry_abandoned && !abandoned.is_empty();
+        if tally.won() && !blocked {
+            let valid_until = validity(timing.ttl, timing.counted(elapsed), timing.drift())
+                .and_then(|v| t0.checked_add(v + elapsed));
+            return match valid_until {
+                Some(valid_until) if !fencing || tally.max_token.is_some() => {
+                    let won = Won {
+                        claim: claim.clone(),
+                        valid_until,
+                        holders: Holders {
+                            may_hold: Arc::clone(&holders),
+                            confirmed: tally.yes_votes(),
+                        },
+                        token: tally.max_token,
+                        token_on_quorum: tally.at_max_token >= tally.quorum,
+                        attempt,
+                    };
+                    (RoundOutcome::Won(won), None)
+                }
+                _ => {
+                    let error = LockError::ValidityExhausted {
+                        resource: spec.resource.to_string(),
+                        elapsed,
+                        ttl: timing.ttl,
+                        drift: timing.drift(),
+                    };
+                    (RoundOutcome::Failed(error), Some(holders))
+                }
+            };
+        }
+        // One live claim seen on a quorum stands: a quorum granted it. Live claims of several
+        // claimers, none on a quorum, are a split vote: nobody won, each claimer undoes its
+        // own, and reporting "running elsewhere" would leave the slot to nobody.
+        let most = running
+            .iter()
+            .map(|(holder, _)| running.iter().filter(|(h, _)| h == holder).count())
+            .max()
+            .unwrap_or(0);
+        let held_elsewhere = running.len();
+        let seen_running = held_elsewhere > 0;
+        let running = running.into_iter().map(|(_, record)| record).collect();
+        let outcome = if most >= needed || (seen_running && !abandoned.is_empty()) {
+            RoundOutcome::Running(latest(running))
+        } else if !abandoned.is_empty() {
+            RoundOutcome::Abandoned(latest(abandoned))
+        } else if seen_running {
+            RoundOutcome::Split(Split {
+                record: latest(running),
+                may_stand: most + unknown >= needed,
+                error: LockError::Contended {
+                    resource: spec.resource.to_string(),
+                    held_elsewhere,
+                    nodes: n,
+                    quorum: needed,
+                    failures: tally.failures(nodes),
+                },
+            })
+        } else {
+            RoundOutcome::Failed(tally.unreachable(nodes, spec.resource))
+        };
+        (outcome, Some(holders))
+    }
+}
+
 /// One claim round: the claim script on every master at once, decided at the quorum-th grant
 /// when it wins, else once every master answered or timed out. Whatever it may have set is
 /// undone when it does not win (on the masters that granted it or did not answer), and on
@@ -166,15 +398,11 @@ pub(crate) async fn claim(
         claim: &claim,
         armed: true,
     };
-    let timing = spec.timing;
     let fencing = keys.fence.is_some();
     let epoch_check = keys.epoch.is_some();
-    let ttl = Decimal::new(millis(timing.ttl));
-    let fence_retention = Decimal::new(millis(timing.fence_retention.max(timing.ttl)));
-    let proposal = Decimal::new(if fencing { timing.fence_proposal() } else { 0 });
-    let cap = Decimal::new(u64::try_from(timing.fence_cap().as_micros()).unwrap_or(u64::MAX));
-    let retention = Decimal::new(millis(spec.retention));
-    let flag = |on: bool| if on { &b"1"[..] } else { &b"0"[..] };
+    let shared = ClaimArgs::new(&spec, fencing, epoch_check);
+    let [ttl, fence_flag, epoch_flag, fence_retention, proposal, cap, retention, runner, retry] =
+        shared.shared(&spec);
     let key_list = [
         keys.running.as_bytes(),
         keys.record.as_bytes(),
@@ -183,24 +411,19 @@ pub(crate) async fn claim(
     ];
     let args: [&[u8]; 10] = [
         claim.value.as_str().as_bytes(),
-        ttl.as_bytes(),
-        flag(fencing),
-        flag(epoch_check),
-        fence_retention.as_bytes(),
-        proposal.as_bytes(),
-        cap.as_bytes(),
-        retention.as_bytes(),
-        spec.runner.as_bytes(),
-        flag(spec.retry_abandoned),
+        ttl,
+        fence_flag,
+        epoch_flag,
+        fence_retention,
+        proposal,
+        cap,
+        retention,
+        runner,
+        retry,
     ];
     let (key_list, args) = (&key_list, &args);
     let n = nodes.len();
-    let needed = timing.quorum(n);
-    let mut tally = Tally::new(nodes.iter().map(|_| true), needed);
-    let (mut completed, mut running, mut abandoned) = (None, Vec::new(), Vec::new());
-    let mut attempt = 0u32;
-    // Masters whose answer is unknown (failed, timed out): they may hold any claim.
-    let mut unknown = 0usize;
+    let mut slot = SlotTally::new(nodes, &spec.timing);
     let mut answered = 0usize;
     // The lock clock counts a suspended machine, during which the keys keep expiring.
     let t0 = clock::now();
@@ -217,138 +440,19 @@ pub(crate) async fn claim(
         .collect();
     // A win is decided at once (the stragglers' grants are ours, and stay). Anything else waits
     // for every master: a refusal costs no undo, and where the other claims stand is known.
-    while !tally.won() && answered < n {
+    while !slot.won() && answered < n {
         let Some((i, reply)) = requests.next().await else {
             break;
         };
         answered += 1;
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(kind) => {
-                unknown += 1;
-                tally.record_token(i, Err(kind), None);
-                continue;
-            }
-        };
-        match reply.code {
-            Code::Granted => match (
-                timing.quarantine,
-                with_life(nodes, i, keys, reply.epoch_age),
-            ) {
-                // Restart protection: this master may have forgotten claims and completions.
-                // Its key is set (and undone below), but its grant does not count.
-                (Some(quarantine), Some(age)) if age < quarantine => tally.record_token(
-                    i,
-                    Err(NodeErrorKind::Quarantined {
-                        age,
-                        remaining: quarantine - age,
-                    }),
-                    None,
-                ),
-                _ => {
-                    attempt = attempt.max(reply.record.attempts);
-                    tally.record_token(i, Ok(true), reply.token);
-                }
-            },
-            // A master that answers with a claim or a completion tells a fact about the past,
-            // which no restart makes untrue: those answers count from every master.
-            Code::Completed => {
-                completed = Some(reply.record);
-                tally.record_token(i, Ok(false), None);
-            }
-            Code::Running => {
-                running.push((reply.holder, reply.record));
-                tally.record_token(i, Ok(false), None);
-            }
-            Code::Abandoned => {
-                abandoned.push(reply.record);
-                tally.record_token(i, Ok(false), None);
-            }
-        }
+        slot.record(nodes, i, keys, &spec.timing, reply);
     }
     drop(requests);
     let elapsed = clock::elapsed(t0);
-    tracing::debug!(
-        resource = spec.resource,
-        granted = tally.yes,
-        refused = tally.no,
-        failed = tally.failed,
-        completed = completed.is_some(),
-        running = running.len(),
-        abandoned = abandoned.len(),
-        ?elapsed,
-        "claim round decided"
-    );
-    let holders = tally.may_hold();
-    let undo = |revert: &mut RevertGuard<'_>| {
-        revert.armed = false;
-        revert_in_background(nodes, keys, &claim.value, &holders)
-    };
-    if let Some(record) = completed {
-        return (RoundOutcome::Completed(record), undo(&mut revert));
-    }
-    let blocked = !spec.retry_abandoned && !abandoned.is_empty();
-    if tally.won() && !blocked {
-        let valid_until = validity(timing.ttl, timing.counted(elapsed), timing.drift())
-            .and_then(|v| t0.checked_add(v + elapsed));
-        match valid_until {
-            Some(valid_until) if !fencing || tally.max_token.is_some() => {
-                revert.armed = false;
-                let won = Won {
-                    claim: claim.clone(),
-                    valid_until,
-                    holders: Holders {
-                        may_hold: Arc::clone(&holders),
-                        confirmed: tally.yes_votes(),
-                    },
-                    token: tally.max_token,
-                    token_on_quorum: tally.at_max_token >= tally.quorum,
-                    attempt,
-                };
-                return (RoundOutcome::Won(won), None);
-            }
-            _ => {
-                let error = LockError::ValidityExhausted {
-                    resource: spec.resource.to_string(),
-                    elapsed,
-                    ttl: timing.ttl,
-                    drift: timing.drift(),
-                };
-                return (RoundOutcome::Failed(error), undo(&mut revert));
-            }
-        }
-    }
-    let cleanup = undo(&mut revert);
-    // One live claim seen on a quorum stands: a quorum granted it. Live claims of several
-    // claimers, none on a quorum, are a split vote: nobody won, each claimer undoes its own,
-    // and reporting "running elsewhere" would leave the slot to nobody.
-    let most = running
-        .iter()
-        .map(|(holder, _)| running.iter().filter(|(h, _)| h == holder).count())
-        .max()
-        .unwrap_or(0);
-    let held_elsewhere = running.len();
-    let seen_running = held_elsewhere > 0;
-    let running = running.into_iter().map(|(_, record)| record).collect();
-    let outcome = if most >= needed || (seen_running && !abandoned.is_empty()) {
-        RoundOutcome::Running(latest(running))
-    } else if !abandoned.is_empty() {
-        RoundOutcome::Abandoned(latest(abandoned))
-    } else if seen_running {
-        RoundOutcome::Split(Split {
-            record: latest(running),
-            may_stand: most + unknown >= needed,
-            error: LockError::Contended {
-                resource: spec.resource.to_string(),
-                held_elsewhere,
-                nodes: n,
-                quorum: needed,
-                failures: tally.failures(nodes),
-            },
-        })
-    } else {
-        RoundOutcome::Failed(tally.unreachable(nodes, spec.resource))
-    };
+    revert.armed = false;
+    let (outcome, undo) = slot.decide(nodes, &spec, &claim, t0, elapsed, fencing);
+    let cleanup =
+        undo.and_then(|holders| revert_in_background(nodes, keys, &claim.value, &holders));
     (outcome, cleanup)
 }
 
@@ -548,7 +652,7 @@ fn millis(d: Duration) -> u64 {
 
 /// Reads the claim script's `{code, token, epoch_age_ms, attempts, record_token, runner,
 /// updated_us, holder}`.
-fn claim_reply(
+pub(crate) fn claim_reply(
     value: Reply,
     fencing: bool,
     epoch_check: bool,

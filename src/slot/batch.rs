@@ -1,0 +1,252 @@
+//! One claim round over a batch of slots: one [`CLAIM_SLOTS`] request per master carries every
+//! slot, and each slot is tallied and decided by [`SlotTally`], exactly as a single claim is
+//! (early decision once every slot won, validity, restart protection, fencing, split votes).
+//!
+//! The undo of the slots that did not win goes as one [`REVERT_SLOTS`] request per master, on
+//! the connection of the batch's claim (the first slot's running key picks it), behind it: a
+//! claim that reaches a master late is undone after it lands, as for a single claim.
+
+use std::sync::Arc;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::task::JoinHandle;
+
+use super::round::{
+    claim_reply, ClaimArgs, ClaimReply, ClaimSpec, RoundOutcome, SlotKeys, SlotTally,
+};
+use crate::clock;
+use crate::error::NodeErrorKind;
+use crate::round::Nodes;
+use crate::scripts::{CLAIM_SLOTS, REVERT_SLOTS};
+use crate::transport::node::RedisNode;
+use crate::transport::reply::unexpected;
+use crate::transport::resp::Reply;
+use crate::value::Claim;
+
+/// One slot of a batch: its keys, its resource name (for errors and traces), its claim.
+pub(crate) struct BatchSlot {
+    pub(crate) keys: SlotKeys,
+    pub(crate) resource: String,
+    pub(crate) claim: Claim,
+}
+
+/// Undoes every slot of the batch on every master when dropped while armed: the round's
+/// future was dropped mid-flight, so any master may hold any of its claims.
+struct RevertAll<'a> {
+    nodes: &'a Nodes<RedisNode>,
+    slots: &'a [BatchSlot],
+    armed: bool,
+}
+
+impl Drop for RevertAll<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let all: Vec<Vec<usize>> = self
+                .nodes
+                .iter()
+                .map(|_| (0..self.slots.len()).collect())
+                .collect();
+            revert_batch(self.nodes, self.slots, all);
+        }
+    }
+}
+
+/// One round over `slots` (at least one), with the options of `spec` (its `resource` unused:
+/// each slot has its own). Returns each slot's outcome, in order, and the background undo of
+/// those that did not win.
+pub(crate) async fn claim_batch(
+    nodes: &Nodes<RedisNode>,
+    slots: &[BatchSlot],
+    spec: ClaimSpec<'_>,
+) -> (Vec<RoundOutcome>, Option<JoinHandle<()>>) {
+    let Some(first) = slots.first() else {
+        return (Vec::new(), None);
+    };
+    let mut revert = RevertAll {
+        nodes,
+        slots,
+        armed: true,
+    };
+    let fencing = first.keys.fence.is_some();
+    let epoch_check = first.keys.epoch.is_some();
+    let shared = ClaimArgs::new(&spec, fencing, epoch_check);
+    let mut key_list: Vec<&[u8]> = Vec::with_capacity(slots.len() * 3 + 1);
+    let mut args: Vec<&[u8]> = Vec::with_capacity(slots.len() + 9);
+    args.extend(shared.shared(&spec));
+    for slot in slots {
+        let keys = &slot.keys;
+        key_list.push(keys.running.as_bytes());
+        key_list.push(keys.record.as_bytes());
+        key_list.push(keys.fence.as_deref().unwrap_or(&keys.running).as_bytes());
+        args.push(slot.claim.value.as_str().as_bytes());
+    }
+    key_list.push(
+        first
+            .keys
+            .epoch
+            .as_deref()
+            .unwrap_or(&first.keys.running)
+            .as_bytes(),
+    );
+    let (key_list, args) = (&key_list, &args);
+    let n = nodes.len();
+    let mut tallies: Vec<SlotTally> = slots
+        .iter()
+        .map(|_| SlotTally::new(nodes, &spec.timing))
+        .collect();
+    let mut answered = 0usize;
+    let t0 = clock::now();
+    let count = slots.len();
+    let mut requests: FuturesUnordered<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| async move {
+            let reply = node
+                .run_script(&CLAIM_SLOTS, key_list, args, false)
+                .await
+                .and_then(|(reply, _)| batch_reply(reply, count, fencing, epoch_check));
+            (i, reply)
+        })
+        .collect();
+    // Decided once every slot won (the stragglers' grants are ours) or every master answered.
+    while answered < n && !tallies.iter().all(SlotTally::won) {
+        let Some((i, replies)) = requests.next().await else {
+            break;
+        };
+        answered += 1;
+        match replies {
+            Ok(replies) => {
+                for ((tally, slot), reply) in tallies.iter_mut().zip(slots).zip(replies) {
+                    tally.record(nodes, i, &slot.keys, &spec.timing, Ok(reply));
+                }
+            }
+            Err(kind) => {
+                for (tally, slot) in tallies.iter_mut().zip(slots) {
+                    tally.record(nodes, i, &slot.keys, &spec.timing, Err(kind.clone()));
+                }
+            }
+        }
+    }
+    drop(requests);
+    let elapsed = clock::elapsed(t0);
+    revert.armed = false;
+    tracing::debug!(slots = count, ?elapsed, "slot batch round decided");
+    // Per master, the slots to undo there.
+    let mut undo: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let outcomes = tallies
+        .into_iter()
+        .zip(slots)
+        .enumerate()
+        .map(|(j, (tally, slot))| {
+            let spec = ClaimSpec {
+                resource: &slot.resource,
+                ..spec
+            };
+            let (outcome, holders) = tally.decide(nodes, &spec, &slot.claim, t0, elapsed, fencing);
+            for (i, holds) in holders.iter().flat_map(|h| h.iter()).enumerate() {
+                if *holds {
+                    undo[i].push(j);
+                }
+            }
+            outcome
+        })
+        .collect();
+    (outcomes, revert_batch(nodes, slots, undo))
+}
+
+/// Undoes, on each master `i`, the claims of the slots `undo[i]` in a background task (see
+/// [`REVERT_SLOTS`]). The first slot always leads the request, so that it travels on the
+/// batch's connection; undoing it where its claim never landed changes nothing (the script only
+/// touches what holds this claim's value).
+fn revert_batch(
+    nodes: &Nodes<RedisNode>,
+    slots: &[BatchSlot],
+    undo: Vec<Vec<usize>>,
+) -> Option<JoinHandle<()>> {
+    let mut requests: FuturesUnordered<_> = nodes
+        .iter()
+        .zip(undo)
+        .filter(|(_, which)| !which.is_empty())
+        .map(|(node, which)| {
+            let node = Arc::clone(node);
+            let lead = std::iter::once(0).chain(which.into_iter().filter(|j| *j != 0));
+            let (keys, values): (Vec<[Arc<str>; 2]>, Vec<String>) = lead
+                .filter_map(|j| slots.get(j))
+                .map(|s| {
+                    (
+                        [Arc::clone(&s.keys.running), Arc::clone(&s.keys.record)],
+                        s.claim.value.as_str().to_string(),
+                    )
+                })
+                .unzip();
+            async move {
+                let keys: Vec<&[u8]> = keys.iter().flatten().map(|k| k.as_bytes()).collect();
+                let args: Vec<&[u8]> = values.iter().map(String::as_bytes).collect();
+                let result = node.run_script(&REVERT_SLOTS, &keys, &args, true).await;
+                if let Err(error) = result {
+                    use crate::round::master::Master;
+                    tracing::debug!(node = %node.name(), %error, "undoing a batch of slot claims failed; their keys expire after their ttl, and their records read as abandoned");
+                }
+            }
+        })
+        .collect();
+    if requests.is_empty() {
+        return None;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => Some(runtime.spawn(async move { while requests.next().await.is_some() {} })),
+        Err(_) => None,
+    }
+}
+
+/// Reads [`CLAIM_SLOTS`]'s reply: `count` claim replies, in order.
+fn batch_reply(
+    value: Reply,
+    count: usize,
+    fencing: bool,
+    epoch_check: bool,
+) -> Result<Vec<ClaimReply>, NodeErrorKind> {
+    let Reply::Array(items) = value else {
+        return Err(unexpected("an array of claim replies", &value));
+    };
+    if items.len() != count {
+        return Err(NodeErrorKind::UnexpectedReply(format!(
+            "expected {count} claim replies, got {}",
+            items.len()
+        )));
+    }
+    items
+        .into_iter()
+        .map(|item| claim_reply(item, fencing, epoch_check))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn granted() -> Reply {
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(0),
+            Reply::Int(-1),
+            Reply::Int(1),
+            Reply::Int(0),
+            Reply::Bulk(b"w".to_vec()),
+            Reply::Int(1),
+            Reply::Bulk(Vec::new()),
+        ])
+    }
+
+    #[test]
+    fn a_batch_reply_has_one_claim_reply_per_slot() {
+        let two = Reply::Array(vec![granted(), granted()]);
+        assert_eq!(
+            batch_reply(two.clone(), 2, false, false).map(|r| r.len()),
+            Ok(2)
+        );
+        assert!(batch_reply(two, 3, false, false).is_err());
+        assert!(batch_reply(Reply::Nil, 1, false, false).is_err());
+        assert!(batch_reply(Reply::Array(vec![Reply::Int(1)]), 1, false, false).is_err());
+    }
+}

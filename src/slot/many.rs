@@ -1,0 +1,258 @@
+//! [`Redlock::claim_slots`]: many slots claimed in one request per master.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::batch::{claim_batch, BatchSlot};
+use super::options::SlotOptions;
+use super::outcome::SlotClaim;
+use super::round::{ClaimSpec, RoundOutcome, SlotKeys};
+use super::{hand_over, jitter, settle, split_backoff};
+use crate::error::{InvalidArgument, LockError};
+use crate::manager::Redlock;
+use crate::round::spec::round_spec;
+use crate::value::Claim;
+
+/// The most slots [`Redlock::claim_slots`] claims in one call: each master runs the whole batch
+/// in one script, during which it serves nobody else, so a batch is kept to a few milliseconds.
+pub const MAX_SLOT_BATCH: usize = 1000;
+
+impl Redlock {
+    /// Claims many slots at once, each exactly as [`claim_slot`](Self::claim_slot) would, in one
+    /// request per master per round instead of one per slot: for a scheduler with many jobs
+    /// falling due at the same instant. `slots` lists `(job, slot)` pairs; the answer has one
+    /// outcome per pair, in order.
+    ///
+    /// Every slot is tallied on its own (what wins when masters disagree, validity, restart
+    /// protection, fencing tokens, split votes: see the [module docs](crate::slot)); the round
+    /// is decided once every slot won or every master answered. Slots whose vote split (or
+    /// whose round failed with a retryable error) go into the next round, up to the manager's
+    /// [`retry_count`](crate::RedlockBuilder::retry_count); the others are settled. `opts`
+    /// applies to every slot.
+    ///
+    /// # Errors
+    ///
+    /// The outer error, before any master is asked: [`LockError::InvalidArgument`] for no slot
+    /// ([`NoSlots`](InvalidArgument::NoSlots)), more than [`MAX_SLOT_BATCH`]
+    /// ([`TooManySlots`](InvalidArgument::TooManySlots)), a pair given twice
+    /// ([`DuplicateSlot`](InvalidArgument::DuplicateSlot)), a bad name, or the options
+    /// [`claim_slot`](Self::claim_slot) rejects. Each slot's own outcome carries the errors
+    /// of [`claim_slot`](Self::claim_slot).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future mid-round undoes, in the background, whatever the round may have
+    /// claimed, on every master; runs already handed over are dropped with it, which abandons
+    /// their slots.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use quorumlock::{SlotClaim, SlotOptions};
+    ///
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// let due = [("report", "2026-11-30T02:00Z"), ("backup", "2026-11-30T02:00Z")];
+    /// for outcome in locks.claim_slots(&due, &SlotOptions::new()).await? {
+    ///     if let Ok(SlotClaim::Claimed(run)) = outcome {
+    ///         // run the job of run.job(), then:
+    ///         run.complete().await?;
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn claim_slots<J, S>(
+        &self,
+        slots: &[(J, S)],
+        opts: &SlotOptions,
+    ) -> Result<Vec<Result<SlotClaim, LockError>>, LockError>
+    where
+        J: AsRef<str>,
+        S: AsRef<str>,
+    {
+        let span = tracing::debug_span!("claim_slots", slots = slots.len());
+        crate::traced::in_span(&span, self.claim_slots_inner(slots, opts)).await
+    }
+
+    async fn claim_slots_inner<J, S>(
+        &self,
+        slots: &[(J, S)],
+        opts: &SlotOptions,
+    ) -> Result<Vec<Result<SlotClaim, LockError>>, LockError>
+    where
+        J: AsRef<str>,
+        S: AsRef<str>,
+    {
+        let config = self.config();
+        check_batch(slots, opts)?;
+        let timing = round_spec(config, opts.ttl)?;
+        let lease_opts = match opts.hold_at_least {
+            Some(hold) => opts.lease.hold_at_least(hold),
+            None => opts.lease,
+        };
+        let resolved = lease_opts.resolve(timing.ttl)?;
+        crate::lease::check_against(config, resolved)?;
+        crate::lease::check_hold(config, lease_opts.hold())?;
+        let runner = opts.runner_name();
+        let spec = ClaimSpec {
+            resource: "",
+            timing,
+            retention: opts.retention,
+            runner: &runner,
+            retry_abandoned: opts.retry_abandoned,
+        };
+        let shared = Arc::clone(self.shared());
+        let nodes = &shared.nodes;
+        let name = |j: usize| {
+            slots
+                .get(j)
+                .map(|(job, slot)| (job.as_ref(), slot.as_ref()))
+        };
+        let mut results: Vec<Option<Result<SlotClaim, LockError>>> =
+            slots.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..slots.len()).collect();
+        let mut retries_left = config.retry_count;
+        let mut splits = 0u32;
+        while !pending.is_empty() {
+            let batch: Vec<BatchSlot> = pending
+                .iter()
+                .filter_map(|&j| name(j))
+                .map(|(job, slot)| BatchSlot {
+                    keys: SlotKeys::new(config, job, slot),
+                    resource: format!("{job}/{slot}"),
+                    claim: Claim::fresh(None, None),
+                })
+                .collect();
+            let started = crate::clock::now();
+            let (outcomes, cleanup) = claim_batch(nodes, &batch, spec).await;
+            let (mut again, mut split, mut settled) = (Vec::new(), false, false);
+            for ((j, slot), outcome) in pending.iter().copied().zip(batch).zip(outcomes) {
+                let (job, slot_name) = name(j).unwrap_or_default();
+                let result = match outcome {
+                    RoundOutcome::Won(won) => {
+                        let handed = hand_over(
+                            &shared,
+                            won,
+                            slot.keys,
+                            slot.resource,
+                            job,
+                            slot_name,
+                            &runner,
+                            opts,
+                            lease_opts,
+                        );
+                        handed.await
+                    }
+                    RoundOutcome::Completed(r) => Ok(SlotClaim::Completed(r)),
+                    RoundOutcome::Running(r) => Ok(SlotClaim::RunningElsewhere(r)),
+                    RoundOutcome::Abandoned(r) => Ok(SlotClaim::Abandoned(r)),
+                    RoundOutcome::Split(s) if retries_left == 0 => match s.may_stand {
+                        true => Ok(SlotClaim::RunningElsewhere(s.record)),
+                        false => Err(s.error),
+                    },
+                    RoundOutcome::Failed(e) if retries_left == 0 || !e.is_retryable() => Err(e),
+                    RoundOutcome::Split(_) => {
+                        split = true;
+                        again.push(j);
+                        continue;
+                    }
+                    RoundOutcome::Failed(_) => {
+                        again.push(j);
+                        continue;
+                    }
+                };
+                settled |= !matches!(result, Ok(SlotClaim::Claimed(_)));
+                if let Some(place) = results.get_mut(j) {
+                    *place = Some(result);
+                }
+            }
+            pending = again;
+            if pending.is_empty() {
+                // As for one slot: the undo of this round's own claims lands before the caller
+                // reads the slots it did not win.
+                if settled {
+                    settle(cleanup, config.node_timeout).await;
+                }
+                break;
+            }
+            retries_left -= 1;
+            let delay = if split {
+                splits += 1;
+                split_backoff(crate::clock::elapsed(started), splits, config.retry_delay)
+            } else {
+                jitter(config.retry_delay)
+            };
+            tokio::time::sleep(delay).await;
+            settle(cleanup, config.node_timeout).await;
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(LockError::InvalidArgument(InvalidArgument::NoSlots))))
+            .collect())
+    }
+}
+
+/// Rejects a batch before anything is sent: empty, too large, a pair named twice, a bad name,
+/// or bad options.
+fn check_batch<J: AsRef<str>, S: AsRef<str>>(
+    slots: &[(J, S)],
+    opts: &SlotOptions,
+) -> Result<(), InvalidArgument> {
+    if slots.is_empty() {
+        return Err(InvalidArgument::NoSlots);
+    }
+    if slots.len() > MAX_SLOT_BATCH {
+        return Err(InvalidArgument::TooManySlots {
+            count: slots.len(),
+            max: MAX_SLOT_BATCH,
+        });
+    }
+    let mut seen = HashSet::with_capacity(slots.len());
+    for (job, slot) in slots {
+        let (job, slot) = (job.as_ref(), slot.as_ref());
+        opts.check(job, slot)?;
+        if !seen.insert((job, slot)) {
+            return Err(InvalidArgument::DuplicateSlot {
+                job: job.to_string(),
+                slot: slot.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_batches_are_rejected_before_anything_is_sent() {
+        let opts = SlotOptions::new();
+        let none: [(&str, &str); 0] = [];
+        assert_eq!(check_batch(&none, &opts), Err(InvalidArgument::NoSlots));
+        assert_eq!(
+            check_batch(&[("a", "1"), ("b", "1"), ("a", "1")], &opts),
+            Err(InvalidArgument::DuplicateSlot {
+                job: "a".into(),
+                slot: "1".into()
+            })
+        );
+        let many: Vec<(String, String)> = (0..=MAX_SLOT_BATCH)
+            .map(|i| ("job".to_string(), i.to_string()))
+            .collect();
+        assert_eq!(
+            check_batch(&many, &opts),
+            Err(InvalidArgument::TooManySlots {
+                count: MAX_SLOT_BATCH + 1,
+                max: MAX_SLOT_BATCH
+            })
+        );
+        assert!(check_batch(&many[..MAX_SLOT_BATCH], &opts).is_ok());
+        assert!(matches!(
+            check_batch(&[("a", "")], &opts),
+            Err(InvalidArgument::SlotName { .. })
+        ));
+        // The same slot of two jobs is two slots.
+        assert!(check_batch(&[("a", "1"), ("b", "1")], &opts).is_ok());
+    }
+}

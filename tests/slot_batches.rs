@@ -1,0 +1,244 @@
+//! Batched slot claims ([`Redlock::claim_slots`]) on real masters: racing hosts each claim
+//! their share of a batch and every slot is claimed once, each slot gets the outcome a single
+//! claim would give (completed, running elsewhere, abandoned, claimed again by policy, fenced),
+//! a batch that did not win is undone on its own connection, and bad batches are rejected
+//! before anything is sent.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use quorumlock::{
+    InvalidArgument, LockError, Redlock, SlotClaim, SlotOptions, DEFAULT_KEY_PREFIX, MAX_SLOT_BATCH,
+};
+use support::{builder, cluster, count_keys, manager, pttl, wait_until, PATIENCE};
+
+fn running_key(job: &str, slot: &str) -> String {
+    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
+}
+
+fn pairs(jobs: usize, slot: &str) -> Vec<(String, String)> {
+    (0..jobs)
+        .map(|j| (format!("job-{j}"), slot.to_string()))
+        .collect()
+}
+
+/// Five hosts claim the same batch of 40 slots at once, four rounds in a row: each slot is
+/// claimed by exactly one host, and every host gets one outcome per slot, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_batches_claim_each_slot_once() {
+    let cluster = cluster(5);
+    let hosts: Vec<Redlock> = (0..5).map(|_| manager(&cluster)).collect();
+    for host in &hosts {
+        host.connect().await.expect("connect");
+    }
+    for round in 0..4 {
+        let due = pairs(40, &format!("2026-11-30T02:0{round}Z"));
+        let batches = futures::future::join_all(hosts.iter().enumerate().map(|(h, host)| {
+            let opts = SlotOptions::new().runner(format!("host-{h}"));
+            let due = due.clone();
+            async move { host.claim_slots(&due, &opts).await }
+        }))
+        .await;
+        let mut claimed: HashMap<String, usize> = HashMap::new();
+        let mut runs = Vec::new();
+        for batch in batches {
+            let batch = batch.expect("a valid batch");
+            assert_eq!(batch.len(), due.len());
+            for ((job, _), outcome) in due.iter().zip(batch) {
+                match outcome {
+                    Ok(SlotClaim::Claimed(run)) => {
+                        assert_eq!(run.job(), job, "outcomes come in the order of the slots");
+                        *claimed.entry(job.clone()).or_default() += 1;
+                        runs.push(run);
+                    }
+                    // Several hosts in one round may also split a slot's vote and retry it.
+                    Ok(SlotClaim::RunningElsewhere(_)) | Err(LockError::Contended { .. }) => {}
+                    other => panic!("{job}: unexpected {other:?}"),
+                }
+            }
+        }
+        assert!(
+            claimed.values().all(|n| *n == 1),
+            "round {round}: claimed twice: {claimed:?}"
+        );
+        for run in runs {
+            run.complete().await.expect("complete");
+        }
+        // Whatever split every round: a single claim settles it, and nothing is claimed twice.
+        for (job, slot) in &due {
+            if !claimed.contains_key(job) {
+                let again = hosts[0]
+                    .claim_slot(job, slot, &SlotOptions::new())
+                    .await
+                    .expect("claim");
+                if let SlotClaim::Claimed(run) = again {
+                    run.complete().await.expect("complete");
+                }
+            }
+        }
+    }
+}
+
+/// One batch over slots in every state gets, per slot, the answer a single claim gives:
+/// completed, running elsewhere, abandoned (and claimed again with `retry_abandoned`, with a
+/// higher fencing token), free (claimed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_slot_of_a_batch_gets_its_own_outcome() {
+    let cluster = cluster(3);
+    let fenced = |name: &str| {
+        builder(&cluster.urls())
+            .fencing(true)
+            .build()
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let (locks, other) = (fenced("locks"), fenced("other"));
+    let short = SlotOptions::new().ttl(Duration::from_millis(1500));
+    let done = other
+        .claim_slot("done", "s", &short)
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed");
+    done.complete().await.expect("complete");
+    let busy = other
+        .claim_slot("busy", "s", &short.clone().runner("busy-host"))
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed");
+    let dead = other
+        .claim_slot("dead", "s", &short.clone().runner("dead-host"))
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed");
+    let dead_token = dead.fence().expect("fenced");
+    dead.abandon().await.expect("abandon");
+    let due = [("done", "s"), ("busy", "s"), ("dead", "s"), ("free", "s")];
+    let outcomes = locks.claim_slots(&due, &short).await.expect("valid batch");
+    assert!(
+        matches!(outcomes[0], Ok(SlotClaim::Completed(_))),
+        "{outcomes:?}"
+    );
+    match &outcomes[1] {
+        Ok(SlotClaim::RunningElsewhere(r)) => assert_eq!(r.runner.as_deref(), Some("busy-host")),
+        other => panic!("busy: {other:?}"),
+    }
+    match &outcomes[2] {
+        Ok(SlotClaim::Abandoned(r)) => assert_eq!(r.runner.as_deref(), Some("dead-host")),
+        other => panic!("dead: {other:?}"),
+    }
+    let mut outcomes = outcomes.into_iter();
+    let free = outcomes.nth(3).expect("four outcomes").expect("claim");
+    let free = free.into_run().expect("the free slot is claimed");
+    assert_eq!((free.job(), free.attempt()), ("free", 1));
+    assert!(free.fence().is_some() && free.lease().is_held());
+    free.complete().await.expect("complete");
+    // With retries, the abandoned slot is claimed again, with a higher token.
+    let retry = locks
+        .claim_slots(&[("dead", "s")], &short.clone().retry_abandoned(true))
+        .await
+        .expect("valid batch")
+        .pop()
+        .expect("one outcome")
+        .expect("claim")
+        .into_run()
+        .expect("claimed again");
+    assert_eq!(retry.attempt(), 2);
+    assert!(retry.fence().expect("fenced") > dead_token);
+    retry.complete().await.expect("complete");
+    busy.complete().await.expect("complete");
+}
+
+/// A batch that lost every slot to another host's live claims leaves nothing of its own:
+/// its partial claims are undone (the slots read as free once the other claims go).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_did_not_win_is_undone() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    locks.connect().await.expect("connect");
+    let due = pairs(5, "s");
+    // Another host's live claims on two masters of three.
+    for master in cluster.iter().take(2) {
+        for (job, slot) in &due {
+            master
+                .command(&["SET", &running_key(job, slot), "someone", "PX", "60000"])
+                .expect("SET");
+        }
+    }
+    let outcomes = locks
+        .claim_slots(&due, &SlotOptions::new())
+        .await
+        .expect("valid batch");
+    for outcome in &outcomes {
+        assert!(
+            matches!(outcome, Ok(SlotClaim::RunningElsewhere(_))),
+            "{outcomes:?}"
+        );
+    }
+    let third = cluster.get(2).expect("master");
+    wait_until("the partial claims are undone", PATIENCE, || {
+        count_keys(third) == 0
+    })
+    .await;
+    for master in cluster.iter().take(2) {
+        for (job, slot) in &due {
+            assert!(
+                pttl(master, &running_key(job, slot)) > 0,
+                "not ours to undo"
+            );
+            master
+                .command(&["DEL", &running_key(job, slot)])
+                .expect("DEL");
+        }
+    }
+    for outcome in locks
+        .claim_slots(&due, &SlotOptions::new())
+        .await
+        .expect("valid batch")
+    {
+        let run = outcome.expect("claim").into_run().expect("free again");
+        run.complete().await.expect("complete");
+    }
+}
+
+/// No slot, a pair named twice, more than `MAX_SLOT_BATCH` slots or a bad name: rejected with
+/// a clear error before any master is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_batches_are_rejected_without_writing() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let none: [(&str, &str); 0] = [];
+    let too_many = pairs(MAX_SLOT_BATCH + 1, "s");
+    let cases: Vec<(Vec<(String, String)>, SlotOptions)> = vec![
+        (Vec::new(), SlotOptions::new()),
+        (
+            vec![("a".into(), "s".into()), ("a".into(), "s".into())],
+            SlotOptions::new(),
+        ),
+        (too_many, SlotOptions::new()),
+        (vec![("a".into(), String::new())], SlotOptions::new()),
+        (
+            vec![("a".into(), "s".into())],
+            SlotOptions::new().ttl(Duration::ZERO),
+        ),
+    ];
+    assert!(matches!(
+        locks.claim_slots(&none, &SlotOptions::new()).await,
+        Err(LockError::InvalidArgument(InvalidArgument::NoSlots))
+    ));
+    for (due, opts) in cases {
+        match locks.claim_slots(&due, &opts).await {
+            Err(LockError::InvalidArgument(error)) => {
+                let text = error.to_string();
+                assert!(text.contains("expected"), "{text}");
+            }
+            other => panic!("{} slots: expected invalid, got {other:?}", due.len()),
+        }
+    }
+    for master in &cluster {
+        assert_eq!(count_keys(master), 0, "nothing was written");
+    }
+}
