@@ -175,7 +175,7 @@ impl LockGuard {
     /// may hold.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
         // A reentrant owner's hold follows every move of the validity.
-        self.held.extend(ttl, |held| hold_changed(held)).await
+        self.held.extend(ttl, hold_changed).await
     }
 
     /// Releases the lock: compare-and-delete on every master that may hold it.
@@ -212,6 +212,16 @@ impl Drop for LockGuard {
 
 // accessors for lease.rs
 impl LockGuard {
+    /// Writes the grant's fencing token back to a quorum (see `Held::write_back_fence`).
+    pub(crate) async fn write_back_fence(
+        &self,
+        fence_key: &str,
+        token: u64,
+        timing: &crate::round::spec::RoundSpec,
+    ) -> Result<(), LockError> {
+        self.held.write_back_fence(fence_key, token, timing).await
+    }
+
     /// Counts this lock as lost in the manager's stats, once per guard.
     pub(crate) fn count_lost(&mut self) {
         self.held.count_lost();

@@ -41,11 +41,9 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::clock;
 use crate::error::{InvalidArgument, LockError};
 use crate::guard::LockGuard;
 use crate::round::spec::round_spec;
-use crate::round::timing::drift;
 
 pub use handle::{LeaseHandle, LeaseStats};
 pub(crate) use hold::check as check_hold;
@@ -206,7 +204,6 @@ impl LockGuard {
     /// ```
     pub fn keep_alive(self, opts: LeaseOptions) -> Result<Lease, KeepAliveError> {
         let config = self.config();
-        let (drift_factor, round_time) = (config.drift_factor, config.node_timeout);
         let checked = opts
             .resolve(self.ttl())
             .and_then(|resolved| check_against(config, resolved).map(|()| resolved))
@@ -228,23 +225,12 @@ impl LockGuard {
             });
         };
         // The whole schedule is on the lock clock, like the validity (see `crate::clock`).
-        let now = clock::now();
-        let valid_until = self.valid_until_on_lock_clock();
-        // The round that gave this validity started `ttl − drift` before its end.
-        let span = self.ttl().saturating_sub(drift(self.ttl(), drift_factor));
-        let started = valid_until.checked_sub(span).unwrap_or(now).min(now);
-        let mut plan = Plan {
-            ttl: resolved.ttl,
-            validity: resolved
-                .ttl
-                .saturating_sub(drift(resolved.ttl, drift_factor)),
-            renew_every: resolved.renew_every,
-            round_time,
-            margin: resolved.safety_margin,
-            first_renewal: now,
-            hold_deadline: resolved.max_hold.and_then(|cap| started.checked_add(cap)),
-        };
-        plan.first_renewal = plan.next_renewal(started, valid_until);
+        let plan = Plan::for_grant(
+            resolved,
+            config,
+            self.ttl(),
+            self.valid_until_on_lock_clock(),
+        );
         let (resource, fence) = (self.resource().to_owned(), self.fence());
         let hold = Arc::new(hold::HoldAtLeast::new(opts.hold(), max_ttl));
         let guard = hold::HoldingGuard::new(self, Arc::clone(&hold));

@@ -612,27 +612,14 @@ impl Redlock {
         let (Some(fence_key), Some(token)) = (&keys.fence, token) else {
             return Ok(guard.into_hold());
         };
-        // Keep the raised counters at least as long as the lock itself: a counter that expired
-        // while the lock is held would let the next grant fall back to clock floors.
-        let retention = timing.fence_retention.max(timing.ttl);
-        let raised =
-            round::raise_fence(&self.shared.nodes, resource, fence_key, token, retention).await;
-        let error = match raised {
-            Ok(()) if guard.is_valid() => return Ok(guard.into_hold()),
-            Ok(()) => LockError::ValidityExhausted {
-                resource: resource.to_string(),
-                elapsed: timing.ttl.saturating_sub(timing.drift()),
-                ttl: timing.ttl,
-                drift: timing.drift(),
-            },
-            Err(error) => error,
-        };
-        drop(guard);
-        Err(RoundFailure {
-            error,
-            cleanup: None,
-            free_in: None,
-        })
+        match guard.write_back_fence(fence_key, token, &timing).await {
+            Ok(()) => Ok(guard.into_hold()),
+            Err(error) => Err(RoundFailure {
+                error,
+                cleanup: None,
+                free_in: None,
+            }),
+        }
     }
 
     /// Waits (at most one node timeout) for a failed round's cleanup, so that the next round

@@ -276,25 +276,15 @@ impl Redlock {
         let (Some(fence_key), Some(token)) = (&keys.fence, token) else {
             return Ok(guard);
         };
-        // As for one key: counters kept at least as long as the lock.
-        let retention = timing.fence_retention.max(timing.ttl);
-        let raised = round::raise_fence(&nodes, label, fence_key, token, retention).await;
-        let error = match raised {
-            Ok(()) if guard.is_valid() => return Ok(guard),
-            Ok(()) => LockError::ValidityExhausted {
-                resource: label.to_string(),
-                elapsed: timing.ttl.saturating_sub(timing.drift()),
-                ttl: timing.ttl,
-                drift: timing.drift(),
-            },
-            Err(error) => error,
-        };
-        drop(guard);
-        Err(RoundFailure {
-            error,
-            cleanup: None,
-            free_in: None,
-        })
+        // As for one key; an error drops the guard, which releases the set.
+        match guard.write_back_fence(fence_key, token, &timing).await {
+            Ok(()) => Ok(guard),
+            Err(error) => Err(RoundFailure {
+                error,
+                cleanup: None,
+                free_in: None,
+            }),
+        }
     }
 
     /// A uniformly random delay in `[0, retry_delay)`, between set rounds.

@@ -11,6 +11,20 @@ use support::{builder, cluster, key, manager, pttl, wait_until, warm_up, PATIENC
 
 const HOLD: Duration = Duration::from_millis(1500);
 
+/// Checks that a release holding `HOLD` set `name`'s TTL from the grant (at most the hold, and
+/// not gone yet) on a quorum of the three masters, which is what its success promises. Not on
+/// every master: under load the last master's request may still be in flight, or may have
+/// timed out and left that master's key to its old TTL (seen in 1 of 10 runs beside two busy
+/// loops).
+fn assert_held_for_the_hold(cluster: &quorumlock::testing::RedisCluster, name: &str) {
+    let left: Vec<i64> = cluster.iter().map(|m| pttl(m, &key(name))).collect();
+    let held = left
+        .iter()
+        .filter(|&&ms| ms > 0 && ms <= HOLD.as_millis() as i64)
+        .count();
+    assert!(held >= 2, "pttl per master {left:?} ms for {name}");
+}
+
 /// A guard released long before its hold ends keeps the lock until `grant + hold`: other
 /// clients are refused until then and granted after, and the keys' TTL is the rest of the hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,15 +38,7 @@ async fn a_guard_is_held_until_the_grant_plus_the_hold() {
         .await
         .expect("lock");
     guard.release_holding(HOLD).await.expect("release holding");
-    for master in &cluster {
-        let left = pttl(master, &key("report"));
-        // Set from the grant: at most the hold, and not gone yet.
-        assert!(
-            left > 0 && left <= HOLD.as_millis() as i64,
-            "pttl {left} ms on port {}",
-            master.port()
-        );
-    }
+    assert_held_for_the_hold(&cluster, "report");
     assert!(other
         .try_lock("report", Duration::from_secs(1))
         .await
@@ -74,9 +80,16 @@ async fn a_past_hold_deletes_and_a_long_one_lengthens() {
         .release_holding(Duration::from_millis(1))
         .await
         .expect("release");
-    for master in &cluster {
-        assert_eq!(pttl(master, &key("past")), -2, "deleted at once");
-    }
+    // Deleted on a quorum when the release returns; the last master's request may still be in
+    // flight then, and lands soon after.
+    let gone = || {
+        cluster
+            .iter()
+            .filter(|m| pttl(m, &key("past")) == -2)
+            .count()
+    };
+    assert!(gone() >= 2, "deleted at once on a quorum");
+    wait_until("deleted everywhere", PATIENCE, || gone() == cluster.len()).await;
     let guard = locks
         .try_lock("long", Duration::from_millis(500))
         .await
@@ -85,10 +98,11 @@ async fn a_past_hold_deletes_and_a_long_one_lengthens() {
         .release_holding(Duration::from_secs(20))
         .await
         .expect("release");
-    for master in &cluster {
-        let left = pttl(master, &key("long"));
-        assert!(left > 10_000, "pttl {left} ms: lengthened to the hold");
-    }
+    let lengthened = cluster
+        .iter()
+        .filter(|m| pttl(m, &key("long")) > 10_000)
+        .count();
+    assert!(lengthened >= 2, "lengthened to the hold on a quorum");
 }
 
 /// A lease released with a hold, and `run_exclusive` with `LeaseOptions::hold_at_least`, keep
@@ -105,10 +119,7 @@ async fn leases_and_run_exclusive_keep_the_hold() {
         .keep_alive(LeaseOptions::new())
         .expect("lease");
     lease.release_holding(HOLD).await.expect("release");
-    for master in &cluster {
-        let left = pttl(master, &key("leased"));
-        assert!(left > 0 && left <= HOLD.as_millis() as i64, "pttl {left}");
-    }
+    assert_held_for_the_hold(&cluster, "leased");
     let opts = LeaseOptions::new()
         .ttl(Duration::from_secs(3))
         .hold_at_least(HOLD);
@@ -117,10 +128,7 @@ async fn leases_and_run_exclusive_keep_the_hold() {
         .await
         .expect("run");
     assert_eq!(value, 7);
-    for master in &cluster {
-        let left = pttl(master, &key("exclusive"));
-        assert!(left > 0 && left <= HOLD.as_millis() as i64, "pttl {left}");
-    }
+    assert_held_for_the_hold(&cluster, "exclusive");
     wait_until("both holds ended", PATIENCE, || {
         cluster
             .iter()

@@ -6,11 +6,9 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::clock;
 use crate::error::{InvalidArgument, LockError};
 use crate::lease::{check_against, Plan, Renew};
 use crate::multi::guard::MultiLockGuard;
-use crate::round::timing::drift;
 use crate::{Lease, LeaseHandle, LeaseOptions};
 
 /// Leadership of an election, won by [`Redlock::campaign`](crate::Redlock::campaign): a lease
@@ -134,27 +132,15 @@ impl Renew for MultiLockGuard {
 /// [`LockGuard::keep_alive`]: crate::LockGuard::keep_alive
 fn keep_alive(guard: MultiLockGuard, name: &str, opts: &LeaseOptions) -> Result<Lease, LockError> {
     let config = guard.config();
-    let (drift_factor, round_time) = (config.drift_factor, config.node_timeout);
     let resolved = opts.resolve(guard.ttl())?;
     check_against(config, resolved)?;
     let runtime = Handle::try_current().map_err(|_| InvalidArgument::NoRuntime)?;
-    let now = clock::now();
-    let valid_until = guard.valid_until_on_lock_clock();
-    // The round that gave this validity started `ttl − drift` before its end.
-    let span = guard.ttl().saturating_sub(drift(guard.ttl(), drift_factor));
-    let started = valid_until.checked_sub(span).unwrap_or(now).min(now);
-    let mut plan = Plan {
-        ttl: resolved.ttl,
-        validity: resolved
-            .ttl
-            .saturating_sub(drift(resolved.ttl, drift_factor)),
-        renew_every: resolved.renew_every,
-        round_time,
-        margin: resolved.safety_margin,
-        first_renewal: now,
-        hold_deadline: resolved.max_hold.and_then(|cap| started.checked_add(cap)),
-    };
-    plan.first_renewal = plan.next_renewal(started, valid_until);
+    let plan = Plan::for_grant(
+        resolved,
+        config,
+        guard.ttl(),
+        guard.valid_until_on_lock_clock(),
+    );
     let fence = guard.fence();
     Ok(Lease::start(guard, name, fence, plan, &runtime))
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::error::LockError;
 use crate::round::master::Master;
-use crate::round::spec::round_spec;
+use crate::round::spec::{round_spec, RoundSpec};
 use crate::round::timing::drift;
 use crate::round::{self, Grant, Holders, Nodes};
 use crate::shared::Shared;
@@ -77,6 +77,29 @@ impl<M: Master> Held<M> {
     /// Whether the validity has not run out yet.
     pub(crate) fn is_valid(&self) -> bool {
         clock::now() < self.valid_until
+    }
+
+    /// Writes the grant's fencing `token` back to a quorum's `fence_key` counters (so a later
+    /// granting quorum, which shares a master with this one, hands out a higher token), kept
+    /// at least as long as the lock itself: a counter that expired while the lock is held would
+    /// let the next grant fall back to clock floors. The grant must still be valid after it.
+    pub(crate) async fn write_back_fence(
+        &self,
+        fence_key: &str,
+        token: u64,
+        timing: &RoundSpec,
+    ) -> Result<(), LockError> {
+        let retention = timing.fence_retention.max(timing.ttl);
+        round::raise_fence(&self.nodes, &self.label, fence_key, token, retention).await?;
+        if self.is_valid() {
+            return Ok(());
+        }
+        Err(LockError::ValidityExhausted {
+            resource: self.label.clone(),
+            elapsed: timing.ttl.saturating_sub(timing.drift()),
+            ttl: timing.ttl,
+            drift: timing.drift(),
+        })
     }
 
     /// One extension round, traced and counted. `validity_changed` runs each time the validity

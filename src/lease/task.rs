@@ -36,6 +36,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::clock;
 use crate::error::{LockError, NotHeldReason};
+use crate::round::timing::drift;
 
 /// What the renewal task needs from a held lock: [`LockGuard`](crate::LockGuard) in the
 /// library, a scripted fake in the tests.
@@ -123,6 +124,35 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// The schedule of a lease taking over a grant of `granted_ttl` valid until `valid_until`
+    /// (both on the lock clock), renewing with `resolved` under `config`'s drift factor and
+    /// node timeout. The first renewal is scheduled from the start of the round that gave the
+    /// grant, which began `ttl − drift` before its validity ends.
+    pub(crate) fn for_grant(
+        resolved: super::options::Resolved,
+        config: &crate::config::Config,
+        granted_ttl: Duration,
+        valid_until: Instant,
+    ) -> Self {
+        let drift_factor = config.drift_factor;
+        let now = clock::now();
+        let span = granted_ttl.saturating_sub(drift(granted_ttl, drift_factor));
+        let started = valid_until.checked_sub(span).unwrap_or(now).min(now);
+        let mut plan = Self {
+            ttl: resolved.ttl,
+            validity: resolved
+                .ttl
+                .saturating_sub(drift(resolved.ttl, drift_factor)),
+            renew_every: resolved.renew_every,
+            round_time: config.node_timeout,
+            margin: resolved.safety_margin,
+            first_renewal: now,
+            hold_deadline: resolved.max_hold.and_then(|cap| started.checked_add(cap)),
+        };
+        plan.first_renewal = plan.next_renewal(started, valid_until);
+        plan
+    }
+
     /// When to renew after a round that started at `started` gave validity until
     /// `valid_until`: `renew_every` later, but early enough that a round fits before the lease
     /// ends (`margin` before validity does; never sooner than half the time left, so a validity

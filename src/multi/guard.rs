@@ -147,6 +147,16 @@ impl MultiLockGuard {
         self.held.release().await
     }
 
+    /// Writes the grant's fencing token back to a quorum (see `Held::write_back_fence`).
+    pub(crate) async fn write_back_fence(
+        &self,
+        fence_key: &str,
+        token: u64,
+        timing: &crate::round::spec::RoundSpec,
+    ) -> Result<(), LockError> {
+        self.held.write_back_fence(fence_key, token, timing).await
+    }
+
     /// Counts the set as lost in the manager's stats, once per guard.
     pub(crate) fn count_lost(&mut self) {
         self.held.count_lost();
