@@ -7,8 +7,10 @@
 //! validity; pause itself with `SIGSTOP` if asked) → write `counter + 1` and `set ∪ {id}` →
 //! release.
 
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use quorumlock::{Lease, LeaseOptions, LockError, LockGuard, Redlock};
@@ -147,13 +149,43 @@ pub struct CycleSpec {
     /// with a lease.
     #[serde(default)]
     pub mix: bool,
-    /// The chance that a cycle stops its own process (`SIGSTOP`) right after its grant, before
-    /// its first access: Kleppmann's pause. The controller continues it after more than a TTL.
+    /// How often (mean milliseconds between, per process; 0: never) a loop stops its own
+    /// process (`SIGSTOP`) right after a grant, before its first access: Kleppmann's pause. The
+    /// controller continues it after more than a TTL.
     #[serde(default)]
-    pub pause_after_grant: f64,
-    /// The chance that a cycle crashes its process (exit without release) while holding.
+    pub pause_after_grant_every_ms: u64,
+    /// How often (mean milliseconds between, per process; 0: never) a loop crashes its process
+    /// (exit without release) while holding.
     #[serde(default)]
-    pub crash_while_holding: f64,
+    pub crash_while_holding_every_ms: u64,
+    /// How often (mean milliseconds between, per process; 0: never) a mixed loop holds for up
+    /// to 1.5 TTL, kept alive by a lease.
+    #[serde(default)]
+    pub long_hold_every_ms: u64,
+    /// How often (mean milliseconds between, per process; 0: never) a mixed loop extends at
+    /// the last moment (see `extend_late`).
+    #[serde(default)]
+    pub late_extend_every_ms: u64,
+    /// How many loops a `Loop` command runs at once in this process (0 or 1: one), on one lock
+    /// manager, as the tasks of a service would: each with its own owner, randomness and
+    /// connection to the resource. A cycle waiting for a lock another client holds, or sitting
+    /// out a fault, then holds up only its own loop. The rare events above keep their pace per
+    /// process.
+    #[serde(default)]
+    pub workers: usize,
+}
+
+/// The rare events of a loop, drawn per elapsed time rather than per cycle: a Poisson process
+/// of the given mean interval, sampled at each cycle. Per cycle, their count (and the time
+/// they hold a lock or a client up) would grow with the cycle rate and eat it: a long hold
+/// or a pause blocks its resource and every client that draws it, a crash costs a restart.
+/// Per time, a run sees the same number of them however fast the other cycles go.
+fn happens(rng: &mut impl rand::Rng, since_last_cycle: Duration, every_ms: u64) -> bool {
+    if every_ms == 0 {
+        return false;
+    }
+    let p = 1.0 - (-since_last_cycle.as_secs_f64() * 1000.0 / every_ms as f64).exp();
+    rng.random_bool(p.clamp(0.0, 1.0))
 }
 
 /// How a mixed cycle acquires.
@@ -200,15 +232,22 @@ pub struct Note {
     pub detail: String,
 }
 
+/// One loop of a client process (the first also reads the controller's commands).
 struct Ctx {
-    cfg: ClientConfig,
+    cfg: Rc<ClientConfig>,
     locks: Redlock,
     res: resource::Client,
-    hist: Writer,
-    commands: mpsc::UnboundedReceiver<Command>,
-    seq: u64,
+    /// The process's history, shared by its loops.
+    hist: Rc<RefCell<Writer>>,
+    /// `None` in the extra loops of a `Loop` command.
+    commands: Option<mpsc::UnboundedReceiver<Command>>,
+    /// The process's next operation number, shared by its loops (leases and set elements
+    /// stay unique).
+    seq: Rc<Cell<u64>>,
     rng: rand::rngs::StdRng,
     owner: quorumlock::Owner,
+    /// When the previous cycle started (the rare events are drawn per elapsed time).
+    last_cycle: Option<Instant>,
 }
 
 fn note(name: &str, ok: bool, detail: impl Into<String>) {
@@ -299,14 +338,15 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
     });
     let rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
     let mut ctx = Ctx {
-        cfg,
+        cfg: Rc::new(cfg),
         locks,
         res,
-        hist,
-        commands,
-        seq: 0,
+        hist: Rc::new(RefCell::new(hist)),
+        commands: Some(commands),
+        seq: Rc::new(Cell::new(0)),
         rng,
         owner: quorumlock::Owner::new(),
+        last_cycle: None,
     };
     // Warm up the connections (every one: a resource always uses the same connection to a
     // master, and the scripted resource need not share the warm-up's), so that the first
@@ -331,7 +371,7 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         detail = format!("{detail}; connecting: {e}");
     }
     note("ready", ok, detail);
-    while let Some(cmd) = ctx.commands.recv().await {
+    while let Some(cmd) = ctx.next_command().await {
         match cmd {
             Command::Cycle(spec) => {
                 let ok = ctx.cycle(&spec, false).await;
@@ -339,16 +379,19 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
             }
             Command::Loop { duration_ms, spec } => {
                 let end = Instant::now() + Duration::from_millis(duration_ms);
-                let mut n = 0u64;
-                while Instant::now() < end {
-                    if ctx.cycle(&spec, true).await {
-                        n += 1;
-                    } else {
-                        tokio::time::sleep(Duration::from_millis(ctx.rng.random_range(0..50)))
-                            .await;
+                let mut others = Vec::new();
+                for k in 1..spec.workers.max(1) {
+                    match ctx.another(k).await {
+                        Ok(w) => others.push(w),
+                        // Fewer loops, not none: the run still has this one's grants.
+                        Err(e) => note("error", false, format!("loop {k}: {e}")),
                     }
-                    tokio::time::sleep(Duration::from_millis(ctx.rng.random_range(0..20))).await;
                 }
+                let (first, rest) = futures::join!(
+                    ctx.looping(&spec, end),
+                    futures::future::join_all(others.iter_mut().map(|w| w.looping(&spec, end)))
+                );
+                let n = first + rest.iter().sum::<u64>();
                 note("done", true, format!("{n} cycles"));
             }
             Command::Go => {}
@@ -359,10 +402,51 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 impl Ctx {
+    /// Loop `k` beside this one: the same manager, process number and history; its own owner,
+    /// randomness and connection to the resource.
+    async fn another(&self, k: usize) -> std::io::Result<Self> {
+        Ok(Self {
+            cfg: Rc::clone(&self.cfg),
+            locks: self.locks.clone(),
+            res: resource::Client::connect(self.cfg.resource_addr).await?,
+            hist: Rc::clone(&self.hist),
+            commands: None,
+            seq: Rc::clone(&self.seq),
+            rng: rand::rngs::StdRng::seed_from_u64(
+                self.cfg.seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ),
+            owner: quorumlock::Owner::new(),
+            last_cycle: None,
+        })
+    }
+
+    async fn next_command(&mut self) -> Option<Command> {
+        match &mut self.commands {
+            Some(commands) => commands.recv().await,
+            None => None,
+        }
+    }
+
+    /// Cycles until `end`; how many acquired.
+    async fn looping(&mut self, spec: &CycleSpec, end: Instant) -> u64 {
+        let mut n = 0u64;
+        while Instant::now() < end {
+            if self.cycle(spec, true).await {
+                n += 1;
+            } else {
+                tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..50))).await;
+            }
+            // A little jitter, so that the clients do not fall into step; not more: idle time
+            // is grants the faults do not see.
+            tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..5))).await;
+        }
+        n
+    }
+
     fn log(&mut self, kind: Kind, f: &str, value: serde_json::Value, error: Option<String>) {
         let mut e = Event::now(Process::Client(self.cfg.id), kind, f, value);
         e.error = error;
-        let _ = self.hist.write(&e);
+        let _ = self.hist.borrow_mut().write(&e);
     }
 
     fn register_name(&self) -> &'static str {
@@ -373,7 +457,7 @@ impl Ctx {
     }
 
     async fn wait_go(&mut self) {
-        while let Some(cmd) = self.commands.recv().await {
+        while let Some(cmd) = self.next_command().await {
             if matches!(cmd, Command::Go | Command::Exit) {
                 return;
             }
@@ -382,6 +466,25 @@ impl Ctx {
 
     /// One cycle; true if it acquired. A mixed loop draws this cycle's resource and method.
     async fn cycle(&mut self, spec: &CycleSpec, looping: bool) -> bool {
+        let started = Instant::now();
+        let since_last = self
+            .last_cycle
+            .replace(started)
+            .map_or(Duration::ZERO, |t| started - t);
+        // Per process: each of its loops draws at 1/workers of the pace.
+        let per_loop = |every_ms: u64| every_ms.saturating_mul(spec.workers.max(1) as u64);
+        let pause_after_grant = looping
+            && happens(
+                &mut self.rng,
+                since_last,
+                per_loop(spec.pause_after_grant_every_ms),
+            );
+        let crash_while_holding = looping
+            && happens(
+                &mut self.rng,
+                since_last,
+                per_loop(spec.crash_while_holding_every_ms),
+            );
         let mut method = Method::Rounds;
         let drawn;
         let spec = if spec.mix || !spec.resources.is_empty() {
@@ -399,15 +502,27 @@ impl Ctx {
                     Method::Reentrant,
                     Method::Fenced,
                 ][self.rng.random_range(0..4)];
+                // Most cycles give up soon on a lock that is not to be had: one held long (a
+                // lease, a late extension, a paused or crashed holder) would otherwise idle
+                // every loop that drew it for the whole deadline. A quarter keep the full one,
+                // retrying across the faults' transitions.
+                if self.rng.random_bool(0.75) {
+                    s.acquire_deadline_ms = s.acquire_deadline_ms.min(self.cfg.ttl_ms / 8);
+                }
                 s.keep_alive = self.rng.random_bool(0.2);
                 // Now and then a long hold, kept alive by a lease: a holder that is still there
                 // when a master it counted on crashes and comes back.
-                if self.rng.random_bool(0.04) {
+                if happens(&mut self.rng, since_last, per_loop(spec.long_hold_every_ms)) {
                     s.keep_alive = true;
                     s.sleep_ms = self.cfg.ttl_ms * 3 / 2;
                 }
-                s.extend = !s.keep_alive && self.rng.random_bool(0.3);
-                s.extend_late = s.extend && self.rng.random_bool(0.1);
+                s.extend_late = !s.keep_alive
+                    && happens(
+                        &mut self.rng,
+                        since_last,
+                        per_loop(spec.late_extend_every_ms),
+                    );
+                s.extend = s.extend_late || (!s.keep_alive && self.rng.random_bool(0.3));
             }
             drawn = s;
             &drawn
@@ -415,13 +530,14 @@ impl Ctx {
             spec
         };
         let generation = self.cfg.generation;
+        let seq = self.seq.get();
+        self.seq.set(seq + 1);
         let lease = if generation == 0 {
-            format!("{}-{}", self.cfg.id, self.seq)
+            format!("{}-{seq}", self.cfg.id)
         } else {
-            format!("{}.{generation}-{}", self.cfg.id, self.seq)
+            format!("{}.{generation}-{seq}", self.cfg.id)
         };
-        let op_id = (u64::from(self.cfg.id) + 1000 * u64::from(generation)) * 1_000_000 + self.seq;
-        self.seq += 1;
+        let op_id = (u64::from(self.cfg.id) + 1000 * u64::from(generation)) * 1_000_000 + seq;
         let ttl = Duration::from_millis(self.cfg.ttl_ms);
         let deadline = Instant::now() + Duration::from_millis(spec.acquire_deadline_ms);
         self.log(
@@ -486,7 +602,7 @@ impl Ctx {
         if !looping {
             note("acquired", true, &lease);
         }
-        if looping && spec.pause_after_grant > 0.0 && self.rng.random_bool(spec.pause_after_grant) {
+        if pause_after_grant {
             // Kleppmann's pause: the grant is in hand, the first access not yet made.
             self.log(Kind::Info, "pause", json!({"lease": lease}), None);
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
@@ -494,10 +610,7 @@ impl Ctx {
         let guard = self
             .critical_section(spec, guard, &lease, op_id, looping)
             .await;
-        if looping
-            && spec.crash_while_holding > 0.0
-            && self.rng.random_bool(spec.crash_while_holding)
-        {
+        if crash_while_holding {
             // No release, no drop: the lock is left to expire. Another client must get it
             // within one TTL (and a margin) of this moment.
             self.log(
@@ -717,5 +830,30 @@ impl Ctx {
             note("written", true, "");
         }
         guard
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many events a loop of `cycles` cycles `step` apart draws at a pace of `every_ms`.
+    fn count(cycles: u32, step: Duration, every_ms: u64) -> usize {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        (0..cycles)
+            .filter(|_| happens(&mut rng, step, every_ms))
+            .count()
+    }
+
+    #[test]
+    fn rare_events_keep_their_pace_per_time_whatever_the_cycle_rate() {
+        // 10 minutes at one event every 5 s: about 120, in 60,000 short cycles or 600 long ones.
+        let fast = count(60_000, Duration::from_millis(10), 5_000);
+        let slow = count(600, Duration::from_secs(1), 5_000);
+        for n in [fast, slow] {
+            assert!((80..=160).contains(&n), "fast {fast}, slow {slow}");
+        }
+        assert_eq!(count(1_000, Duration::from_secs(1), 0), 0, "0 is never");
+        assert_eq!(count(1_000, Duration::ZERO, 5_000), 0);
     }
 }

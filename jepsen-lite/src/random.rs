@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use rand::RngExt;
+use rand::{RngExt, SeedableRng};
 use serde_json::json;
 
 use crate::client::{Command, CycleSpec};
@@ -23,10 +23,16 @@ pub fn mix(script: Script) -> Option<Mix> {
     }
 }
 
+/// The loops each client process of a composed run runs at once.
+const WORKERS: usize = 4;
+
 /// Clients stopped by themselves, and when to continue them.
-#[derive(Default)]
 struct Watch {
     paused: Vec<(usize, Instant)>,
+    /// The resume times' randomness, apart from the generator's: how many clients pause
+    /// themselves depends on timing, and drawing for them from the run's randomness made the
+    /// fault schedule after the first such pause differ from one replay of a seed to the next.
+    rng: rand::rngs::StdRng,
 }
 
 /// Plays a random run for `duration`: loops, fault steps until 3 s before the end, a heal,
@@ -49,8 +55,16 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
             Vec::new()
         },
         mix: composed,
-        pause_after_grant: if composed { 0.004 } else { 0.0 },
-        crash_while_holding: if composed { 0.003 } else { 0.0 },
+        // Per client process, on average: the rare events that hold a client or a lock up for
+        // about a TTL come at a fixed pace whatever the cycle rate (see `client::happens`),
+        // each several times in a 30 s run of six clients.
+        pause_after_grant_every_ms: if composed { 40_000 } else { 0 },
+        crash_while_holding_every_ms: if composed { 60_000 } else { 0 },
+        long_hold_every_ms: if composed { 8_000 } else { 0 },
+        late_extend_every_ms: if composed { 10_000 } else { 0 },
+        // Several loops per client process: one that waits for a lock held long, or sits out
+        // a fault, no longer idles the whole client.
+        workers: if composed { WORKERS } else { 1 },
         ..env.spec("r")
     };
     let loops_end = Instant::now() + duration;
@@ -76,7 +90,10 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         // strictly (near a clock fault an overlap is outside Redlock's model).
         clocks: env.nemesis.clocks.is_some() && (!composed || env.rng.random_bool(0.5)),
     };
-    let mut watch = Watch::default();
+    let mut watch = Watch {
+        paused: Vec::new(),
+        rng: rand::rngs::StdRng::seed_from_u64(env.rng.random()),
+    };
     // Every fault is lifted, and the heal recorded, at least 3 s before the loops end, so that
     // the clients owe (and can show) liveness after it: the last step is cut short, and a
     // composed run leaves room for a delayed restart.
@@ -185,8 +202,8 @@ async fn watch_for(
                 // ending just before or after its validity does.
                 let ttl = env.ttl();
                 let resume_at = Instant::now()
-                    + ttl.mul_f64(env.rng.random_range(0.8..1.0))
-                    + Duration::from_millis(env.rng.random_range(0..400));
+                    + ttl.mul_f64(watch.rng.random_range(0.8..1.0))
+                    + Duration::from_millis(watch.rng.random_range(0..400));
                 watch.paused.push((c, resume_at));
                 let check = crate::evidence::process_stopped(env.clients[c].pid);
                 env.nemesis

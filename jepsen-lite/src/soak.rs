@@ -4,8 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::Path;
 
+use crate::history::{self, Event};
 use crate::outcome::{Outcome, Verdict};
+use crate::verdict::granted_under_fault;
 
 /// What a soak saw.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -14,6 +17,10 @@ pub struct Summary {
     pub runs: usize,
     /// Claims granted over all runs.
     pub grants: usize,
+    /// Of those, the claims granted while a fault was on (not in a quiet gap between steps).
+    pub grants_under_fault: usize,
+    /// The runs' own time, seconds (set-up, play, checks and report of each).
+    pub seconds: f64,
     /// Faults injected, by kind.
     pub faults: BTreeMap<String, usize>,
     /// Faults shown to take effect, and injected.
@@ -25,10 +32,13 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Adds one run.
+    /// Adds one run. Its grants under fault are counted from its history (`history.jsonl` in
+    /// its directory), when it has one.
     pub fn add(&mut self, o: &Outcome) {
         self.runs += 1;
         self.grants += o.report.as_ref().map_or(0, |r| r.claims.claims);
+        self.grants_under_fault += under_fault(&o.dir);
+        self.seconds += o.seconds;
         for (kind, n) in &o.faults {
             *self.faults.entry(kind.clone()).or_default() += n;
         }
@@ -48,6 +58,15 @@ impl Summary {
         }
     }
 
+    /// Grants per second of the runs' own time.
+    pub fn grants_per_second(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.grants as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
     /// Violations per thousand grants.
     pub fn rate(&self) -> f64 {
         let total: usize = self.violations.values().sum();
@@ -59,8 +78,14 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} runs, {} grants, {} of {} faults shown to take effect",
-            self.runs, self.grants, self.proven.0, self.proven.1
+            "{} runs ({:.0} s), {} grants ({:.1}/s; {} while a fault was on), {} of {} faults shown to take effect",
+            self.runs,
+            self.seconds,
+            self.grants,
+            self.grants_per_second(),
+            self.grants_under_fault,
+            self.proven.0,
+            self.proven.1
         )?;
         writeln!(f, "faults by kind:")?;
         for (kind, n) in &self.faults {
@@ -88,6 +113,15 @@ impl fmt::Display for Summary {
             Ok(())
         }
     }
+}
+
+/// The claims a run granted while a fault was on, from its history (0 without one).
+fn under_fault(dir: &Path) -> usize {
+    let path = dir.join("history.jsonl");
+    if !path.is_file() {
+        return 0;
+    }
+    history::read_jsonl::<Event>(&path).map_or(0, |events| granted_under_fault(&events))
 }
 
 #[cfg(test)]
@@ -133,5 +167,44 @@ mod tests {
         assert_eq!(s.failing[0].1, 2);
         let text = s.to_string();
         assert!(text.contains("composed-n5 --seed 2"), "{text}");
+        assert_eq!(s.grants_under_fault, 0, "no history, nothing counted");
+    }
+
+    #[test]
+    fn grants_under_fault_come_from_the_runs_history() -> std::io::Result<()> {
+        use crate::history::{Kind, Process};
+        let dir = std::env::temp_dir().join(format!("jl-soak-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let grant = |t: u64| {
+            Event::at(
+                t,
+                Process::Client(0),
+                Kind::Ok,
+                "acquire",
+                serde_json::json!({"lease": format!("0-{t}")}),
+            )
+        };
+        let nemesis = |t: u64, f: &str| {
+            Event::at(t, Process::nemesis(), Kind::Info, f, serde_json::json!({}))
+        };
+        // One grant before the fault, two during it, one after the heal.
+        let events = vec![
+            grant(1),
+            nemesis(2, "pause"),
+            grant(3),
+            grant(4),
+            nemesis(5, "heal"),
+            grant(6),
+        ];
+        history::write_jsonl(&dir.join("history.jsonl"), &events)?;
+        let mut o = outcome(1, Verdict::Pass, Vec::new());
+        o.dir = dir.clone();
+        o.seconds = 4.0;
+        let mut s = Summary::default();
+        s.add(&o);
+        std::fs::remove_dir_all(&dir)?;
+        assert_eq!(s.grants_under_fault, 2);
+        assert!((s.seconds - 4.0).abs() < 1e-9);
+        Ok(())
     }
 }

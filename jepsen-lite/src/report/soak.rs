@@ -74,12 +74,15 @@ pub fn soak_html(summary: &Summary, runs: &[RunRow], run_seconds: u64) -> String
     let total_violations: usize = summary.violations.values().sum();
     let _ = write!(
         s,
-        "<p><span class=fig><b>{}</b> runs</span><span class=fig><b>{}</b> grants</span>\
+        "<p><span class=fig><b>{}</b> runs</span><span class=fig><b>{}</b> grants \
+         ({:.1}/s, {} while a fault was on)</span>\
          <span class=fig><b>{}</b> of {} faults shown to take effect</span>\
          <span class=fig><b>{total_violations}</b> violations ({:.2} per 1000 grants)</span>\
          <span class=fig><b>{}</b> runs did not pass</span></p>",
         summary.runs,
         summary.grants,
+        summary.grants_per_second(),
+        summary.grants_under_fault,
         summary.proven.0,
         summary.proven.1,
         summary.rate(),
