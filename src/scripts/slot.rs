@@ -147,14 +147,14 @@ return 1";
 }
 
 lua_script! {
-    /// Undoes many claims at once, each as [`REVERT_SLOT`] does: `KEYS` holds two keys per
-    /// slot (running key, record), `ARGV` one claim value per slot, in the same order. It goes
-    /// on the connection of the batch's claim (the first slot's running key), behind it, so a
-    /// claim that arrives late is undone after it lands. Returns how many records were
-    /// restored.
+    /// Undoes many claims at once, each as [`REVERT_SLOT`] does. `KEYS[1]` only picks the
+    /// connection (the running key that led the batch's claim, so the undo goes behind it: a
+    /// claim that arrives late is undone after it lands) and is not touched; then two keys per
+    /// slot (running key, record), and `ARGV` one claim value per slot, in the same order.
+    /// Returns how many records were restored.
     REVERT_SLOTS = r"local restored = 0
 for i = 1, #ARGV do
-    local run, rec, value = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i]
+    local run, rec, value = KEYS[2 * i], KEYS[2 * i + 1], ARGV[i]
     if redis.call('get', run) == value then
         redis.call('del', run)
     end

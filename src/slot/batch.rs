@@ -155,22 +155,23 @@ pub(crate) async fn claim_batch(
 }
 
 /// Undoes, on each master `i`, the claims of the slots `undo[i]` in a background task (see
-/// [`REVERT_SLOTS`]). The first slot always leads the request, so that it travels on the
-/// batch's connection; undoing it where its claim never landed changes nothing (the script only
-/// touches what holds this claim's value).
+/// [`REVERT_SLOTS`]), each request led by the first slot's running key so that it travels on
+/// the batch's connection (the script leaves that key alone: the first slot may have won).
 fn revert_batch(
     nodes: &Nodes<RedisNode>,
     slots: &[BatchSlot],
     undo: Vec<Vec<usize>>,
 ) -> Option<JoinHandle<()>> {
+    let route = Arc::clone(&slots.first()?.keys.running);
     let mut requests: FuturesUnordered<_> = nodes
         .iter()
         .zip(undo)
         .filter(|(_, which)| !which.is_empty())
         .map(|(node, which)| {
             let node = Arc::clone(node);
-            let lead = std::iter::once(0).chain(which.into_iter().filter(|j| *j != 0));
-            let (keys, values): (Vec<[Arc<str>; 2]>, Vec<String>) = lead
+            let route = Arc::clone(&route);
+            let (keys, values): (Vec<[Arc<str>; 2]>, Vec<String>) = which
+                .into_iter()
                 .filter_map(|j| slots.get(j))
                 .map(|s| {
                     (
@@ -180,7 +181,9 @@ fn revert_batch(
                 })
                 .unzip();
             async move {
-                let keys: Vec<&[u8]> = keys.iter().flatten().map(|k| k.as_bytes()).collect();
+                let keys: Vec<&[u8]> = std::iter::once(route.as_bytes())
+                    .chain(keys.iter().flatten().map(|k| k.as_bytes()))
+                    .collect();
                 let args: Vec<&[u8]> = values.iter().map(String::as_bytes).collect();
                 let result = node.run_script(&REVERT_SLOTS, &keys, &args, true).await;
                 if let Err(error) = result {
