@@ -181,6 +181,20 @@ pub(crate) async fn scheduler(cluster: &RedisCluster, plan: &Plan, r: &mut Resul
             |s| format!("< {s:?}")
         )
     );
+    // The workers know each other (SchedulerBuilder::fleet) unless QUORUMLOCK_BENCH_FLEET=0.
+    let fleet = std::env::var("QUORUMLOCK_BENCH_FLEET").map_or(true, |v| v != "0");
+    println!(
+        "  fleet {} (QUORUMLOCK_BENCH_FLEET=0: each worker claims every slot within the stagger)",
+        if fleet {
+            format!(
+                "of {WORKERS} known workers: the first-ranked claims each slot as it falls due, \
+                 the k-th {:?} x k later",
+                quorumlock_scheduler::DEFAULT_BACKUP_AFTER
+            )
+        } else {
+            "unknown".to_string()
+        }
+    );
     let urls: Vec<String> = cluster.urls().into_iter().take(MASTERS).collect();
     let run_id: u32 = rand::random();
     let log: Log = Arc::default();
@@ -201,6 +215,9 @@ pub(crate) async fn scheduler(cluster: &RedisCluster, plan: &Plan, r: &mut Resul
             }
         };
         let mut builder = Scheduler::builder(&locks).worker(format!("w{w}"));
+        if fleet {
+            builder = builder.fleet((0..WORKERS).map(|w| format!("w{w}")));
+        }
         for j in 0..jobs {
             match job(run_id, j, w, &log) {
                 Some(job) => {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use quorumlock::{LeaseHandle, LockError};
 
+pub(crate) mod batcher;
 #[cfg(test)]
 pub(crate) mod fake;
 pub(crate) mod redlock;

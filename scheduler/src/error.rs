@@ -31,6 +31,14 @@ pub enum SchedulerError {
     /// `start` was called outside a tokio runtime.
     #[error("the scheduler must be started inside a tokio runtime")]
     NoRuntime,
+    /// A [fleet](crate::SchedulerBuilder::fleet) that does not name this worker.
+    #[error("worker {worker:?} is not in its fleet {fleet:?}: expected the fleet to name every worker, this one included")]
+    NotInFleet {
+        /// This worker's name.
+        worker: String,
+        /// The fleet as given.
+        fleet: Vec<String>,
+    },
     /// A job name that is not configured.
     #[error("no job named {0:?}")]
     UnknownJob(String),

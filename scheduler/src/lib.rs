@@ -136,7 +136,7 @@ pub use job::{
 };
 pub use policy::{CatchUp, Concurrency, OnAbandoned};
 pub use schedule::Schedule;
-pub use scheduler::{Scheduler, SchedulerBuilder, ShutdownReport};
+pub use scheduler::{Scheduler, SchedulerBuilder, ShutdownReport, DEFAULT_BACKUP_AFTER};
 pub use slot::Slot;
 pub use stats::{JobStats, Lateness};
 pub use status::{JobStatus, SlotEntry, SlotOutcome};

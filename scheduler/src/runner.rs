@@ -21,7 +21,7 @@ use crate::plan::{self, lateness, past_deadline};
 use crate::policy::{Concurrency, OnAbandoned};
 use crate::shared::{Phase, Shared};
 use crate::slot::Slot;
-use crate::stagger::stagger;
+use crate::stagger::{rank, stagger};
 use crate::stats::{Count, Counters};
 use crate::status::{History, SlotEntry, SlotOutcome};
 
@@ -95,17 +95,18 @@ pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
             return;
         };
         *lock(&job.next_due) = Some(next);
-        let stagger = stagger(
-            &shared.worker,
-            &job.name,
-            Slot::new(next).id(),
-            spec.stagger,
-        );
-        let wake = next
+        let stagger = claim_delay(&shared, &job.name, Slot::new(next).id(), spec.stagger);
+        // A backup of a fleet counts its delay from when it gets to the slot: at start-up, the
+        // slots it catches up on are claimed first by the first-ranked worker too.
+        let from = match (&shared.fleet, stagger.is_zero()) {
+            (Some(_), false) => next.max(shared.clock.now()),
+            _ => next,
+        };
+        let wake = from
             .checked_add_signed(
                 TimeDelta::from_std(stagger + jitter(spec.jitter)).unwrap_or_default(),
             )
-            .unwrap_or(next);
+            .unwrap_or(from);
         tokio::select! {
             () = clock::sleep_until(&*shared.clock, wake) => {}
             () = until(&mut phase, Phase::Draining) => return,
@@ -145,6 +146,20 @@ pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
             }
             claim_and_run(&shared, &job, slot).await;
         }
+    }
+}
+
+/// How long after a slot falls due this worker claims it: its rank among the fleet times the
+/// backup delay when the fleet is known, else the job's stagger.
+fn claim_delay(shared: &Shared, job: &str, slot: &str, spread: Duration) -> Duration {
+    match &shared.fleet {
+        Some(fleet) => {
+            let rank = rank(&shared.worker, &fleet.workers, job, slot);
+            fleet
+                .backup_after
+                .saturating_mul(u32::try_from(rank).unwrap_or(u32::MAX))
+        }
+        None => stagger(&shared.worker, job, slot, spread),
     }
 }
 

@@ -16,7 +16,7 @@ use crate::clock::{SystemClock, WallClock};
 use crate::error::SchedulerError;
 use crate::job::Job;
 use crate::runner::{job_loop, JobState};
-use crate::shared::{Phase, Shared};
+use crate::shared::{Fleet, Phase, Shared};
 use crate::stats::JobStats;
 use crate::status::JobStatus;
 
@@ -32,8 +32,14 @@ pub struct SchedulerBuilder {
     clock: Option<Arc<dyn WallClock>>,
     skew: TimeDelta,
     worker: Option<String>,
+    fleet: Vec<String>,
+    backup_after: Duration,
     jobs: Vec<Job>,
 }
+
+/// How much later each worker of a [fleet](SchedulerBuilder::fleet) claims a slot than the one
+/// ranked before it, unless set: 200 ms.
+pub const DEFAULT_BACKUP_AFTER: Duration = Duration::from_millis(200);
 
 /// A worker of the fleet: runs its jobs' slots that no other worker has run, until shut down.
 /// Every worker of a job must use the same masters and the same job name and schedule.
@@ -63,6 +69,7 @@ impl Scheduler {
     pub fn builder(locks: &Redlock) -> SchedulerBuilder {
         SchedulerBuilder::with_claims(Arc::new(RedlockClaims {
             locks: locks.fenced(),
+            batcher: Arc::default(),
         }))
     }
 
@@ -193,6 +200,8 @@ impl SchedulerBuilder {
             clock: None,
             skew: TimeDelta::zero(),
             worker: None,
+            fleet: Vec::new(),
+            backup_after: DEFAULT_BACKUP_AFTER,
             jobs: Vec::new(),
         }
     }
@@ -209,6 +218,37 @@ impl SchedulerBuilder {
     /// that two schedulers of one process differ).
     pub fn worker(mut self, name: impl Into<String>) -> Self {
         self.worker = Some(name.into());
+        self
+    }
+
+    /// The workers that share these jobs, by their [`worker`](Self::worker) names, this one
+    /// included: each slot then has one worker ranked first (by a hash of the worker, the job
+    /// and the slot, the same on every worker), which claims it as it falls due; the one ranked
+    /// `k`-th claims it [`backup_after`](Self::backup_after) × `k` later, when the slot has
+    /// usually run (its claim then costs one short read per master). The jobs' own
+    /// [stagger](Job::stagger) is not used.
+    ///
+    /// Without a fleet every worker claims every slot within the stagger, and all but one are
+    /// refused: with many jobs due on the same second that is most of the masters' work. The
+    /// fleet only orders the claims: a worker left out of a fleet's list, or lists that
+    /// disagree, cost more claims and lateness, never a second run (claims on a quorum decide).
+    /// A dead first worker's slots run `backup_after` late. Defaults to none.
+    pub fn fleet<I, S>(mut self, workers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.fleet = workers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// With a [fleet](Self::fleet): how much later each worker claims a slot than the one ranked
+    /// before it. Longer than a claim and a short run take under load, so that backups find the
+    /// slot completed; keep (fleet size − 1) × `backup_after` within the shortest period, so that
+    /// the last backup's claims do not fall on the next due instant. Defaults to
+    /// [`DEFAULT_BACKUP_AFTER`] (200 ms).
+    pub fn backup_after(mut self, delay: Duration) -> Self {
+        self.backup_after = delay;
         self
     }
 
@@ -232,6 +272,7 @@ impl SchedulerBuilder {
     /// # Errors
     ///
     /// [`SchedulerError::InvalidJob`] or [`SchedulerError::DuplicateJob`] for a bad job;
+    /// [`SchedulerError::NotInFleet`] for a [fleet](Self::fleet) without this worker;
     /// [`SchedulerError::NoRuntime`] outside a tokio runtime.
     pub fn start(self) -> Result<Scheduler, SchedulerError> {
         for (i, job) in self.jobs.iter().enumerate() {
@@ -244,6 +285,25 @@ impl SchedulerBuilder {
             return Err(SchedulerError::NoRuntime);
         }
         let worker: Arc<str> = Arc::from(self.worker.unwrap_or_else(default_worker));
+        let fleet = match self.fleet.is_empty() {
+            true => None,
+            false if !self.fleet.iter().any(|w| **w == *worker) => {
+                return Err(SchedulerError::NotInFleet {
+                    worker: worker.to_string(),
+                    fleet: self.fleet,
+                })
+            }
+            false => {
+                let mut workers: Vec<Arc<str>> =
+                    self.fleet.iter().map(|w| Arc::from(w.as_str())).collect();
+                workers.sort_unstable();
+                workers.dedup();
+                Some(Fleet {
+                    workers,
+                    backup_after: self.backup_after,
+                })
+            }
+        };
         let clock = self
             .clock
             .unwrap_or_else(|| Arc::new(SystemClock { offset: self.skew }));
@@ -251,6 +311,7 @@ impl SchedulerBuilder {
             claims: self.claims,
             clock,
             worker: Arc::clone(&worker),
+            fleet,
             phase: watch::Sender::new(Phase::Running),
             in_flight: watch::Sender::new(0),
             tasks: Mutex::new(JoinSet::new()),

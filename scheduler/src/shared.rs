@@ -21,10 +21,18 @@ pub(crate) enum Phase {
     Cancelling,
 }
 
+/// The workers that share the jobs, when the builder was told ([`SchedulerBuilder::fleet`](crate::SchedulerBuilder::fleet)).
+pub(crate) struct Fleet {
+    pub(crate) workers: Vec<Arc<str>>,
+    /// How much later each rank claims than the one before.
+    pub(crate) backup_after: std::time::Duration,
+}
+
 pub(crate) struct Shared {
     pub(crate) claims: Arc<dyn SlotClaims>,
     pub(crate) clock: Arc<dyn WallClock>,
     pub(crate) worker: Arc<str>,
+    pub(crate) fleet: Option<Fleet>,
     pub(crate) phase: watch::Sender<Phase>,
     pub(crate) in_flight: watch::Sender<usize>,
     pub(crate) tasks: Mutex<JoinSet<()>>,

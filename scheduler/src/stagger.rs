@@ -1,17 +1,19 @@
-//! The stagger of a slot's claims across workers: a delay in `[0, spread)` fixed by a hash of
-//! the worker, the job and the slot (rendezvous hashing), so that for each slot the workers
-//! claim one after the other, in an order that changes from slot to slot.
+//! The order in which the workers claim a slot, fixed by a hash of the worker, the job and the
+//! slot (rendezvous hashing), so that it changes from slot to slot:
+//!
+//! * without a fleet, each worker waits a delay in `[0, spread)` from that hash ([`stagger`]):
+//!   the workers claim one after the other, without knowing each other;
+//! * with a [fleet](crate::SchedulerBuilder::fleet), each worker knows its **rank** among the
+//!   fleet for the slot ([`rank`]): the first claims at once, the k-th `k` backup delays later,
+//!   and only if the slot has not run by then does its claim win anything.
+//!
+//! Either way the order only decides who is likely to claim first: the claims on a quorum
+//! alone make a slot run once.
 
 use std::time::Duration;
 
-/// How long `worker` waits after slot `slot` of `job` falls due before claiming it.
-pub(crate) fn stagger(worker: &str, job: &str, slot: &str, spread: Duration) -> Duration {
-    let Ok(spread_ns) = u64::try_from(spread.as_nanos()) else {
-        return spread;
-    };
-    if spread_ns == 0 {
-        return Duration::ZERO;
-    }
+/// A worker's score for slot `slot` of `job`: the lowest score claims first.
+fn score(worker: &str, job: &str, slot: &str) -> u64 {
     // FNV-1a over the three names (each followed by its length, so no two triples collide by
     // moving bytes between names), then a finalizer that spreads every bit over the result.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -21,7 +23,29 @@ pub(crate) fn stagger(worker: &str, job: &str, slot: &str, spread: Duration) -> 
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
-    Duration::from_nanos(mix(h) % spread_ns)
+    mix(h)
+}
+
+/// How long `worker` waits after slot `slot` of `job` falls due before claiming it.
+pub(crate) fn stagger(worker: &str, job: &str, slot: &str, spread: Duration) -> Duration {
+    let Ok(spread_ns) = u64::try_from(spread.as_nanos()) else {
+        return spread;
+    };
+    if spread_ns == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(score(worker, job, slot) % spread_ns)
+}
+
+/// `worker`'s rank among `fleet` for slot `slot` of `job`: how many workers of the fleet
+/// (other than `worker`) come before it. Every worker of a fleet computes the same order, so
+/// for each slot exactly one has rank 0. Ties (equal scores) go by name.
+pub(crate) fn rank(worker: &str, fleet: &[std::sync::Arc<str>], job: &str, slot: &str) -> usize {
+    let mine = (score(worker, job, slot), worker);
+    fleet
+        .iter()
+        .filter(|w| &***w != worker && (score(w, job, slot), &***w) < mine)
+        .count()
 }
 
 /// splitmix64's finalizer.
@@ -33,7 +57,40 @@ fn mix(mut z: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+
+    /// For every slot, the ranks of a fleet's workers are 0, 1, ..., n - 1 (exactly one first),
+    /// and each worker is first about as often as the others.
+    #[test]
+    fn ranks_order_the_fleet_and_change_from_slot_to_slot() {
+        let fleet: Vec<Arc<str>> = ["w0", "w1", "w2", "w3", "w4"]
+            .iter()
+            .map(|w| Arc::from(*w))
+            .collect();
+        let mut first = [0u32; 5];
+        for slot in 0..5000 {
+            let slot = format!("2024-05-01T03:{:02}:{:02}.000Z", slot / 60, slot % 60);
+            let mut ranks: Vec<usize> = fleet
+                .iter()
+                .map(|w| rank(w, &fleet, "job", &slot))
+                .collect();
+            if let Some(i) = ranks.iter().position(|r| *r == 0) {
+                first[i] += 1;
+            }
+            ranks.sort_unstable();
+            assert_eq!(ranks, vec![0, 1, 2, 3, 4], "slot {slot}");
+        }
+        for n in first {
+            assert!(
+                (800..1200).contains(&n),
+                "first claims per worker: {first:?}"
+            );
+        }
+        // A worker outside the list ranks among it all the same.
+        assert!(rank("w9", &fleet, "job", "s") <= 5);
+    }
 
     const SPREAD: Duration = Duration::from_millis(20);
 

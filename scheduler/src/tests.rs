@@ -621,3 +621,70 @@ async fn forbid_with_retry_reruns_a_dead_runner_s_slot() {
     let who: Vec<(&str, u32)> = first.iter().map(|(w, _, a)| (w.as_str(), *a)).collect();
     assert_eq!(who, vec![("dying", 1), ("survivor", 2)], "{runs:?}");
 }
+
+/// Who ran which slot, how late: slot id → (worker, lateness) per execution.
+type Late = Arc<Mutex<BTreeMap<String, Vec<(String, Duration)>>>>;
+
+/// A fleet of three of which the first, `a`, is down: each slot is claimed by the live worker
+/// ranked first for it, at once, or one backup delay late where `a` ranked first; never by
+/// the job's stagger, and exactly once.
+#[tokio::test(start_paused = true)]
+async fn a_fleet_claims_each_slot_in_rank_order() {
+    let claims = FakeClaims::default();
+    let t0 = Instant::now();
+    let fleet = ["a", "b", "c"];
+    let backup = Duration::from_millis(300);
+    let late: Late = Arc::default();
+    let _workers: Vec<Scheduler> = ["b", "c"]
+        .iter()
+        .map(|w| {
+            let late = Arc::clone(&late);
+            builder(&claims, t0, w, 0)
+                .fleet(fleet)
+                .backup_after(backup)
+                .job(
+                    Job::every("tick", Duration::from_secs(1), move |ctx: JobContext| {
+                        late.lock()
+                            .expect("late")
+                            .entry(ctx.slot().id().to_string())
+                            .or_default()
+                            .push((ctx.worker().to_string(), ctx.lateness()));
+                        async { Ok::<_, std::io::Error>(()) }
+                    })
+                    .expect("valid job")
+                    .catch_up(CatchUp::None)
+                    .stagger(Duration::from_millis(100)),
+                )
+                .start()
+                .expect("start")
+        })
+        .collect();
+    sleep(Duration::from_millis(20_900)).await;
+    let late = late.lock().expect("late").clone();
+    // Slots at 1.0, 2.0, ... 21.0 s of the wall clock (which started at 0.5 s).
+    assert_eq!(late.len(), 21, "{late:?}");
+    let fleet: Vec<Arc<str>> = fleet.iter().map(|w| Arc::from(*w)).collect();
+    let mut delayed = 0;
+    for (slot, runs) in &late {
+        assert_eq!(runs.len(), 1, "slot {slot}: {runs:?}");
+        let (worker, lateness) = &runs[0];
+        let rank = |w: &str| crate::stagger::rank(w, &fleet, "tick", slot);
+        let first = if rank("b") < rank("c") { "b" } else { "c" };
+        assert_eq!(worker, first, "slot {slot}");
+        let expected = if rank("a") == 0 {
+            backup
+        } else {
+            Duration::ZERO
+        };
+        delayed += usize::from(rank("a") == 0);
+        // Tokio's timer rounds a sleep up to the next millisecond.
+        assert!(
+            *lateness >= expected && *lateness <= expected + Duration::from_millis(2),
+            "slot {slot}: {lateness:?}, expected {expected:?}"
+        );
+    }
+    assert!(
+        delayed > 0 && delayed < 21,
+        "{delayed} of 21 slots had `a` first"
+    );
+}

@@ -382,3 +382,119 @@ async fn shutdown_past_the_grace_period_abandons_the_slot() {
         Ok(SlotState::Abandoned(_))
     ));
 }
+
+/// Who ran each (job, due instant).
+type Ran = BTreeMap<(usize, String), Vec<String>>;
+
+/// The script requests (`EVALSHA`: claims, completions, releases) the masters of `cluster` processed.
+fn script_requests(cluster: &RedisCluster) -> u64 {
+    cluster
+        .iter()
+        .map(|m| {
+            let info = m.command(&["INFO", "commandstats"]).expect("INFO");
+            info.lines()
+                .filter_map(|l| l.trim().strip_prefix("cmdstat_evalsha:calls="))
+                .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// Forty jobs due on the same seconds on a fleet of three workers: every slot runs once, by
+/// the worker ranked first for it (the others find it done), and the claims of one instant go
+/// to each master in a few requests: each slot costs the masters its completion and release
+/// (one request per master each) and a small share of the batches, where a claim request per
+/// slot and worker would cost three more per master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_claims_the_slots_of_one_instant_in_batches() {
+    const JOBS: usize = 40;
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let runs: Arc<Mutex<Ran>> = Arc::default();
+    let fleet = ["a", "b", "c"];
+    let managers: Vec<Redlock> = fleet.iter().map(|_| manager(&cluster)).collect();
+    for m in &managers {
+        m.connect().await.expect("connect");
+    }
+    let workers: Vec<Scheduler> = fleet
+        .iter()
+        .zip(&managers)
+        .map(|(w, locks)| {
+            let mut builder = Scheduler::builder(locks)
+                .worker(*w)
+                .fleet(fleet)
+                .backup_after(Duration::from_millis(150));
+            for j in 0..JOBS {
+                let runs = Arc::clone(&runs);
+                builder = builder.job(
+                    Job::every(
+                        format!("job-{j}"),
+                        Duration::from_secs(1),
+                        move |ctx: JobContext| {
+                            runs.lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .entry((j, due(&ctx)))
+                                .or_default()
+                                .push(ctx.worker().to_string());
+                            async { Ok::<_, std::io::Error>(()) }
+                        },
+                    )
+                    .expect("valid job")
+                    .catch_up(CatchUp::None),
+                );
+            }
+            builder.start().expect("start")
+        })
+        .collect();
+    let count = |runs: &Mutex<Ran>| {
+        runs.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    };
+    // Measured over whole seconds once the first slots ran (connections open, scripts loaded).
+    wait_until("the first slots ran", || count(&runs) >= JOBS).await;
+    let (before, slots_before) = (script_requests(&cluster), count(&runs));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (after, slots_after) = (script_requests(&cluster), count(&runs));
+    for w in &workers {
+        w.shutdown(Duration::from_secs(10)).await;
+    }
+    let runs = runs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for (slot, who) in &runs {
+        assert_eq!(who.len(), 1, "slot {slot:?} ran on {who:?}");
+    }
+    let slots = (slots_after - slots_before) as f64;
+    assert!(slots >= JOBS as f64, "{slots} slots ran in 3 s");
+    let per_slot = (after - before) as f64 / slots;
+    // Completion and release: 6 per slot on 3 masters; claims batched: well under 1 more.
+    // One claim request per slot and worker would make it 15.
+    assert!(per_slot < 9.0, "{per_slot:.1} requests per slot");
+    // Each worker ran about its share (the first-ranked runs the slot).
+    let mut by_worker: BTreeMap<&str, usize> = BTreeMap::new();
+    for who in runs.values() {
+        *by_worker.entry(who[0].as_str()).or_default() += 1;
+    }
+    assert_eq!(by_worker.len(), 3, "{by_worker:?}");
+    for (w, n) in &by_worker {
+        assert!(*n * 6 > runs.len(), "{w} ran {n} of {}", runs.len());
+    }
+}
+
+/// A worker that its fleet does not name is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_outside_its_fleet_is_refused() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let refused = Scheduler::builder(&manager(&cluster))
+        .worker("d")
+        .fleet(["a", "b", "c"])
+        .job(job(&Shared::default(), Duration::ZERO))
+        .start();
+    match refused {
+        Err(e @ quorumlock_scheduler::SchedulerError::NotInFleet { .. }) => {
+            assert!(e.to_string().contains("expected"), "{e}")
+        }
+        other => panic!("expected NotInFleet, got {other:?}"),
+    }
+}

@@ -7,6 +7,9 @@ use quorumlock::{
     SlotRecord, SlotRun, SlotStatus,
 };
 
+use std::sync::Arc;
+
+use super::batcher::Batcher;
 use super::{
     Claim, ClaimTerms, ClaimedSlot, JobLock, LeaseEnd, LeaseView, RunRecord, SlotClaims, SlotState,
 };
@@ -19,6 +22,8 @@ fn job_lock_resource(job: &str) -> String {
 /// Real masters through a manager.
 pub(crate) struct RedlockClaims {
     pub(crate) locks: Redlock,
+    /// Claims made at the same instant go to the masters together.
+    pub(crate) batcher: Arc<Batcher>,
 }
 
 fn record(r: &SlotRecord) -> RunRecord {
@@ -52,7 +57,8 @@ impl SlotClaims for RedlockClaims {
                 .retry_abandoned(retry)
                 .lease(lease_options(terms))
                 .runner(terms.runner.clone());
-            Ok(match self.locks.claim_slot(job, slot, &opts).await? {
+            let claim = self.batcher.claim(&self.locks, job, slot, opts).await?;
+            Ok(match claim {
                 SlotClaim::Claimed(run) => Claim::Claimed(Box::new(RealRun(run))),
                 SlotClaim::Completed(r) => Claim::Completed(record(&r)),
                 SlotClaim::RunningElsewhere(r) => Claim::RunningElsewhere(record(&r)),

@@ -1,0 +1,200 @@
+//! Claims made at the same instant go to the masters together: the jobs of a worker that fall
+//! due on the same second each ask for their slot, and one [`Redlock::claim_slots`] request per
+//! master carries them all (a batch of `n` slots costs one request per master instead of `n`,
+//! which is what lets a thousand jobs fall due on one second on a small machine).
+//!
+//! The first claim of an instant leads: it lets the other tasks woken by the same timer tick
+//! add theirs (a few yields, until a pass adds nothing), then sends the gathered claims, in
+//! groups that share their options, as batches of distinct slots. Each claim's outcome is the
+//! one [`Redlock::claim_slot`] would give; a batch adds no delay when a claim is alone.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use quorumlock::{InvalidArgument, LockError, Redlock, SlotClaim, SlotOptions};
+use tokio::sync::oneshot;
+
+/// The most slots in one request: a master runs a request's claims in one script and serves
+/// nobody else meanwhile, and a request that does not come back within the node timeout fails
+/// whole. Small requests (below a millisecond of a master's time each) keep a burst of many
+/// from failing together when the masters fall behind: the first ones come back in time.
+const CHUNK: usize = 64;
+
+/// Yields at least this many times before a batch is sent, and stops once a pass adds nothing.
+const MIN_YIELDS: u32 = 3;
+/// Yields at most this many times (a steady trickle of claims does not hold a batch forever).
+const MAX_YIELDS: u32 = 32;
+
+/// One claim waiting for its batch.
+struct Pending {
+    job: String,
+    slot: String,
+    /// The options; claims are batched with others that have equal options.
+    opts: SlotOptions,
+    reply: oneshot::Sender<Result<SlotClaim, LockError>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Pending>,
+    /// A claim is gathering the others.
+    leading: bool,
+}
+
+/// Gathers the claims of one worker that are made together.
+#[derive(Default)]
+pub(crate) struct Batcher {
+    queue: Mutex<Queue>,
+}
+
+impl Batcher {
+    /// Claims `(job, slot)` with `opts`, together with the claims made at the same instant.
+    ///
+    /// # Cancel safety
+    ///
+    /// The batch runs in its own task: dropping this future drops only this claim's outcome
+    /// (a claimed slot is then abandoned, as a dropped [`quorumlock::SlotRun`] is).
+    pub(crate) async fn claim(
+        self: &Arc<Self>,
+        locks: &Redlock,
+        job: &str,
+        slot: &str,
+        opts: SlotOptions,
+    ) -> Result<SlotClaim, LockError> {
+        let (reply, outcome) = oneshot::channel();
+        let lead = {
+            let mut queue = self.lock();
+            queue.waiting.push(Pending {
+                job: job.to_string(),
+                slot: slot.to_string(),
+                opts,
+                reply,
+            });
+            !std::mem::replace(&mut queue.leading, true)
+        };
+        if lead {
+            let mut seen = 0;
+            for round in 0..MAX_YIELDS {
+                tokio::task::yield_now().await;
+                let now = self.lock().waiting.len();
+                if round + 1 >= MIN_YIELDS && now == seen {
+                    break;
+                }
+                seen = now;
+            }
+            let gathered = {
+                let mut queue = self.lock();
+                queue.leading = false;
+                std::mem::take(&mut queue.waiting)
+            };
+            let locks = locks.clone();
+            tokio::spawn(send(locks, gathered));
+        }
+        // The batch's task ends without an answer only when the runtime shuts down under it.
+        outcome
+            .await
+            .unwrap_or(Err(LockError::InvalidArgument(InvalidArgument::NoRuntime)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Sends gathered claims: one batch per group of equal options and distinct slots (a slot
+/// asked twice goes into a later batch), at most [`CHUNK`] each, all at once.
+async fn send(locks: Redlock, gathered: Vec<Pending>) {
+    let batches = split(gathered);
+    futures::future::join_all(batches.into_iter().map(|batch| run(&locks, batch))).await;
+}
+
+fn split(gathered: Vec<Pending>) -> Vec<Vec<Pending>> {
+    let mut batches: Vec<Vec<Pending>> = Vec::new();
+    let mut names: Vec<HashSet<(String, String)>> = Vec::new();
+    for pending in gathered {
+        let pair = (pending.job.clone(), pending.slot.clone());
+        let fits = batches.iter().zip(&names).position(|(batch, names)| {
+            batch.len() < CHUNK
+                && batch.first().is_some_and(|b| b.opts == pending.opts)
+                && !names.contains(&pair)
+        });
+        match fits {
+            Some(i) => {
+                names[i].insert(pair);
+                batches[i].push(pending);
+            }
+            None => {
+                names.push(HashSet::from([pair]));
+                batches.push(vec![pending]);
+            }
+        }
+    }
+    batches
+}
+
+async fn run(locks: &Redlock, batch: Vec<Pending>) {
+    let Some(opts) = batch.first().map(|p| p.opts.clone()) else {
+        return;
+    };
+    let pairs: Vec<(&str, &str)> = batch
+        .iter()
+        .map(|p| (p.job.as_str(), p.slot.as_str()))
+        .collect();
+    tracing::debug!(slots = pairs.len(), "claiming a batch of slots");
+    match locks.claim_slots(&pairs, &opts).await {
+        Ok(outcomes) => {
+            for (pending, outcome) in batch.into_iter().zip(outcomes) {
+                // A claimer that went away drops its run, which abandons the slot.
+                let _ = pending.reply.send(outcome);
+            }
+        }
+        Err(error) => {
+            for pending in batch {
+                let _ = pending.reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(job: &str, slot: &str, retry: bool) -> Pending {
+        Pending {
+            job: job.into(),
+            slot: slot.into(),
+            opts: SlotOptions::new().retry_abandoned(retry),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    /// Claims with equal options share a batch; other options, and a slot asked twice, go
+    /// into batches of their own.
+    #[test]
+    fn batches_hold_distinct_slots_with_equal_options() {
+        let batches = split(vec![
+            pending("a", "1", false),
+            pending("b", "1", false),
+            pending("a", "1", true),
+            pending("a", "1", false),
+            pending("c", "1", false),
+        ]);
+        let shape: Vec<Vec<(String, bool)>> = batches
+            .iter()
+            .map(|b| {
+                b.iter()
+                    .map(|p| (p.job.clone(), p.opts == SlotOptions::new()))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                vec![("a".into(), true), ("b".into(), true), ("c".into(), true)],
+                vec![("a".into(), false)],
+                vec![("a".into(), true)],
+            ]
+        );
+    }
+}
