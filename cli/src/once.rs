@@ -11,6 +11,8 @@
 //! again with `--retry-abandoned` (at-least-once, with a higher `QUORUMLOCK_FENCE`). A
 //! quorumlock process killed mid-run leaves the same record once its claim's TTL runs out.
 
+use std::time::Duration;
+
 use quorumlock::{
     Lease, LeaseHandle, LeaseOptions, LockError, Redlock, SlotClaim, SlotOptions, SlotRun,
 };
@@ -91,8 +93,26 @@ pub(crate) fn lease_options(args: &ExecArgs) -> LeaseOptions {
     opts
 }
 
+/// How long `--once` keeps claiming a slot whose vote split between racing hosts (nobody holds
+/// it, so somebody must claim it again), after the library's own rounds.
+const SPLIT_RETRY_FOR: Duration = Duration::from_secs(3);
+/// The first bound of the random delay between those claims; it doubles up to 500 ms.
+const SPLIT_RETRY_FIRST: Duration = Duration::from_millis(50);
+
+/// A random delay in `[0, bound]`, so that hosts that split a vote come back apart (std's
+/// randomly keyed hasher is random enough for that).
+fn jitter(bound: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let millis = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(random % millis.saturating_add(1))
+}
+
 /// Claims slot `slot` of the resource; `Err` is the exit code when the command must not run
-/// (the reason printed).
+/// (the reason printed). A split vote (racing hosts each got a minority, so nobody holds the
+/// slot) is claimed again for up to [`SPLIT_RETRY_FOR`] before it exits 75 ("try again").
 pub(crate) async fn claim(locks: &Redlock, args: &ExecArgs, slot: &str) -> Result<SlotRun, u8> {
     let opts = SlotOptions::new()
         .ttl(args.ttl)
@@ -101,7 +121,16 @@ pub(crate) async fn claim(locks: &Redlock, args: &ExecArgs, slot: &str) -> Resul
         .lease(lease_options(args));
     let job = &args.resource;
     let who = |r: &quorumlock::SlotRecord| r.runner.clone().unwrap_or_else(|| "unknown".into());
-    match locks.claim_slot(job, slot, &opts).await {
+    let give_up = tokio::time::Instant::now() + SPLIT_RETRY_FOR;
+    let mut bound = SPLIT_RETRY_FIRST;
+    let mut claimed = locks.claim_slot(job, slot, &opts).await;
+    while matches!(&claimed, Err(e) if e.is_contended()) && tokio::time::Instant::now() < give_up {
+        let delay = jitter(bound);
+        tokio::time::sleep(delay).await;
+        bound = (bound * 2).min(Duration::from_millis(500));
+        claimed = locks.claim_slot(job, slot, &opts).await;
+    }
+    match claimed {
         Ok(SlotClaim::Claimed(run)) => Ok(run),
         Ok(SlotClaim::Completed(record)) => {
             eprintln!(
@@ -128,6 +157,13 @@ pub(crate) async fn claim(locks: &Redlock, args: &ExecArgs, slot: &str) -> Resul
         Err(LockError::InvalidArgument(error)) => {
             eprintln!("quorumlock: {error}");
             Err(exit::USAGE)
+        }
+        Err(error) if error.is_contended() => {
+            eprintln!(
+                "quorumlock: slot {slot:?} of {job:?} not claimed: racing hosts split the vote for {} and nobody holds it; the command did not run, try again: {error}",
+                crate::duration::show(SPLIT_RETRY_FOR)
+            );
+            Err(exit::NOT_ACQUIRED)
         }
         Err(error) => {
             eprintln!(

@@ -180,3 +180,59 @@ fn help_lists_the_slot_exit_codes() {
     let usage = exec(&cluster, &["--resource", "r", "--retry-abandoned"], "true");
     assert_eq!(usage.status.code(), Some(support::USAGE));
 }
+
+/// The running key of slot `slot` of `job` (the library's default prefix).
+fn running_key(job: &str, slot: &str) -> String {
+    format!(
+        "{}\u{1f}slot:{}:{job}:{slot}",
+        quorumlock::DEFAULT_KEY_PREFIX,
+        job.len()
+    )
+}
+
+/// A split vote: three other claims, each on one master of five (as racing hosts leave them),
+/// so nobody holds the slot and every round of the library splits. `exec --once` used to exit
+/// 75 at once, leaving the slot to nobody; it claims again until the claims are gone (here
+/// after `ttl_ms`) and runs the command, or exits 75 saying to try again.
+fn split_slot(cluster: &quorumlock::testing::RedisCluster, slot: &str, ttl_ms: &str) {
+    for (master, holder) in cluster.iter().zip(["x", "y", "z"]) {
+        master
+            .command(&["SET", &running_key("split", slot), holder, "PX", ttl_ms])
+            .expect("SET");
+    }
+}
+
+/// Regression test for a slot left to nobody: a split vote that ends while `exec --once` is
+/// still claiming runs the command.
+#[test]
+fn a_split_vote_is_claimed_again() {
+    let cluster = cluster(5);
+    split_slot(&cluster, "s1", "800");
+    let out = exec(
+        &cluster,
+        &["--resource", "split", "--once", "s1"],
+        "echo ran",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+}
+
+/// A split vote that outlasts the retries exits 75 and says to try again.
+#[test]
+fn a_lasting_split_vote_exits_75_try_again() {
+    let cluster = cluster(5);
+    split_slot(&cluster, "s2", "60000");
+    let started = Instant::now();
+    let out = exec(
+        &cluster,
+        &["--resource", "split", "--once", "s2"],
+        "echo ran",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{stderr}");
+    assert!(stderr.contains("try again"), "{stderr}");
+    assert!(out.stdout.is_empty(), "the command did not run");
+    // The retries last about three seconds (a generous bound for a loaded box).
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
