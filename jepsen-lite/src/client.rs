@@ -103,6 +103,25 @@ impl Held {
             Self::Lease(l) => l.release().await,
         }
     }
+
+    /// When a lease that has ended did (host monotonic nanoseconds); `None` for a guard or a
+    /// lease still held. A lease that finds its lock lost on a majority (a master that held
+    /// it came back empty) tells its holder at once, lowers its validity to that moment and
+    /// releases its other keys, so another client may take the lock before the validity
+    /// first reported: the holder's claim ended there.
+    fn lease_ended_ns(&self) -> Option<u64> {
+        let Self::Lease(l) = self else {
+            return None;
+        };
+        let until = l.valid_until();
+        let now = std::time::Instant::now();
+        // Read after `now`: the end comes out a little late, never early (an early end
+        // could hide an overlap).
+        let now_ns = now_ns();
+        (l.remaining().is_zero() && until <= now).then(|| {
+            now_ns.saturating_sub(u64::try_from((now - until).as_nanos()).unwrap_or(u64::MAX))
+        })
+    }
 }
 
 /// One critical section.
@@ -443,6 +462,19 @@ impl Ctx {
         n
     }
 
+    /// A lease that has ended: its claim's end, where the lease put it (see
+    /// [`Held::lease_ended_ns`]), as the last word on its validity.
+    fn log_lease_end(&mut self, guard: &Held, lease: &str) {
+        if let Some(v) = guard.lease_ended_ns() {
+            self.log(
+                Kind::Ok,
+                "extend",
+                json!({"lease": lease, "valid_until_ns": v, "by": "keep_alive", "ended": true}),
+                None,
+            );
+        }
+    }
+
     fn log(&mut self, kind: Kind, f: &str, value: serde_json::Value, error: Option<String>) {
         let mut e = Event::now(Process::Client(self.cfg.id), kind, f, value);
         e.error = error;
@@ -621,6 +653,8 @@ impl Ctx {
             );
             std::process::exit(3);
         }
+        // It may have ended since the critical section's last look.
+        self.log_lease_end(&guard, &lease);
         if spec.release {
             self.log(Kind::Invoke, "release", json!({"lease": lease}), None);
             match guard.release().await {
@@ -779,6 +813,7 @@ impl Ctx {
                 None,
             );
         }
+        self.log_lease_end(&guard, lease);
         if let Some(min) = spec.min_remaining_ms {
             if guard.remaining() < Duration::from_millis(min) {
                 self.log(
