@@ -288,3 +288,45 @@ async fn bad_batches_are_rejected_without_writing() {
         assert_eq!(count_keys(master), 0, "nothing was written");
     }
 }
+
+/// A batch whose masters do not answer in time is not tried again (a single claim is, up to
+/// the retry count): under a burst, the retry and the undo before it would add to the load
+/// that made the masters late. The slots fail with a retryable error after one round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_timed_out_is_not_retried() {
+    let mut cluster = cluster(3);
+    let locks = builder(&cluster.urls())
+        .retry_count(3)
+        .build()
+        .expect("build manager");
+    locks.connect().await.expect("connect");
+    for i in 0..2 {
+        cluster.get_mut(i).expect("master").pause().expect("pause");
+    }
+    let live = cluster.get(2).expect("master");
+    let before = support::calls(live, "evalsha");
+    let outcomes = locks
+        .claim_slots(&pairs(3, "s"), &SlotOptions::new())
+        .await
+        .expect("valid batch");
+    for outcome in &outcomes {
+        match outcome {
+            Err(e @ LockError::QuorumUnreachable { .. }) => assert!(e.is_retryable()),
+            other => panic!("expected quorum unreachable, got {other:?}"),
+        }
+    }
+    // One claim and its undo reached the live master.
+    wait_until("the undo reached the live master", PATIENCE, || {
+        count_keys(live) == 0
+    })
+    .await;
+    let sent = support::calls(live, "evalsha") - before;
+    for i in 0..2 {
+        cluster
+            .get_mut(i)
+            .expect("master")
+            .resume()
+            .expect("resume");
+    }
+    assert_eq!(sent, 2, "claim requests and undos on the live master");
+}

@@ -7,7 +7,7 @@ use super::batch::{claim_batch, BatchSlot};
 use super::options::SlotOptions;
 use super::outcome::SlotClaim;
 use super::round::{ClaimSpec, RoundOutcome, SlotKeys};
-use super::{hand_over, jitter, settle, split_backoff};
+use super::{hand_over, settle, split_backoff};
 use crate::error::{InvalidArgument, LockError};
 use crate::manager::Redlock;
 use crate::round::spec::round_spec;
@@ -25,9 +25,13 @@ impl Redlock {
     ///
     /// Every slot is tallied on its own (what wins when masters disagree, validity, restart
     /// protection, fencing tokens, split votes: see the [module docs](crate::slot)); the round
-    /// is decided once every slot won or every master answered. Slots whose vote split (or
-    /// whose round failed with a retryable error) go into the next round, up to the manager's
-    /// [`retry_count`](crate::RedlockBuilder::retry_count); the others are settled. `opts`
+    /// is decided once every slot won or every master answered. Slots whose vote split go into
+    /// the next round, up to the manager's [`retry_count`](crate::RedlockBuilder::retry_count);
+    /// the others are settled. Unlike a single claim, a slot whose round failed (too few
+    /// masters answered within the node timeout, validity or a fencing token ran out) is not
+    /// tried again: when many slots fall due together, masters that fall behind fail whole
+    /// batches, and retrying them (after undoing them) adds to the load that made them late.
+    /// The error is retryable; the caller claims the slot again if it still wants it. `opts`
     /// applies to every slot.
     ///
     /// # Errors
@@ -125,7 +129,7 @@ impl Redlock {
                 .collect();
             let started = crate::clock::now();
             let (outcomes, cleanup) = claim_batch(nodes, &batch, spec).await;
-            let (mut again, mut split, mut settled) = (Vec::new(), false, false);
+            let (mut again, mut settled) = (Vec::new(), false);
             for ((j, slot), outcome) in pending.iter().copied().zip(batch).zip(outcomes) {
                 let (job, slot_name) = name(j).unwrap_or_default();
                 let result = match outcome {
@@ -150,13 +154,11 @@ impl Redlock {
                         true => Ok(SlotClaim::RunningElsewhere(s.record)),
                         false => Err(s.error),
                     },
-                    RoundOutcome::Failed(e) if retries_left == 0 || !e.is_retryable() => Err(e),
+                    // Not retried here, unlike a single claim: a batch fails on masters that did
+                    // not answer in time when many claims fall due together, and a retry of
+                    // them (after undoing them) would add to the load that made them late.
+                    RoundOutcome::Failed(e) => Err(e),
                     RoundOutcome::Split(_) => {
-                        split = true;
-                        again.push(j);
-                        continue;
-                    }
-                    RoundOutcome::Failed(_) => {
                         again.push(j);
                         continue;
                     }
@@ -175,13 +177,10 @@ impl Redlock {
                 }
                 break;
             }
+            // Only split votes are left.
             retries_left -= 1;
-            let delay = if split {
-                splits += 1;
-                split_backoff(crate::clock::elapsed(started), splits, config.retry_delay)
-            } else {
-                jitter(config.retry_delay)
-            };
+            splits += 1;
+            let delay = split_backoff(crate::clock::elapsed(started), splits, config.retry_delay);
             tokio::time::sleep(delay).await;
             settle(cleanup, config.node_timeout).await;
         }
