@@ -8,15 +8,14 @@
 //! loses updates), and any access without a token. Every access is stamped with the host
 //! monotonic clock on arrival and logged.
 //!
-//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]).
+//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]); the server and the
+//! fencing check are [`fenced_store`]'s.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, TcpStream};
 
+use crate::fenced_store::{self, Served, StoreState};
 use crate::json_lines;
 
 /// Which register.
@@ -131,17 +130,10 @@ impl State {
             Register::Unfenced => &mut self.unfenced,
             Register::Fenced => &mut self.fenced,
         };
-        let rejection = match (req.register, req.token, register.max_token) {
-            (Register::Unfenced, _, _) => None,
-            (Register::Fenced, None, _) => Some("no token".to_string()),
-            (Register::Fenced, Some(t), Some(max)) if t < max => {
-                Some(format!("stale token {t} < {max}"))
-            }
-            (Register::Fenced, Some(_), _) => None,
+        let rejection = match req.register {
+            Register::Unfenced => None,
+            Register::Fenced => fenced_store::admit(&mut register.max_token, req.token).err(),
         };
-        if rejection.is_none() && req.register == Register::Fenced {
-            register.max_token = req.token.max(register.max_token);
-        }
         if rejection.is_none() && req.op == Op::Write {
             register.counter = req.counter;
             register.set = req.set.iter().copied().collect();
@@ -176,62 +168,38 @@ impl State {
     }
 }
 
-/// The running server.
-#[derive(Debug, Clone)]
-pub struct Server {
-    /// Where clients connect.
-    pub addr: SocketAddr,
-    /// The registers and the log.
-    pub state: Arc<Mutex<State>>,
+impl StoreState for State {
+    type Request = Request;
+    type Response = Response;
+
+    fn answer(&mut self, req: Request, arrival_ns: u64) -> Response {
+        self.apply(&req, arrival_ns)
+    }
+
+    fn bad_request(error: &serde_json::Error) -> Response {
+        Response {
+            accepted: false,
+            counter: 0,
+            set: Vec::new(),
+            reason: Some(format!("bad request: {error}")),
+        }
+    }
 }
+
+/// The running server: [`Server::start`] binds and serves; clients connect to its `addr`.
+pub type Server = Served<State>;
 
 impl Server {
-    /// Binds to a free loopback port and serves in the background on the current runtime.
-    ///
-    /// # Errors
-    ///
-    /// When no port can be bound.
-    pub async fn start() -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State::default()));
-        let shared = Arc::clone(&state);
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, Arc::clone(&shared)));
-            }
-        });
-        Ok(Self { addr, state })
-    }
-
     /// A copy of the log and both registers.
     pub fn snapshot(&self) -> (Vec<Access>, RegisterState, RegisterState) {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        (
-            state.log.clone(),
-            state.unfenced.clone(),
-            state.fenced.clone(),
-        )
+        self.read(|state| {
+            (
+                state.log.clone(),
+                state.unfenced.clone(),
+                state.fenced.clone(),
+            )
+        })
     }
-}
-
-async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
-    json_lines::serve(
-        stream,
-        |request: Result<Request, _>, arrival| match request {
-            Ok(req) => state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .apply(&req, arrival),
-            Err(e) => Response {
-                accepted: false,
-                counter: 0,
-                set: Vec::new(),
-                reason: Some(format!("bad request: {e}")),
-            },
-        },
-    )
-    .await;
 }
 
 /// A client process's connection to this store.

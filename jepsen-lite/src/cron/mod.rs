@@ -21,11 +21,8 @@ pub mod store;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use quorumlock::testing::{MasterOptions, RedisCluster};
-use quorumlock::Redlock;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
@@ -36,11 +33,11 @@ use self::worker::{JobSpec, Mutant, WorkerConfig};
 use crate::clock::now_ns;
 use crate::clockshim::Clocks;
 use crate::evidence::{self, Evidence};
-use crate::nemesis::iptables::{self, Rule};
+use crate::nemesis::{iptables, proven};
 use crate::outcome::Verdict;
+use crate::process_env::{self, dur_ns, sleep_until_ns, TrackedMasters, WorkerProc};
+use crate::process_env::{MASTERS, MAX_TTL_MS, NODE_TIMEOUT_MS, WARM_UP, WORKERS};
 
-const WORKERS: usize = 5;
-const MASTERS: usize = 5;
 /// Each worker's clock offset before the seed's jitter (±150 ms), ms: spread over ±2 s.
 const OFFSETS_MS: [i64; WORKERS] = [-1850, -1100, -300, 600, 1850];
 /// The fast clock's rate: half quorumlock's default drift factor (0.01).
@@ -48,11 +45,8 @@ const FAST_PPM: i64 = 5000;
 const WORK_MS: u64 = 400;
 const CLAIM_TTL_MS: u64 = 1000;
 const DEADLINE_MS: u64 = 4000;
-const MAX_TTL_MS: u64 = 2000;
-const NODE_TIMEOUT_MS: u64 = 100;
 /// Added to the deadline for a claim round and the store's round trip on a loaded machine.
 const SLACK_MS: i64 = 500;
-const WARM_UP: Duration = Duration::from_secs(3);
 const FAULT_EVERY: Duration = Duration::from_secs(7);
 const PAUSE_FOR: Duration = Duration::from_secs(4);
 const PARTITION_FOR: Duration = Duration::from_secs(3);
@@ -144,38 +138,18 @@ impl TimeBase {
     }
 }
 
-/// A worker process.
-struct WorkerProc {
-    child: tokio::process::Child,
-    pid: u32,
-}
-
-/// Removes an iptables rule when dropped (an interrupted run leaves none behind).
-struct RuleGuard(Option<Rule>);
-
-impl Drop for RuleGuard {
-    fn drop(&mut self) {
-        if let Some(rule) = self.0.take() {
-            let _ = iptables::apply(false, rule);
-        }
-    }
-}
-
 /// Everything a run starts; dropping it kills the workers and the masters.
 struct Env {
     dir: PathBuf,
     shim: PathBuf,
     clock_dir: PathBuf,
-    masters: RedisCluster,
+    masters: TrackedMasters,
     store: Store,
     workers: Vec<WorkerProc>,
     config: WorkerConfig,
     mutant: Option<Mutant>,
-    /// Masters' unusable intervals (master, from, to), host monotonic ns.
-    unusable: Vec<(usize, u64, u64)>,
     evidence: Evidence,
     rng: StdRng,
-    quarantine: Duration,
 }
 
 /// What the run writes as `summary.json`.
@@ -258,12 +232,11 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
             set_ns: now_ns(),
         });
     }
-    let masters =
-        tokio::task::block_in_place(|| RedisCluster::start_with(MASTERS, MasterOptions::new()))?;
+    let masters = TrackedMasters::start().await?;
     let store = Store::start().await?;
     let config = WorkerConfig {
         id: 0,
-        nodes: masters.urls(),
+        nodes: masters.cluster.urls(),
         store: store.addr,
         jobs: jobs(),
         work_ms: WORK_MS,
@@ -272,14 +245,6 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
         max_ttl_ms: MAX_TTL_MS,
         node_timeout_ms: NODE_TIMEOUT_MS,
     };
-    let admin = Redlock::builder()
-        .nodes(config.nodes.clone())
-        .fencing(true)
-        .restart_protection(true)
-        .max_ttl(Duration::from_millis(MAX_TTL_MS))
-        .build()?;
-    admin.provision().await?;
-    let quarantine = admin.restart_quarantine().unwrap_or_default();
     let mut env = Env {
         dir: dir.to_path_buf(),
         shim: clock_dir.join("libjlclock.so"),
@@ -289,10 +254,8 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
         workers: Vec::new(),
         config,
         mutant: opts.mutant,
-        unusable: Vec::new(),
         evidence: Evidence::default(),
         rng,
-        quarantine,
     };
     for w in 0..WORKERS {
         let p = env.spawn(w)?;
@@ -329,7 +292,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
     env.workers.clear();
     prove_clocks(&mut env.evidence, &log, &set, &base);
     let slots = due_slots(&jobs(), &base, measured);
-    let outages = checker::quorum_outages(MASTERS, &env.unusable);
+    let outages = checker::quorum_outages(MASTERS, &env.masters.unusable);
     let obs = checker::check(&slots, &log, &outages, &limits);
     let min = Minimum {
         slots: opts.min_slots,
@@ -338,7 +301,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
     };
     let (verdict, why) = checker::verdict(&obs, &env.evidence, &min);
     print_table(&obs, &env.evidence, verdict, &why);
-    let summary = Summary {
+    let table = Summary {
         seed: opts.seed,
         mutant: opts.mutant,
         verdict,
@@ -356,45 +319,28 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
         faults_injected: env.evidence.injected(),
         faults_proven: env.evidence.proven(),
     };
-    std::fs::write(
-        dir.join("summary.json"),
-        serde_json::to_vec_pretty(&serde_json::json!({
-            "summary": summary,
-            "observation": obs,
-            "limits": limits,
-            "evidence": env.evidence,
-        }))?,
-    )?;
-    std::fs::write(
-        dir.join("history.json"),
-        serde_json::to_vec(&serde_json::json!({
-            "seed": opts.seed,
-            "clocks": set,
-            "time_base": base,
-            "measured": measured,
-            "slots": slots,
-            "unusable": env.unusable,
-            "outages": outages,
-            "log": log,
-        }))?,
-    )?;
-    println!("seed {}; files in {}", opts.seed, dir.display());
+    let summary = serde_json::json!({
+        "summary": table,
+        "observation": obs,
+        "limits": limits,
+        "evidence": env.evidence,
+    });
+    let history = serde_json::json!({
+        "seed": opts.seed,
+        "clocks": set,
+        "time_base": base,
+        "measured": measured,
+        "slots": slots,
+        "unusable": env.masters.unusable,
+        "outages": outages,
+        "log": log,
+    });
+    process_env::write_run_files(dir, opts.seed, &summary, &history)?;
     Ok(i32::from(verdict != Verdict::Pass))
 }
 
 fn shim_id(worker: usize) -> u16 {
     u16::try_from(worker + 1).unwrap_or(u16::MAX)
-}
-
-fn dur_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-async fn sleep_until_ns(t: u64) {
-    let now = now_ns();
-    if t > now {
-        tokio::time::sleep(Duration::from_nanos(t - now)).await;
-    }
 }
 
 /// The slots of `jobs` due within `(from, to]` (host monotonic ns).
@@ -476,67 +422,36 @@ fn prove_clocks(evidence: &mut Evidence, log: &[Access], set: &[WorkerClock], ba
 
 impl Env {
     fn spawn(&self, w: usize) -> Result<WorkerProc, Box<dyn std::error::Error>> {
-        // Through /proc: a rebuild that replaces the binary meanwhile must not fail a respawn.
-        let proc_exe = Path::new("/proc/self/exe");
-        let exe = if proc_exe.exists() {
-            proc_exe.to_path_buf()
-        } else {
-            std::env::current_exe()?
-        };
-        let stderr = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("worker-{w}.stderr")))?;
         let cfg = WorkerConfig {
             id: w,
             ..self.config.clone()
         };
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg("cron-worker")
-            .arg("--config")
-            .arg(serde_json::to_string(&cfg)?);
-        match self.mutant {
-            Some(Mutant::ReleaseAtEnd) => cmd.args(["--mutant", "release-at-end"]),
-            Some(Mutant::SkipAbandoned) => cmd.args(["--mutant", "skip-abandoned"]),
-            None => &mut cmd,
-        };
-        let child = cmd
-            .env_remove("QUORUMLOCK_REDIS_SERVER")
-            .env("LD_PRELOAD", &self.shim)
-            .env(
+        let stderr = self.dir.join(format!("worker-{w}.stderr"));
+        WorkerProc::spawn("cron-worker", &cfg, &stderr, |cmd| {
+            match self.mutant {
+                Some(Mutant::ReleaseAtEnd) => cmd.args(["--mutant", "release-at-end"]),
+                Some(Mutant::SkipAbandoned) => cmd.args(["--mutant", "skip-abandoned"]),
+                None => cmd,
+            };
+            cmd.env("LD_PRELOAD", &self.shim).env(
                 "JEPSEN_LITE_CLOCK_FILE",
                 self.clock_dir.join(format!("{}.clock", shim_id(w))),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(stderr))
-            .kill_on_drop(true)
-            .spawn()?;
-        let pid = child.id().ok_or("a worker exited at once")?;
-        Ok(WorkerProc { child, pid })
+            );
+        })
     }
 
     /// Waits until every worker reported its clock.
     async fn wait_ready(&self, within: Duration) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
+        process_env::wait_for_reports(within, WORKERS, "workers", "worker-*.stderr", || {
             let log = self.store.log();
-            let ready = (0..WORKERS)
+            (0..WORKERS)
                 .filter(|&w| {
                     log.iter()
                         .any(|a| a.req.kind == Kind::Clock && a.req.worker == w)
                 })
-                .count();
-            if ready == WORKERS {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "only {ready} of {WORKERS} workers reported within {within:?} (see worker-*.stderr)"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                .count()
+        })
+        .await
     }
 
     /// A worker running an execution it began at most 150 ms ago (so 250 ms or more of its
@@ -574,7 +489,7 @@ impl Env {
         match fault {
             Fault::PauseWorker => self.pause_worker().await,
             Fault::KillWorker => self.kill_worker().await,
-            Fault::CrashMaster => self.crash_master().await,
+            Fault::CrashMaster => self.crash_master(),
             Fault::PartitionMaster => self.partition_master().await,
         }
     }
@@ -586,11 +501,9 @@ impl Env {
             }
             None => (self.rng.random_range(0..WORKERS), "holding no slot".into()),
         };
-        let pid = self.workers[w].pid;
-        crate::nemesis::signal(pid, nix::sys::signal::Signal::SIGSTOP);
-        let check = wait_stopped(pid).await.map(|r| format!("{r}, {holding}"));
-        tokio::time::sleep(PAUSE_FOR).await;
-        crate::nemesis::signal(pid, nix::sys::signal::Signal::SIGCONT);
+        let check = proven::pause(self.workers[w].pid, PAUSE_FOR)
+            .await
+            .map(|r| format!("{r}, {holding}"));
         self.evidence
             .record(format!("pause worker {w} for {PAUSE_FOR:?}"), check);
     }
@@ -603,104 +516,37 @@ impl Env {
             );
             return;
         };
-        let old = self.workers[w].pid;
-        let _ = self.workers[w].child.start_kill();
-        let status = self.workers[w].child.wait().await;
-        let killed = {
-            use std::os::unix::process::ExitStatusExt;
-            status.ok().and_then(|s| s.signal()) == Some(9)
-        };
+        let killed = self.workers[w].kill9().await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let check = match self.spawn(w) {
-            Ok(p) => {
-                let new = p.pid;
-                self.workers[w] = p;
-                if killed && new != old {
-                    Ok(format!(
-                        "pid {old} died of signal 9 running {job} slot {slot} (token {token:?}); started again as pid {new}"
-                    ))
-                } else {
-                    Err(format!(
-                        "pid {old} did not die of SIGKILL ({killed}), new pid {new}"
-                    ))
-                }
-            }
-            Err(e) => Err(format!("pid {old} killed; could not start it again: {e}")),
-        };
+        let new = self.spawn(w);
+        let running = format!("running {job} slot {slot} (token {token:?})");
+        let check = self.workers[w].restarted(killed, new, Ok(running));
         self.evidence
             .record(format!("kill -9 worker {w} holding a slot"), check);
     }
 
-    async fn crash_master(&mut self) {
+    fn crash_master(&mut self) {
         let m = self.rng.random_range(0..MASTERS);
-        let old = self.masters.masters()[m].pid();
-        let down = now_ns();
-        let check = tokio::task::block_in_place(|| {
-            let master = self
-                .masters
-                .get_mut(m)
-                .ok_or_else(|| format!("no master {m}"))?;
-            master.kill().map_err(|e| e.to_string())?;
-            std::thread::sleep(Duration::from_secs(1));
-            master.restart_empty().map_err(|e| e.to_string())?;
-            master
-                .ping(Duration::from_secs(2))
-                .map_err(|e| e.to_string())?;
-            let new = master.pid();
-            if new.is_some() && new != old {
-                Ok(format!(
-                    "pid {old:?} killed, restarted empty as pid {new:?}, answering PING"
-                ))
-            } else {
-                Err(format!("pid {old:?} → {new:?}: no new process"))
-            }
-        });
-        let up = now_ns() + dur_ns(self.quarantine);
-        self.unusable.push((m, down, up));
+        let check = self.masters.crash(m, Duration::from_secs(1));
         self.evidence
             .record(format!("crash master {m}, restart empty"), check);
     }
 
     async fn partition_master(&mut self) {
         // Not a master still in restart protection's quarantine: a quorum stays reachable.
-        let now = now_ns();
-        let candidates: Vec<usize> = (0..MASTERS)
-            .filter(|&m| !self.unusable.iter().any(|&(u, _, to)| u == m && to > now))
-            .collect();
+        let candidates = self.masters.usable();
         let m = candidates[self.rng.random_range(0..candidates.len())];
-        let port = self.masters.ports()[m];
-        let rule = Rule::Drop(port);
-        let from = now_ns();
-        let check = match iptables::apply(true, rule) {
-            Err(e) => Err(format!("iptables: {e}")),
-            Ok(()) => {
-                let guard = RuleGuard(Some(rule));
-                tokio::time::sleep(PARTITION_FOR).await;
-                let listing = iptables::listing();
-                drop(guard);
-                match listing {
-                    Ok(l) => match evidence::dropped_packets(&l, port) {
-                        0 => Err("the rule dropped no packet".into()),
-                        n => Ok(format!("{n} packets to port {port} dropped")),
-                    },
-                    Err(e) => Err(e),
-                }
-            }
+        let port = self.masters.ports(&[m])[0];
+        let check = match self.masters.partition(&[m], PARTITION_FOR).await {
+            Err(e) => Err(e),
+            Ok(dropped) => match dropped[..] {
+                [0] => Err("the rule dropped no packet".into()),
+                [n] => Ok(format!("{n} packets to port {port} dropped")),
+                _ => Err(format!("one rule expected, counters {dropped:?}")),
+            },
         };
-        self.unusable.push((m, from, now_ns()));
         self.evidence
             .record(format!("partition master {m} for {PARTITION_FOR:?}"), check);
-    }
-}
-
-async fn wait_stopped(pid: u32) -> Result<String, String> {
-    let t = tokio::time::Instant::now();
-    loop {
-        match evidence::process_stopped(pid) {
-            Ok(r) => return Ok(r),
-            Err(e) if t.elapsed() > Duration::from_secs(1) => return Err(e),
-            Err(_) => tokio::time::sleep(Duration::from_millis(2)).await,
-        }
     }
 }
 
@@ -741,14 +587,7 @@ fn print_table(obs: &Observation, evidence: &Evidence, verdict: Verdict, why: &s
         obs.retried_runs,
         format!("{}/{}", evidence.proven(), evidence.injected()),
     );
-    for c in &evidence.checks {
-        println!(
-            "  {} {}: {}",
-            if c.took_effect { "proven " } else { "UNPROVEN" },
-            c.fault,
-            c.reading
-        );
-    }
+    process_env::print_checks(evidence);
     for d in obs.double_runs.iter().take(5) {
         println!(
             "  double run: {} slot {} ran {} times (worker, token, ms after due): {:?}",

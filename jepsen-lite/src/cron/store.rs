@@ -12,15 +12,12 @@
 //! `resource.rs`'s register does not fit: it holds one counter for the whole run, while the
 //! tokens of slot claims are per slot and must be compared per slot.
 //!
-//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]).
-
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+//! Protocol: one JSON object per line each way ([`Request`] → [`StoreAnswer`]); the server, the
+//! fencing check and the log entry are [`fenced_store`]'s.
 
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, TcpStream};
 
+use crate::fenced_store::{Bar, FencedLog, FencedRequest, Logged, Served, StoreAnswer};
 use crate::json_lines;
 
 /// What an access is.
@@ -65,131 +62,27 @@ pub struct Request {
     pub own_lateness_ms: Option<f64>,
 }
 
-/// One response line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Response {
-    /// Whether the access was applied.
-    pub accepted: bool,
-    /// Why not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+impl FencedRequest for Request {
+    /// A slot: `(job, slot_ms)`.
+    type Key = (String, i64);
+
+    fn bar(&self) -> Result<Bar<Self::Key>, String> {
+        Ok(match self.kind {
+            Kind::Clock => None,
+            Kind::Begin | Kind::Write => Some(((self.job.clone(), self.slot_ms), self.token)),
+        })
+    }
 }
 
 /// One logged access: the request, its arrival and the store's answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Access {
-    /// Host monotonic nanoseconds at arrival.
-    pub time_ns: u64,
-    /// The request.
-    #[serde(flatten)]
-    pub req: Request,
-    /// Whether it was applied.
-    pub accepted: bool,
-}
+pub type Access = Logged<Request>;
 
-/// The highest token per key and the log.
-#[derive(Debug, Default)]
-pub struct State {
-    max_token: HashMap<(String, i64), u64>,
-    /// Every access, in arrival order.
-    pub log: Vec<Access>,
-}
-
-impl State {
-    /// Applies one request arriving at `time_ns` and logs it.
-    pub fn apply(&mut self, req: Request, time_ns: u64) -> Response {
-        let rejection = match req.kind {
-            Kind::Clock => None,
-            Kind::Begin | Kind::Write => {
-                let max = self.max_token.entry((req.job.clone(), req.slot_ms));
-                match req.token {
-                    None => Some("no token".to_string()),
-                    Some(t) => match max {
-                        std::collections::hash_map::Entry::Occupied(e) if t < *e.get() => {
-                            Some(format!("stale token {t} < {}", e.get()))
-                        }
-                        std::collections::hash_map::Entry::Occupied(mut e) => {
-                            e.insert(t);
-                            None
-                        }
-                        std::collections::hash_map::Entry::Vacant(e) => {
-                            e.insert(t);
-                            None
-                        }
-                    },
-                }
-            }
-        };
-        let accepted = rejection.is_none();
-        self.log.push(Access {
-            time_ns,
-            req,
-            accepted,
-        });
-        Response {
-            accepted,
-            reason: rejection,
-        }
-    }
-}
-
-/// The running store.
-#[derive(Debug, Clone)]
-pub struct Store {
-    /// Where workers connect.
-    pub addr: SocketAddr,
-    /// The tokens and the log.
-    pub state: Arc<Mutex<State>>,
-}
-
-impl Store {
-    /// Binds to a free loopback port and serves in the background on the current runtime.
-    ///
-    /// # Errors
-    ///
-    /// When no port can be bound.
-    pub async fn start() -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State::default()));
-        let shared = Arc::clone(&state);
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, Arc::clone(&shared)));
-            }
-        });
-        Ok(Self { addr, state })
-    }
-
-    /// A copy of the log.
-    pub fn log(&self) -> Vec<Access> {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .log
-            .clone()
-    }
-}
-
-async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
-    json_lines::serve(
-        stream,
-        |request: Result<Request, _>, arrival| match request {
-            Ok(req) => state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .apply(req, arrival),
-            Err(e) => Response {
-                accepted: false,
-                reason: Some(format!("bad request: {e}")),
-            },
-        },
-    )
-    .await;
-}
+/// The running store, with the highest token per slot and the log: [`Store::start`] binds
+/// and serves; workers connect to its `addr`, and [`Store::log`] copies the log.
+pub type Store = Served<FencedLog<Request>>;
 
 /// A client process's connection to this store.
-pub type Client = json_lines::Client<Request, Response>;
+pub type Client = json_lines::Client<Request, StoreAnswer>;
 
 #[cfg(test)]
 mod tests {
@@ -213,7 +106,7 @@ mod tests {
 
     #[test]
     fn stale_and_missing_tokens_are_rejected_per_slot() {
-        let mut s = State::default();
+        let mut s = FencedLog::default();
         assert!(s.apply(req(Kind::Begin, 1000, Some(5)), 1).accepted);
         // A retry's begin raises the bar: the first runner's write is stale.
         assert!(s.apply(req(Kind::Begin, 1000, Some(7)), 2).accepted);

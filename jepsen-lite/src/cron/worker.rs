@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::store::{Client, Kind, Request};
 use crate::clock::now_ns;
+use crate::process_env;
 
 /// The worker's deliberately broken variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -140,15 +141,12 @@ pub async fn run(
     cfg: WorkerConfig,
     mutant: Option<Mutant>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let locks = Redlock::builder()
-        .nodes(cfg.nodes.clone())
-        .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
-        .fencing(true)
-        .restart_protection(true)
-        .max_ttl(Duration::from_millis(cfg.max_ttl_ms))
-        .build()?;
-    // A master may be down when a killed worker comes back: the others are enough.
-    let _ = locks.connect().await;
+    let locks = process_env::worker_manager(
+        cfg.nodes.clone(),
+        Duration::from_millis(cfg.node_timeout_ms),
+        Duration::from_millis(cfg.max_ttl_ms),
+    )
+    .await?;
     tokio::spawn(report_clock(cfg.store, cfg.id));
     let work = Duration::from_millis(cfg.work_ms);
     match mutant {

@@ -9,6 +9,7 @@
 //! Every fault also writes a nemesis event ([`Verb`]) into the history.
 
 pub mod iptables;
+pub mod proven;
 mod verb;
 
 use std::time::{Duration, Instant};

@@ -15,8 +15,7 @@
 use std::time::Duration;
 
 use quorumlock::{CampaignOptions, LeaseOptions, Redlock};
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 
 use super::store::Kind;
 use super::worker::{valid_until_ns, Reporter, WorkerConfig};
@@ -34,40 +33,29 @@ pub async fn run(
     reporter: &mut Reporter,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let pid = std::process::id();
-    let mut rng = StdRng::seed_from_u64(cfg.seed ^ (cfg.id as u64) << 32 ^ u64::from(pid));
+    let mut rng = cfg.process_rng();
     let ttl = cfg.ttl();
     let believed = super::believed_validity(ttl);
     let opts = CampaignOptions::new().lease(LeaseOptions::new().ttl(ttl).renew_every(ttl / 3));
+    let election = [ELECTION.to_string()];
     let mut claim = 0u64;
     loop {
         claim += 1;
         let identity = format!("w{}-p{pid}-c{claim}", cfg.id);
-        let mut call = reporter.request(Kind::Call);
-        call.claim = claim;
-        call.resources = vec![ELECTION.into()];
+        let mut call = reporter.about(Kind::Call, claim, &election, None);
         call.identity = identity.clone();
         reporter.send(&call).await;
         let leadership = match locks.campaign(ELECTION, &identity, opts.clone()).await {
             Ok(l) => l,
             Err(e) => {
-                let mut refused = reporter.request(Kind::Refused);
-                refused.claim = claim;
-                refused.note = e.to_string();
-                reporter.send(&refused).await;
+                reporter.refused(claim, &[], e.to_string()).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
         let token = leadership.fence();
-        let (at, until) = valid_until_ns(leadership.remaining());
-        let mut grant = reporter.request(Kind::Grant);
-        grant.claim = claim;
-        grant.resources = vec![ELECTION.into()];
+        let mut grant = reporter.grant(claim, &election, token, call.at_ns, leadership.remaining());
         grant.identity = identity.clone();
-        grant.token = Some(token);
-        grant.at_ns = at;
-        grant.call_ns = call.at_ns;
-        grant.valid_until_ns = Some(until);
         grant.renewed = true;
         reporter.send(&grant).await;
 
@@ -87,7 +75,7 @@ pub async fn run(
                 }
                 () = tokio::time::sleep(work) => {}
             }
-            let (at, until) = if keep_leading {
+            let checked = if keep_leading {
                 let now = now_ns();
                 (now, now + believed)
             } else {
@@ -100,30 +88,18 @@ pub async fn run(
             };
             // Work between the check and the write: a pause here makes the write stale.
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..40))).await;
-            let mut write = reporter.request(Kind::Write);
-            write.claim = claim;
-            write.resources = vec![ELECTION.into()];
-            write.token = Some(token);
-            write.at_ns = at;
-            write.valid_until_ns = Some(until);
-            if !reporter.send(&write).await && !keep_leading {
+            if !reporter.write(claim, ELECTION, token, Some(checked)).await && !keep_leading {
                 ended = Some("write rejected".into());
                 break;
             }
         }
-        let mut end = reporter.request(Kind::End);
-        end.claim = claim;
-        end.resources = vec![ELECTION.into()];
-        end.token = Some(token);
         match ended {
             Some(why) => {
-                end.note = why;
-                reporter.send(&end).await;
+                reporter.end(claim, &election, token, why).await;
                 drop(leadership);
             }
             None => {
-                end.note = "resign".into();
-                reporter.send(&end).await;
+                reporter.end(claim, &election, token, "resign".into()).await;
                 let _ = leadership.resign().await;
             }
         }

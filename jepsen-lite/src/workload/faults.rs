@@ -1,20 +1,21 @@
-//! The workloads' nemesis: each fault injected and read back, as the cron workload does (state
-//! `T`, death by signal 9 and a new pid, a master's new pid answering `PING`, iptables packet
-//! counters). A pause or kill of a holder also proves the claim was held: the holder had not
-//! reported the claim's end before the signal.
+//! The election and lock-all workloads' nemesis: which process or master each fault hits, and
+//! the bookkeeping the checker needs. The faults and their proofs (state `T`, death by signal 9
+//! and a new pid, a master's new pid answering `PING`, iptables packet counters) are
+//! [`nemesis::proven`](crate::nemesis::proven)'s, shared with the cron workload. A pause or
+//! kill of a holder also proves the claim was held: the holder had not reported the claim's
+//! end before the signal.
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use rand::RngExt;
 
 use super::checker::ClientFault;
 use super::store::{Access, Kind};
 use super::worker::Role;
-use super::{dur_ns, Env, Fault, MASTERS};
+use super::{Env, Fault};
 use crate::clock::now_ns;
-use crate::evidence;
-use crate::nemesis::iptables::{self, Rule};
+use crate::nemesis::proven;
+use crate::process_env::{dur_ns, MASTERS};
 
 const PAUSE_FOR: Duration = Duration::from_secs(3);
 const PARTITION_FOR: Duration = Duration::from_secs(3);
@@ -22,17 +23,6 @@ const PARTITION_FOR: Duration = Duration::from_secs(3);
 const FIND_FOR: Duration = Duration::from_secs(3);
 /// A grant this recent is likely still held when the signal lands.
 const FRESH: Duration = Duration::from_millis(20);
-
-/// Removes iptables rules when dropped (an interrupted run leaves none behind).
-struct RuleGuard(Vec<Rule>);
-
-impl Drop for RuleGuard {
-    fn drop(&mut self) {
-        for rule in self.0.drain(..) {
-            let _ = iptables::apply(false, rule);
-        }
-    }
-}
 
 /// A claim held by a live worker: (worker index, its grant).
 type Holder = (usize, Access);
@@ -42,7 +32,7 @@ impl Env {
         match fault {
             Fault::PauseHolder => self.pause_holder().await,
             Fault::KillHolder => self.kill_holder().await,
-            Fault::CrashMaster => self.crash_master().await,
+            Fault::CrashMaster => self.crash_master(),
             Fault::PartitionMinority => self.partition_minority().await,
             Fault::PauseMaster => self.pause_master().await,
         }
@@ -95,118 +85,85 @@ impl Env {
         }
     }
 
-    async fn pause_holder(&mut self) {
-        let Some((w, grant)) = self.holder().await else {
+    /// A holder to hit with `fault` ([`Env::holder`]); when none is found, the fault is
+    /// recorded as not injected.
+    async fn holder_for(&mut self, fault: &str) -> Option<Holder> {
+        let found = self.holder().await;
+        if found.is_none() {
             self.evidence.record(
-                "pause a holder",
+                fault,
                 Err(format!("no fresh holder found within {FIND_FOR:?}")),
             );
-            return;
-        };
-        let pid = self.workers[w].pid;
-        let at_ns = now_ns();
-        crate::nemesis::signal(pid, Signal::SIGSTOP);
-        let stopped = wait_stopped(pid).await;
-        tokio::time::sleep(PAUSE_FOR).await;
-        crate::nemesis::signal(pid, Signal::SIGCONT);
-        // Time for the holder to report an end it may have sent just before the stop.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let check = stopped.and_then(|s| self.held_at(&grant, at_ns).map(|h| format!("{s}, {h}")));
+        }
+        found
+    }
+
+    /// Records the pause or kill (`fault`) of process `pid` holding `grant` at `at_ns`: its
+    /// `check` in the evidence and, when proven, the client fault (`label`) that the checker
+    /// times a takeover from.
+    fn record_holder_fault(
+        &mut self,
+        fault: String,
+        check: Result<String, String>,
+        (grant, at_ns, pid): (&Access, u64, u32),
+        label: String,
+    ) {
         if check.is_ok() {
             self.client_faults.push(ClientFault {
                 at_ns,
                 pid,
                 resources: grant.req.resources.clone(),
-                label: format!("pause of worker {w} (pid {pid})"),
+                label,
             });
         }
-        self.evidence
-            .record(format!("pause worker {w} holding for {PAUSE_FOR:?}"), check);
+        self.evidence.record(fault, check);
+    }
+
+    async fn pause_holder(&mut self) {
+        let Some((w, grant)) = self.holder_for("pause a holder").await else {
+            return;
+        };
+        let pid = self.workers[w].pid;
+        let at_ns = now_ns();
+        let stopped = proven::pause(pid, PAUSE_FOR).await;
+        // Time for the holder to report an end it may have sent just before the stop.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let check = stopped.and_then(|s| self.held_at(&grant, at_ns).map(|h| format!("{s}, {h}")));
+        self.record_holder_fault(
+            format!("pause worker {w} holding for {PAUSE_FOR:?}"),
+            check,
+            (&grant, at_ns, pid),
+            format!("pause of worker {w} (pid {pid})"),
+        );
     }
 
     async fn kill_holder(&mut self) {
-        let Some((w, grant)) = self.holder().await else {
-            self.evidence.record(
-                "kill -9 a holder",
-                Err(format!("no fresh holder found within {FIND_FOR:?}")),
-            );
+        let Some((w, grant)) = self.holder_for("kill -9 a holder").await else {
             return;
         };
-        let old = self.workers[w].pid;
         let at_ns = now_ns();
-        let _ = self.workers[w].child.start_kill();
-        let status = self.workers[w].child.wait().await;
-        let killed = {
-            use std::os::unix::process::ExitStatusExt;
-            status.ok().and_then(|s| s.signal()) == Some(9)
-        };
+        let killed = self.workers[w].kill9().await;
+        let old = killed.0;
         let held = self.held_at(&grant, at_ns);
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let check = match self.spawn(Role::Worker, w) {
-            Ok(p) => {
-                let new = p.pid;
-                self.workers[w] = p;
-                match held {
-                    Ok(h) if killed && new != old => Ok(format!(
-                        "pid {old} died of signal 9 {h}; started again as pid {new}"
-                    )),
-                    Ok(_) => Err(format!("pid {old} did not die of SIGKILL, new pid {new}")),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(format!("pid {old} killed; could not start it again: {e}")),
-        };
-        if check.is_ok() {
-            self.client_faults.push(ClientFault {
-                at_ns,
-                pid: old,
-                resources: grant.req.resources.clone(),
-                label: format!("kill -9 of worker {w} (pid {old})"),
-            });
-        }
-        self.evidence
-            .record(format!("kill -9 worker {w} holding"), check);
+        let new = self.spawn(Role::Worker, w);
+        let check = self.workers[w].restarted(killed, new, held);
+        self.record_holder_fault(
+            format!("kill -9 worker {w} holding"),
+            check,
+            (&grant, at_ns, old),
+            format!("kill -9 of worker {w} (pid {old})"),
+        );
     }
 
-    /// Masters that are not unusable now (a crashed one stays out for its quarantine).
-    fn usable_masters(&self) -> Vec<usize> {
-        let now = now_ns();
-        (0..MASTERS)
-            .filter(|&m| !self.unusable.iter().any(|&(u, _, to)| u == m && to > now))
-            .collect()
-    }
-
-    async fn crash_master(&mut self) {
-        let usable = self.usable_masters();
+    fn crash_master(&mut self) {
+        let usable = self.masters.usable();
         let m = usable[self.rng.random_range(0..usable.len())];
-        let old = self.masters.masters()[m].pid();
-        let down = now_ns();
-        let check = tokio::task::block_in_place(|| {
-            let master = self
-                .masters
-                .get_mut(m)
-                .ok_or_else(|| format!("no master {m}"))?;
-            master.kill().map_err(|e| e.to_string())?;
-            std::thread::sleep(Duration::from_millis(500));
-            master.restart_empty().map_err(|e| e.to_string())?;
-            master
-                .ping(Duration::from_secs(2))
-                .map_err(|e| e.to_string())?;
-            let new = master.pid();
-            if new.is_some() && new != old {
-                Ok(format!(
-                    "pid {old:?} killed, restarted empty as pid {new:?}, answering PING"
-                ))
-            } else {
-                Err(format!("pid {old:?} → {new:?}: no new process"))
-            }
-        });
-        let up = now_ns() + dur_ns(self.quarantine);
-        self.unusable.push((m, down, up));
+        let check = self.masters.crash(m, Duration::from_millis(500));
         self.evidence.record(
             format!(
                 "crash master {m}, restart empty (quarantined {:?})",
-                self.quarantine
+                self.masters.quarantine
             ),
             check,
         );
@@ -214,46 +171,29 @@ impl Env {
 
     async fn partition_minority(&mut self) {
         // Two of the usable masters: the other three keep a quorum.
-        let mut usable = self.usable_masters();
+        let mut usable = self.masters.usable();
         let size = usable.len().saturating_sub(MASTERS / 2 + 1).min(2);
         let mut cut = Vec::new();
         for _ in 0..size {
             cut.push(usable.swap_remove(self.rng.random_range(0..usable.len())));
         }
         cut.sort_unstable();
-        let ports: Vec<u16> = cut.iter().map(|&m| self.masters.ports()[m]).collect();
-        let from = now_ns();
-        let mut guard = RuleGuard(Vec::new());
-        let mut check = if ports.is_empty() {
+        let ports = self.masters.ports(&cut);
+        let check = if cut.is_empty() {
             Err("no master could be cut off without losing the quorum".to_string())
         } else {
-            Ok(String::new())
+            self.masters
+                .partition(&cut, PARTITION_FOR)
+                .await
+                .and_then(|counts| {
+                    let reading = format!("packets dropped to ports {ports:?}: {counts:?}");
+                    if counts.iter().all(|&n| n > 0) {
+                        Ok(reading)
+                    } else {
+                        Err(reading)
+                    }
+                })
         };
-        for &port in &ports {
-            match iptables::apply(true, Rule::Drop(port)) {
-                Ok(()) => guard.0.push(Rule::Drop(port)),
-                Err(e) => check = Err(format!("iptables: {e}")),
-            }
-        }
-        if check.is_ok() {
-            tokio::time::sleep(PARTITION_FOR).await;
-            check = iptables::listing().and_then(|l| {
-                let counts: Vec<u64> = ports
-                    .iter()
-                    .map(|&p| evidence::dropped_packets(&l, p))
-                    .collect();
-                if counts.iter().all(|&n| n > 0) {
-                    Ok(format!("packets dropped to ports {ports:?}: {counts:?}"))
-                } else {
-                    Err(format!("packets dropped to ports {ports:?}: {counts:?}"))
-                }
-            });
-        }
-        drop(guard);
-        let to = now_ns();
-        for &m in &cut {
-            self.unusable.push((m, from, to));
-        }
         self.evidence.record(
             format!("partition masters {cut:?} for {PARTITION_FOR:?}"),
             check,
@@ -261,39 +201,29 @@ impl Env {
     }
 
     async fn pause_master(&mut self) {
-        let usable = self.usable_masters();
+        let usable = self.masters.usable();
         let m = usable[self.rng.random_range(0..usable.len())];
-        let pid = self.masters.masters()[m].pid().unwrap_or(0);
+        let pid = self.masters.cluster.masters()[m].pid().unwrap_or(0);
         let from = now_ns();
         let paused = tokio::task::block_in_place(|| {
             self.masters
+                .cluster
                 .get_mut(m)
                 .map(|master| master.pause().map_err(|e| e.to_string()))
         });
         let check = match paused {
-            Some(Ok(())) => wait_stopped(pid).await,
+            Some(Ok(())) => proven::wait_stopped(pid).await,
             Some(Err(e)) => Err(e),
             None => Err(format!("no master {m}")),
         };
         tokio::time::sleep(PAUSE_FOR).await;
         tokio::task::block_in_place(|| {
-            if let Some(master) = self.masters.get_mut(m) {
+            if let Some(master) = self.masters.cluster.get_mut(m) {
                 let _ = master.resume();
             }
         });
-        self.unusable.push((m, from, now_ns()));
+        self.masters.unusable.push((m, from, now_ns()));
         self.evidence
             .record(format!("pause master {m} for {PAUSE_FOR:?}"), check);
-    }
-}
-
-async fn wait_stopped(pid: u32) -> Result<String, String> {
-    let t = tokio::time::Instant::now();
-    loop {
-        match evidence::process_stopped(pid) {
-            Ok(r) => return Ok(r),
-            Err(e) if t.elapsed() > Duration::from_secs(1) => return Err(e),
-            Err(_) => tokio::time::sleep(Duration::from_millis(2)).await,
-        }
     }
 }

@@ -13,8 +13,7 @@
 use std::time::Duration;
 
 use quorumlock::Redlock;
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 
 use super::store::Kind;
 use super::worker::{valid_until_ns, Reporter, WorkerConfig};
@@ -35,8 +34,7 @@ pub async fn run(
     cfg: &WorkerConfig,
     reporter: &mut Reporter,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let pid = std::process::id();
-    let mut rng = StdRng::seed_from_u64(cfg.seed ^ (cfg.id as u64) << 32 ^ u64::from(pid));
+    let mut rng = cfg.process_rng();
     let ttl = cfg.ttl();
     let mut claim = 0u64;
     // The last claim granted and its token (the stale-write mutant reuses them).
@@ -48,9 +46,7 @@ pub async fn run(
             set.swap(i, rng.random_range(0..=i));
         }
         set.truncate(rng.random_range(2..=3));
-        let mut call = reporter.request(Kind::Call);
-        call.claim = claim;
-        call.resources = set.clone();
+        let call = reporter.about(Kind::Call, claim, &set, None);
         reporter.send(&call).await;
         let wait = if cfg.mutant == Some(Mutant::StaleWrite) {
             MUTANT_WAIT
@@ -61,18 +57,10 @@ pub async fn run(
         let mut guard = match locks.lock_all_until(&set, ttl, deadline).await {
             Ok(g) => g,
             Err(e) => {
-                let mut refused = reporter.request(Kind::Refused);
-                refused.claim = claim;
-                refused.resources = set.clone();
-                refused.note = e.to_string();
-                reporter.send(&refused).await;
+                reporter.refused(claim, &set, e.to_string()).await;
                 if let (Some(Mutant::StaleWrite), Some((old, token))) = (cfg.mutant, last) {
                     for r in &set {
-                        let mut write = reporter.request(Kind::Write);
-                        write.claim = old;
-                        write.resources = vec![r.clone()];
-                        write.token = Some(token);
-                        reporter.send(&write).await;
+                        reporter.write(old, r, token, None).await;
                     }
                 }
                 continue;
@@ -81,14 +69,13 @@ pub async fn run(
         let Some(token) = guard.fence() else {
             return Err("a fenced manager granted a set without a token".into());
         };
-        let (at, until) = valid_until_ns(guard.remaining());
-        let mut grant = reporter.request(Kind::Grant);
-        grant.claim = claim;
-        grant.resources = guard.resources().to_vec();
-        grant.token = Some(token);
-        grant.at_ns = at;
-        grant.call_ns = call.at_ns;
-        grant.valid_until_ns = Some(until);
+        let grant = reporter.grant(
+            claim,
+            guard.resources(),
+            token,
+            call.at_ns,
+            guard.remaining(),
+        );
         reporter.send(&grant).await;
         last = Some((claim, token));
 
@@ -100,16 +87,10 @@ pub async fn run(
                 why = "validity ran out".into();
                 break;
             }
-            let (at, until) = valid_until_ns(remaining);
+            let checked = valid_until_ns(remaining);
             // Work between the check and the write: a pause here makes the write stale.
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
-            let mut write = reporter.request(Kind::Write);
-            write.claim = claim;
-            write.resources = vec![r.clone()];
-            write.token = Some(token);
-            write.at_ns = at;
-            write.valid_until_ns = Some(until);
-            if !reporter.send(&write).await {
+            if !reporter.write(claim, r, token, Some(checked)).await {
                 why = "write rejected".into();
                 break;
             }
@@ -121,12 +102,7 @@ pub async fn run(
             }
             why = "extension failed".into();
         }
-        let mut end = reporter.request(Kind::End);
-        end.claim = claim;
-        end.resources = set.clone();
-        end.token = Some(token);
-        end.note = why;
-        reporter.send(&end).await;
+        reporter.end(claim, &set, token, why).await;
         let _ = guard.release().await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..50))).await;
     }

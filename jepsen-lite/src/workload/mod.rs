@@ -27,11 +27,8 @@ pub mod store;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use quorumlock::testing::{MasterOptions, RedisCluster};
-use quorumlock::Redlock;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -43,19 +40,16 @@ use crate::clock::now_ns;
 use crate::evidence::Evidence;
 use crate::nemesis::iptables;
 use crate::outcome::Verdict;
+use crate::process_env::{self, dur_ns, sleep_until_ns, TrackedMasters, WorkerProc};
+use crate::process_env::{MASTERS, MAX_TTL_MS, NODE_TIMEOUT_MS, WARM_UP, WORKERS};
 
 /// The election's name.
 pub const ELECTION: &str = "jepsen-leader";
 /// The lock-all workload's resources.
 pub const ACCOUNTS: [&str; 4] = ["account:0", "account:1", "account:2", "account:3"];
 
-const WORKERS: usize = 5;
 const OBSERVERS: usize = 2;
-const MASTERS: usize = 5;
 const TTL_MS: u64 = 1000;
-const MAX_TTL_MS: u64 = 2000;
-const NODE_TIMEOUT_MS: u64 = 100;
-const WARM_UP: Duration = Duration::from_secs(3);
 const FAULT_EVERY: Duration = Duration::from_secs(5);
 /// The longest a fault lasts (finding a holder, then a 3 s pause).
 const FAULT_LEN: Duration = Duration::from_secs(4);
@@ -161,27 +155,18 @@ const CYCLE: [Fault; 5] = [
     Fault::PauseMaster,
 ];
 
-/// A worker or observer process.
-struct Proc {
-    child: tokio::process::Child,
-    pid: u32,
-}
-
 /// Everything a run starts; dropping it kills the processes and the masters.
 struct Env {
     dir: PathBuf,
-    masters: RedisCluster,
+    masters: TrackedMasters,
     store: Store,
-    workers: Vec<Proc>,
-    observers: Vec<Proc>,
+    workers: Vec<WorkerProc>,
+    observers: Vec<WorkerProc>,
     config: WorkerConfig,
-    /// Masters' unusable intervals (master, from, to), host monotonic ns.
-    unusable: Vec<(usize, u64, u64)>,
     /// Holders paused or killed, proven holding.
     client_faults: Vec<ClientFault>,
     evidence: Evidence,
     rng: StdRng,
-    quarantine: Duration,
 }
 
 /// What the run writes as `summary.json` (and prints).
@@ -246,14 +231,13 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
     if !iptables::available() {
         return Err("iptables is needed for the partition (install the iptables package)".into());
     }
-    let masters =
-        tokio::task::block_in_place(|| RedisCluster::start_with(MASTERS, MasterOptions::new()))?;
+    let masters = TrackedMasters::start().await?;
     let store = Store::start().await?;
     let config = WorkerConfig {
         kind: opts.kind,
         role: Role::Worker,
         id: 0,
-        nodes: masters.urls(),
+        nodes: masters.cluster.urls(),
         store: store.addr,
         seed: opts.seed,
         mutant: opts.mutant,
@@ -261,14 +245,6 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
         max_ttl_ms: MAX_TTL_MS,
         node_timeout_ms: NODE_TIMEOUT_MS,
     };
-    let admin = Redlock::builder()
-        .nodes(config.nodes.clone())
-        .fencing(true)
-        .restart_protection(true)
-        .max_ttl(Duration::from_millis(MAX_TTL_MS))
-        .build()?;
-    admin.provision().await?;
-    let quarantine = admin.restart_quarantine().unwrap_or_default();
     let mut env = Env {
         dir: dir.to_path_buf(),
         masters,
@@ -276,11 +252,9 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
         workers: Vec::new(),
         observers: Vec::new(),
         config,
-        unusable: Vec::new(),
         client_faults: Vec::new(),
         evidence: Evidence::default(),
         rng: StdRng::seed_from_u64(opts.seed),
-        quarantine,
     };
     for w in 0..WORKERS {
         let p = env.spawn(Role::Worker, w)?;
@@ -309,7 +283,7 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
     tokio::time::sleep(Duration::from_millis(500)).await;
     let log = env.store.log();
     env.workers.clear();
-    let outages = crate::cron::checker::quorum_outages(MASTERS, &env.unusable);
+    let outages = crate::cron::checker::quorum_outages(MASTERS, &env.masters.unusable);
     let ttl_ns = TTL_MS * 1_000_000;
     let params = Params {
         ttl_ns,
@@ -336,7 +310,7 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
     };
     let (verdict, why) = checker::verdict(&obs, &env.evidence, &min);
     print_table(&obs, &env.evidence, verdict, &why);
-    let summary = Summary {
+    let table = Summary {
         kind: opts.kind,
         seed: opts.seed,
         mutant: opts.mutant,
@@ -352,98 +326,52 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
         faults_injected: env.evidence.injected(),
         faults_proven: env.evidence.proven(),
     };
-    std::fs::write(
-        dir.join("summary.json"),
-        serde_json::to_vec_pretty(&serde_json::json!({
-            "summary": summary,
-            "observation": obs,
-            "params": params,
-            "minimum": min,
-            "evidence": env.evidence,
-            "client_faults": env.client_faults,
-            "outages": outages,
-        }))?,
-    )?;
-    std::fs::write(
-        dir.join("history.json"),
-        serde_json::to_vec(&serde_json::json!({
-            "seed": opts.seed,
-            "start_ns": start,
-            "unusable": env.unusable,
-            "log": log,
-        }))?,
-    )?;
-    println!("seed {}; files in {}", opts.seed, dir.display());
+    let summary = serde_json::json!({
+        "summary": table,
+        "observation": obs,
+        "params": params,
+        "minimum": min,
+        "evidence": env.evidence,
+        "client_faults": env.client_faults,
+        "outages": outages,
+    });
+    let history = serde_json::json!({
+        "seed": opts.seed,
+        "start_ns": start,
+        "unusable": env.masters.unusable,
+        "log": log,
+    });
+    process_env::write_run_files(dir, opts.seed, &summary, &history)?;
     Ok(i32::from(verdict != Verdict::Pass))
 }
 
-fn dur_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-async fn sleep_until_ns(t: u64) {
-    let now = now_ns();
-    if t > now {
-        tokio::time::sleep(Duration::from_nanos(t - now)).await;
-    }
-}
-
 impl Env {
-    fn spawn(&self, role: Role, id: usize) -> Result<Proc, Box<dyn std::error::Error>> {
-        // Through /proc: a rebuild that replaces the binary meanwhile must not fail a respawn.
-        let proc_exe = Path::new("/proc/self/exe");
-        let exe = if proc_exe.exists() {
-            proc_exe.to_path_buf()
-        } else {
-            std::env::current_exe()?
-        };
-        let stderr = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("process-{id}.stderr")))?;
+    fn spawn(&self, role: Role, id: usize) -> Result<WorkerProc, Box<dyn std::error::Error>> {
         let cfg = WorkerConfig {
             role,
             id,
             ..self.config.clone()
         };
-        let child = tokio::process::Command::new(exe)
-            .arg("workload-worker")
-            .arg("--config")
-            .arg(serde_json::to_string(&cfg)?)
-            .env_remove("QUORUMLOCK_REDIS_SERVER")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(stderr))
-            .kill_on_drop(true)
-            .spawn()?;
-        let pid = child.id().ok_or("a worker exited at once")?;
-        Ok(Proc { child, pid })
+        let stderr = self.dir.join(format!("process-{id}.stderr"));
+        WorkerProc::spawn("workload-worker", &cfg, &stderr, |_| {})
     }
 
     /// Waits until every process reported ready.
     async fn wait_ready(&self, within: Duration) -> Result<(), String> {
         let want = self.workers.len() + self.observers.len();
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let log = self.store.log();
-            let mut ready: Vec<usize> = log
+        process_env::wait_for_reports(within, want, "processes", "process-*.stderr", || {
+            let mut ready: Vec<usize> = self
+                .store
+                .log()
                 .iter()
                 .filter(|a| a.req.kind == store::Kind::Ready)
                 .map(|a| a.req.worker)
                 .collect();
             ready.sort_unstable();
             ready.dedup();
-            if ready.len() >= want {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "only {} of {want} processes reported within {within:?} (see process-*.stderr)",
-                    ready.len()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            ready.len()
+        })
+        .await
     }
 }
 
@@ -475,14 +403,7 @@ fn print_table(obs: &Observation, evidence: &Evidence, verdict: Verdict, why: &s
         obs.max_gap_ms / 1000.0,
         format!("{}/{}", evidence.proven(), evidence.injected()),
     );
-    for c in &evidence.checks {
-        println!(
-            "  {} {}: {}",
-            if c.took_effect { "proven " } else { "UNPROVEN" },
-            c.fault,
-            c.reading
-        );
-    }
+    process_env::print_checks(evidence);
     if obs.aborted_announcements > 0 {
         println!(
             "  {} announcements seen of campaigns that lost before returning",

@@ -9,16 +9,13 @@
 //! with the host's monotonic clock on arrival; the times inside a request are the sender's
 //! `CLOCK_MONOTONIC`, the same clock on one host.
 //!
-//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]).
-
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+//! Protocol: one JSON object per line each way ([`Request`] → [`StoreAnswer`]); the server, the
+//! fencing check and the log entry are [`fenced_store`]'s.
 
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::clock::now_ns;
+use crate::fenced_store::{Bar, FencedLog, FencedRequest, Logged, Served, StoreAnswer};
 use crate::json_lines;
 
 /// What a request is.
@@ -102,128 +99,29 @@ impl Request {
     }
 }
 
-/// One response line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Response {
-    /// Whether the request was applied (only writes are ever rejected).
-    pub accepted: bool,
-    /// Why not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
+impl FencedRequest for Request {
+    /// A resource.
+    type Key = String;
 
-/// One logged request: its arrival and the store's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Access {
-    /// Host monotonic nanoseconds at arrival.
-    pub time_ns: u64,
-    /// The request.
-    #[serde(flatten)]
-    pub req: Request,
-    /// Whether it was applied.
-    pub accepted: bool,
-}
-
-/// The highest token per resource and the log.
-#[derive(Debug, Default)]
-pub struct State {
-    max_token: HashMap<String, u64>,
-    /// Every request, in arrival order.
-    pub log: Vec<Access>,
-}
-
-impl State {
-    /// Applies one request arriving at `time_ns` and logs it.
-    pub fn apply(&mut self, req: Request, time_ns: u64) -> Response {
-        let rejection = match req.kind {
-            Kind::Write => match (req.resources.as_slice(), req.token) {
-                ([resource], Some(t)) => match self.max_token.get(resource) {
-                    Some(&max) if t < max => Some(format!("stale token {t} < {max}")),
-                    _ => {
-                        self.max_token.insert(resource.clone(), t);
-                        None
-                    }
-                },
-                ([_], None) => Some("no token".to_string()),
-                _ => Some("a write names exactly one resource".to_string()),
-            },
-            _ => None,
-        };
-        let accepted = rejection.is_none();
-        self.log.push(Access {
-            time_ns,
-            req,
-            accepted,
-        });
-        Response {
-            accepted,
-            reason: rejection,
+    fn bar(&self) -> Result<Bar<Self::Key>, String> {
+        match (self.kind, self.resources.as_slice()) {
+            (Kind::Write, [resource]) => Ok(Some((resource.clone(), self.token))),
+            (Kind::Write, _) => Err("a write names exactly one resource".to_string()),
+            _ => Ok(None),
         }
     }
 }
 
-/// The running store.
-#[derive(Debug, Clone)]
-pub struct Store {
-    /// Where workers connect.
-    pub addr: SocketAddr,
-    state: Arc<Mutex<State>>,
-}
+/// One logged request: its arrival and the store's answer.
+pub type Access = Logged<Request>;
 
-impl Store {
-    /// Binds to a free loopback port and serves in the background on the current runtime.
-    ///
-    /// # Errors
-    ///
-    /// When no port can be bound.
-    pub async fn start() -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State::default()));
-        let shared = Arc::clone(&state);
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, Arc::clone(&shared)));
-            }
-        });
-        Ok(Self { addr, state })
-    }
-
-    /// A copy of the last `n` entries of the log.
-    pub fn tail(&self, n: usize) -> Vec<Access> {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.log[state.log.len().saturating_sub(n)..].to_vec()
-    }
-
-    /// A copy of the log.
-    pub fn log(&self) -> Vec<Access> {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .log
-            .clone()
-    }
-}
-
-async fn serve(stream: TcpStream, state: Arc<Mutex<State>>) {
-    json_lines::serve(
-        stream,
-        |request: Result<Request, _>, arrival| match request {
-            Ok(req) => state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .apply(req, arrival),
-            Err(e) => Response {
-                accepted: false,
-                reason: Some(format!("bad request: {e}")),
-            },
-        },
-    )
-    .await;
-}
+/// The running store, with the highest token per resource and the log (only writes are ever
+/// rejected): [`Store::start`] binds and serves; processes connect to its `addr`,
+/// [`Store::log`] and [`Store::tail`] copy the log.
+pub type Store = Served<FencedLog<Request>>;
 
 /// A client process's connection to this store.
-pub type Client = json_lines::Client<Request, Response>;
+pub type Client = json_lines::Client<Request, StoreAnswer>;
 
 #[cfg(test)]
 mod tests {
@@ -238,7 +136,7 @@ mod tests {
 
     #[test]
     fn stale_and_missing_tokens_are_rejected_per_resource() {
-        let mut s = State::default();
+        let mut s = FencedLog::default();
         assert!(s.apply(write("a", Some(5)), 1).accepted);
         assert!(
             s.apply(write("a", Some(5)), 2).accepted,

@@ -12,11 +12,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use quorumlock::Redlock;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use super::store::{Client, Kind, Request};
 use super::{Mutant, WorkloadKind};
 use crate::clock::now_ns;
+use crate::process_env;
 
 /// What a process is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +61,13 @@ impl WorkerConfig {
     pub fn ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms)
     }
+
+    /// This process's random numbers: the run's seed mixed with its index and its pid (a
+    /// worker started again after a kill draws anew).
+    pub fn process_rng(&self) -> StdRng {
+        let pid = u64::from(std::process::id());
+        StdRng::seed_from_u64(self.seed ^ (self.id as u64) << 32 ^ pid)
+    }
 }
 
 /// The store connection, which reconnects once when a call fails.
@@ -86,6 +96,71 @@ impl Reporter {
     /// A request of `kind` from this process, stamped now.
     pub fn request(&self, kind: Kind) -> Request {
         Request::new(kind, self.worker)
+    }
+
+    /// A request of `kind` about claim `claim` on `resources` under `token`, stamped now.
+    pub fn about(
+        &self,
+        kind: Kind,
+        claim: u64,
+        resources: &[String],
+        token: Option<u64>,
+    ) -> Request {
+        let mut req = self.request(kind);
+        req.claim = claim;
+        req.resources = resources.to_vec();
+        req.token = token;
+        req
+    }
+
+    /// Reports claim `claim` refused (`note`: the error).
+    pub async fn refused(&mut self, claim: u64, resources: &[String], note: String) {
+        let mut refused = self.about(Kind::Refused, claim, resources, None);
+        refused.note = note;
+        self.send(&refused).await;
+    }
+
+    /// A grant of claim `claim` on `resources` with `token`, whose call began at `call_ns`,
+    /// with `remaining` validity read just now (see [`valid_until_ns`]).
+    pub fn grant(
+        &self,
+        claim: u64,
+        resources: &[String],
+        token: u64,
+        call_ns: u64,
+        remaining: Duration,
+    ) -> Request {
+        let (at, until) = valid_until_ns(remaining);
+        let mut grant = self.about(Kind::Grant, claim, resources, Some(token));
+        grant.at_ns = at;
+        grant.call_ns = call_ns;
+        grant.valid_until_ns = Some(until);
+        grant
+    }
+
+    /// Writes to `resource` under claim `claim` and `token`, with the validity checked
+    /// before it (`(at_ns, valid_until_ns)`, none for a write made without a check);
+    /// whether the store accepted it.
+    pub async fn write(
+        &mut self,
+        claim: u64,
+        resource: &str,
+        token: u64,
+        checked: Option<(u64, u64)>,
+    ) -> bool {
+        let mut write = self.about(Kind::Write, claim, &[resource.to_string()], Some(token));
+        if let Some((at, until)) = checked {
+            write.at_ns = at;
+            write.valid_until_ns = Some(until);
+        }
+        self.send(&write).await
+    }
+
+    /// Reports that this process stopped believing it holds claim `claim` (`note`: why).
+    pub async fn end(&mut self, claim: u64, resources: &[String], token: u64, note: String) {
+        let mut end = self.about(Kind::End, claim, resources, Some(token));
+        end.note = note;
+        self.send(&end).await;
     }
 
     /// Sends `req`; whether the store accepted it (`false` when it could not be reached).
@@ -119,15 +194,12 @@ pub fn valid_until_ns(remaining: Duration) -> (u64, u64) {
 ///
 /// A bad configuration, or a store that cannot be reached.
 pub async fn run(cfg: WorkerConfig) -> Result<(), Box<dyn std::error::Error>> {
-    let locks = Redlock::builder()
-        .nodes(cfg.nodes.clone())
-        .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
-        .fencing(true)
-        .restart_protection(true)
-        .max_ttl(Duration::from_millis(cfg.max_ttl_ms))
-        .build()?;
-    // A master may be down when a killed worker comes back: the others are enough.
-    let _ = locks.connect().await;
+    let locks = process_env::worker_manager(
+        cfg.nodes.clone(),
+        Duration::from_millis(cfg.node_timeout_ms),
+        Duration::from_millis(cfg.max_ttl_ms),
+    )
+    .await?;
     let mut reporter = Reporter::connect(cfg.store, cfg.id).await?;
     let ready = reporter.request(Kind::Ready);
     reporter.send(&ready).await;
