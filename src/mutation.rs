@@ -32,6 +32,15 @@ pub enum Mutation {
     SkipWriteBack,
     /// A restarted master's vote counts at once: restart protection detects, then ignores.
     QuarantineIgnored,
+    /// A failed acquire round leaves its keys where it may have set them (the masters that
+    /// granted or did not answer) instead of deleting them: they block the lock until they
+    /// expire.
+    NoCleanupOnFailure,
+    /// A request abandoned before its reply came (a node timeout, a straggler the round
+    /// stopped waiting for) is forgotten by its connection, which stays in use: its late reply
+    /// goes to the next request sent on it, and every reply after that to the request after
+    /// its own. Pipelined (TCP and Unix socket) connections only.
+    ReuseAfterTimeout,
 }
 
 /// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error

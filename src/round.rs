@@ -299,9 +299,16 @@ pub(crate) async fn acquire_reporting<M: Master>(
             crate::wake::free_in(&free, timing.quorum(nodes.len()))
         })
         .flatten();
+    let cleanup = if timing.mutant(Mutation::NoCleanupOnFailure) {
+        let mut cleanup = cleanup;
+        cleanup.armed = false;
+        None
+    } else {
+        cleanup.release(&holders)
+    };
     Err(RoundFailure {
         error,
-        cleanup: cleanup.release(&holders),
+        cleanup,
         free_in,
     })
 }

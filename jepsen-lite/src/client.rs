@@ -300,6 +300,8 @@ fn mutation(name: &str) -> Option<quorumlock::Mutation> {
         "min-token" => MinToken,
         "skip-write-back" => SkipWriteBack,
         "quarantine-ignored" => QuarantineIgnored,
+        "no-cleanup" => NoCleanupOnFailure,
+        "reuse-after-timeout" => ReuseAfterTimeout,
         _ => return None,
     })
 }

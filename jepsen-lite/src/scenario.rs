@@ -542,12 +542,14 @@ pub fn catalog() -> Vec<Scenario> {
 }
 
 /// The library mutants the composed nemesis hunts (`soak --mutation NAME`), by name.
-pub const COMPOSED_MUTANTS: [&str; 5] = [
+pub const COMPOSED_MUTANTS: [&str; 7] = [
     "clock-after-first-reply",
     "late-extend",
     "min-token",
     "skip-write-back",
     "quarantine-ignored",
+    "no-cleanup",
+    "reuse-after-timeout",
 ];
 
 /// What a scenario demands of a run before its observation counts.

@@ -35,6 +35,14 @@ impl Connection {
         }
     }
 
+    /// Turns on the `ReuseAfterTimeout` mutant (pipelined connections only; jepsen-lite only).
+    #[cfg(quorumlock_mutants)]
+    pub(crate) fn reuse_after_timeout(&self) {
+        if let Self::Pipelined(pipeline) = self {
+            pipeline.reuse_after_timeout();
+        }
+    }
+
     /// [`query`](Self::query) for a cleanup: the request is written even if this future is
     /// dropped first (a node timeout), so that it still runs behind what it cleans up.
     ///

@@ -191,6 +191,10 @@ impl RedisNode {
                 }
                 Err(error) => return Err(error),
             };
+            #[cfg(quorumlock_mutants)]
+            if self.mutation == Some(Mutation::ReuseAfterTimeout) {
+                conn.reuse_after_timeout();
+            }
             // Counts this request as abandoned unless it gets its reply (timeout or drop).
             let pending = Unanswered::new(&slot.backlog.unanswered);
             let reply = tokio::time::timeout_at(deadline, async {

@@ -58,6 +58,13 @@ struct State {
     broken: Option<NodeErrorKind>,
     /// Whether the [`Pipeline`] was dropped: the task then drains what is queued and ends.
     dropped: bool,
+    /// The `ReuseAfterTimeout` mutant: replies go to the requests still waiting, skipping the
+    /// abandoned ones ([`misattribute`]).
+    #[cfg(quorumlock_mutants)]
+    reuse_after_timeout: bool,
+    /// Under that mutant: replies read while no request was waiting, for the next ones.
+    #[cfg(quorumlock_mutants)]
+    stale: VecDeque<Reply>,
 }
 
 struct PipelineState {
@@ -104,6 +111,10 @@ impl Pipeline {
                 driver: None,
                 broken: None,
                 dropped: false,
+                #[cfg(quorumlock_mutants)]
+                reuse_after_timeout: false,
+                #[cfg(quorumlock_mutants)]
+                stale: VecDeque::new(),
             }),
         });
         tokio::spawn(Driver {
@@ -140,6 +151,12 @@ impl Pipeline {
             Ok(reply) => Ok(reply),
             Err(_) => Err(self.broken()),
         }
+    }
+
+    /// Turns on the `ReuseAfterTimeout` mutant on this connection (jepsen-lite only).
+    #[cfg(quorumlock_mutants)]
+    pub(crate) fn reuse_after_timeout(&self) {
+        self.shared.state().reuse_after_timeout = true;
     }
 
     /// Why the connection broke (after a receiver was closed without a reply).
@@ -346,6 +363,15 @@ fn deliver(
     }
     {
         let mut state = shared.state();
+        #[cfg(quorumlock_mutants)]
+        if state.reuse_after_timeout {
+            misattribute(&mut state, batch);
+            drop(state);
+            for (slot, reply) in batch.slots.drain(..).zip(batch.replies.drain(..)) {
+                let _ = slot.send(reply);
+            }
+            return Ok(used);
+        }
         // Only requests already written can be answered: more replies than that (say, an error
         // the server sent on accepting the connection) break the connection instead of being
         // paired with a request not yet sent. (A reply that arrives ahead of a request already
@@ -367,6 +393,39 @@ fn deliver(
         let _ = slot.send(reply);
     }
     Ok(used)
+}
+
+/// The `ReuseAfterTimeout` mutant's pairing, the bug of a connection that forgets a request it
+/// stopped waiting for and goes on using: each reply (a stale one first) goes to the first
+/// written request still waiting for one. An abandoned request's slot is skipped, so its late
+/// reply goes to the next request, and every later reply one request on; a reply that finds
+/// no request waiting is kept for the next. Leaves the pairs in `batch`.
+#[cfg(quorumlock_mutants)]
+fn misattribute(state: &mut State, batch: &mut Batch) {
+    let mut replies: VecDeque<Reply> = std::mem::take(&mut state.stale);
+    replies.extend(batch.replies.drain(..));
+    while let Some(reply) = replies.pop_front() {
+        let mut live = None;
+        while state.waiting.len() > state.queued {
+            match state.waiting.pop_front() {
+                Some(slot) if slot.is_closed() => {}
+                other => {
+                    live = other;
+                    break;
+                }
+            }
+        }
+        match live {
+            Some(slot) => {
+                batch.slots.push(slot);
+                batch.replies.push(reply);
+            }
+            None => {
+                state.stale.push_back(reply);
+                state.stale.extend(replies.drain(..));
+            }
+        }
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Future for Driver<S> {

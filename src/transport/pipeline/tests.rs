@@ -334,3 +334,24 @@ async fn buffered_stream_is_flushed_until_done() {
         "the request never left the stream's buffer"
     );
 }
+
+/// The `ReuseAfterTimeout` mutant does what it says: once a request is abandoned before its
+/// reply, its late reply goes to the next request, and each later reply to the request after
+/// its own (what the real pipeline must never do: see the test above).
+#[cfg(quorumlock_mutants)]
+#[tokio::test]
+async fn reuse_after_timeout_mutant_hands_late_replies_to_the_next_request() {
+    let (pipeline, mut redis) = connect(ROOM);
+    pipeline.reuse_after_timeout();
+    // "a" times out: abandoned, its reply not yet come.
+    drop(send(&pipeline, "a"));
+    assert_eq!(redis.request().await, Some(echo("a")));
+    let b = send(&pipeline, "b");
+    assert_eq!(redis.request().await, Some(echo("b")));
+    redis.reply(&bulk(b"a")).await;
+    assert_eq!(b.await, Ok(echoed("a")), "b reads a's late reply");
+    // b's own reply comes while nothing waits: the next request gets it.
+    redis.reply(&bulk(b"b")).await;
+    let (c, ()) = tokio::join!(query(&pipeline, "c"), redis.echo_back());
+    assert_eq!(c, Ok(echoed("b")), "c reads b's reply");
+}
