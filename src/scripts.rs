@@ -52,11 +52,11 @@ pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
 pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
 pub(crate) use slot::{
-    CLAIM_SLOT, CLAIM_SLOTS, FINISH_SLOT, REVERT_SLOT, REVERT_SLOTS, SLOT_STATUS,
+    CLAIM_SLOT, CLAIM_SLOTS, FINISH_SLOT, FINISH_SLOTS, REVERT_SLOT, REVERT_SLOTS, SLOT_STATUS,
 };
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
-pub(crate) fn all() -> [&'static LuaScript; 20] {
+pub(crate) fn all() -> [&'static LuaScript; 21] {
     [
         &COMPARE_AND_DELETE,
         &COMPARE_AND_PEXPIRE,
@@ -78,5 +78,6 @@ pub(crate) fn all() -> [&'static LuaScript; 20] {
         &SLOT_STATUS,
         &CLAIM_SLOTS,
         &REVERT_SLOTS,
+        &FINISH_SLOTS,
     ]
 }

@@ -96,6 +96,7 @@
 //! too, after the retention.
 
 mod batch;
+mod complete;
 mod many;
 mod options;
 mod outcome;

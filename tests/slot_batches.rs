@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use quorumlock::{
-    InvalidArgument, LockError, Redlock, SlotClaim, SlotOptions, DEFAULT_KEY_PREFIX, MAX_SLOT_BATCH,
+    InvalidArgument, LockError, Redlock, SlotClaim, SlotOptions, SlotRun, SlotStatus,
+    DEFAULT_KEY_PREFIX, MAX_SLOT_BATCH,
 };
 use support::{builder, cluster, count_keys, manager, pttl, wait_until, PATIENCE};
 
@@ -329,4 +330,51 @@ async fn a_batch_that_timed_out_is_not_retried() {
             .expect("resume");
     }
     assert_eq!(sent, 2, "claim requests and undos on the live master");
+}
+
+/// Runs of two managers completed in one call: each slot reads completed (its runner and
+/// token recorded), its claim released, and a later claim is told so; no runs, no answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_all_records_each_completion_and_releases_each_claim() {
+    let cluster = cluster(3);
+    let fenced = || {
+        builder(&cluster.urls())
+            .fencing(true)
+            .build()
+            .expect("build manager")
+    };
+    let (one, two) = (fenced(), fenced());
+    let mut runs = Vec::new();
+    let mut tokens = Vec::new();
+    for (locks, host, slot) in [(&one, "one", "s1"), (&two, "two", "s2")] {
+        let opts = SlotOptions::new().runner(host);
+        for outcome in locks
+            .claim_slots(&pairs(3, slot), &opts)
+            .await
+            .expect("valid batch")
+        {
+            let run = outcome.expect("claim").into_run().expect("claimed");
+            tokens.push((run.job().to_string(), slot, host, run.fence()));
+            runs.push(run);
+        }
+    }
+    let outcomes = SlotRun::complete_all(runs).await;
+    assert_eq!(outcomes.len(), 6);
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    for (job, slot, host, token) in tokens {
+        match one.slot_status(&job, slot).await.expect("status") {
+            SlotStatus::Completed(r) => {
+                assert_eq!((r.runner.as_deref(), r.token), (Some(host), token))
+            }
+            other => panic!("{job}/{slot}: {other:?}"),
+        }
+        for master in &cluster {
+            assert_eq!(pttl(master, &running_key(&job, slot)), -2, "claim released");
+        }
+        assert!(matches!(
+            two.claim_slot(&job, slot, &SlotOptions::new()).await,
+            Ok(SlotClaim::Completed(_))
+        ));
+    }
+    assert!(SlotRun::complete_all(Vec::new()).await.is_empty());
 }

@@ -174,6 +174,36 @@ end
 return restored";
 }
 
+/// How a run ended, recorded on one master: shared by [`FINISH_SLOT`] and [`FINISH_SLOTS`].
+/// `finish(rec, value, ending, runner, retention_ms, token, attempt)` returns 1 if written.
+macro_rules! finish_fn {
+    () => {
+        r"local t = redis.call('time')
+local now_us = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local function finish(rec, value, ending, runner, retention, token, attempt)
+    local r = redis.call('hmget', rec, 'state', 'value', 'attempts')
+    if ending == 'completed' then
+        if r[1] ~= 'completed' then
+            redis.call('hset', rec, 'state', 'completed', 'runner', runner, 'token', token,
+                'updated', now_us)
+            if (tonumber(r[3] or '0') or 0) < tonumber(attempt) then
+                redis.call('hset', rec, 'attempts', attempt)
+            end
+        end
+        redis.call('pexpire', rec, retention)
+        return 1
+    end
+    if r[1] == 'running' and r[2] == value then
+        redis.call('hset', rec, 'state', 'abandoned', 'updated', now_us)
+        redis.call('pexpire', rec, retention)
+        return 1
+    end
+    return 0
+end
+"
+    };
+}
+
 lua_script! {
     /// Records how a run ended, keeping the record `ARGV[4]` ms. `KEYS[1]` running key (it
     /// only picks the connection: the run's lease releases the key after), `KEYS[2]` record;
@@ -184,26 +214,22 @@ lua_script! {
     /// where this claim never landed, or after another claim took over): it can only stop
     /// later runs. An abandonment is written only over this claim's own running record.
     /// Returns 1 if written, else 0.
-    FINISH_SLOT = r"local t = redis.call('time')
-local now_us = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-local r = redis.call('hmget', KEYS[2], 'state', 'value', 'attempts')
-if ARGV[2] == 'completed' then
-    if r[1] ~= 'completed' then
-        redis.call('hset', KEYS[2], 'state', 'completed', 'runner', ARGV[3], 'token', ARGV[5],
-            'updated', now_us)
-        if (tonumber(r[3] or '0') or 0) < tonumber(ARGV[6]) then
-            redis.call('hset', KEYS[2], 'attempts', ARGV[6])
-        end
-    end
-    redis.call('pexpire', KEYS[2], ARGV[4])
-    return 1
+    FINISH_SLOT = concat!(finish_fn!(), "return finish(KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])");
+}
+
+lua_script! {
+    /// Records how many runs ended, each as [`FINISH_SLOT`] does (the same Lua function), in
+    /// one call. `KEYS` holds two keys per run (running key, record: the first running key
+    /// picks the connection); `ARGV[1]` is `completed` or `abandoned` for every run, then five
+    /// arguments per run: its claim's value, runner, retention (ms), token, attempt. Returns
+    /// one 1 (written) or 0 per run, in order.
+    FINISH_SLOTS = concat!(finish_fn!(), r"local out = {}
+for i = 1, #KEYS / 2 do
+    local a = 1 + (i - 1) * 5
+    out[i] = finish(KEYS[2 * i], ARGV[a + 1], ARGV[1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4],
+        ARGV[a + 5])
 end
-if r[1] == 'running' and r[2] == ARGV[1] then
-    redis.call('hset', KEYS[2], 'state', 'abandoned', 'updated', now_us)
-    redis.call('pexpire', KEYS[2], ARGV[4])
-    return 1
-end
-return 0";
+return out");
 }
 
 lua_script! {

@@ -2,6 +2,9 @@
 //! slot, and each slot is tallied and decided by [`SlotTally`], exactly as a single claim is
 //! (early decision once every slot won, validity, restart protection, fencing, split votes).
 //!
+//! Endings of many runs (completions, abandonments) go likewise as one [`FINISH_SLOTS`]
+//! request per master ([`finish_batch`]).
+//!
 //! The undo of the slots that did not win goes as one [`REVERT_SLOTS`] request per master, on
 //! the connection of the batch's claim (the first slot's running key picks it), behind it: a
 //! claim that reaches a master late is undone after it lands, as for a single claim.
@@ -12,15 +15,18 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::task::JoinHandle;
 
 use super::round::{
-    claim_reply, ClaimArgs, ClaimReply, ClaimSpec, RoundOutcome, SlotKeys, SlotTally,
+    claim_reply, ClaimArgs, ClaimReply, ClaimSpec, Ending, FinishSpec, RoundOutcome, SlotKeys,
+    SlotTally,
 };
 use crate::clock;
-use crate::error::NodeErrorKind;
+use crate::error::{LockError, NodeErrorKind};
+use crate::round::tally::Tally;
+use crate::round::timing::quorum;
 use crate::round::Nodes;
-use crate::scripts::{CLAIM_SLOTS, REVERT_SLOTS};
+use crate::scripts::{CLAIM_SLOTS, FINISH_SLOTS, REVERT_SLOTS};
 use crate::transport::node::RedisNode;
-use crate::transport::reply::unexpected;
-use crate::transport::resp::Reply;
+use crate::transport::reply::{flag_reply, unexpected};
+use crate::transport::resp::{Decimal, Reply};
 use crate::value::Claim;
 
 /// One slot of a batch: its keys, its resource name (for errors and traces), its claim.
@@ -200,6 +206,127 @@ fn revert_batch(
         Ok(runtime) => Some(runtime.spawn(async move { while requests.next().await.is_some() {} })),
         Err(_) => None,
     }
+}
+
+/// One run of a batch of endings: its keys and what its ending writes.
+pub(crate) struct FinishItem<'a> {
+    pub(crate) keys: &'a SlotKeys,
+    pub(crate) spec: FinishSpec<'a>,
+}
+
+/// Records how many runs ended (all with `ending`) on every master, in one [`FINISH_SLOTS`]
+/// request per master: each run's outcome is `Ok` once a quorum wrote it, as
+/// [`finish`](super::round::finish) decides for one run. The requests still in flight once
+/// every run is decided finish in the background, so a completion lands on every master that
+/// can take it.
+pub(crate) async fn finish_batch(
+    nodes: &Nodes<RedisNode>,
+    items: &[FinishItem<'_>],
+    ending: Ending,
+) -> Vec<Result<(), LockError>> {
+    let Some(first) = items.first() else {
+        return Vec::new();
+    };
+    let numbers: Vec<[Decimal; 3]> = items
+        .iter()
+        .map(|item| {
+            [
+                Decimal::new(u64::try_from(item.spec.retention.as_millis()).unwrap_or(u64::MAX)),
+                Decimal::new(item.spec.token.unwrap_or(0)),
+                Decimal::new(u64::from(item.spec.attempt)),
+            ]
+        })
+        .collect();
+    let mut keys: Vec<Vec<u8>> = Vec::with_capacity(items.len() * 2);
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(items.len() * 5 + 1);
+    args.push(
+        match ending {
+            Ending::Completed => &b"completed"[..],
+            Ending::Abandoned => &b"abandoned"[..],
+        }
+        .to_vec(),
+    );
+    for (item, [retention, token, attempt]) in items.iter().zip(&numbers) {
+        keys.push(item.keys.running.as_bytes().to_vec());
+        keys.push(item.keys.record.as_bytes().to_vec());
+        args.push(item.spec.value.as_str().as_bytes().to_vec());
+        args.push(item.spec.runner.as_bytes().to_vec());
+        args.push(retention.as_bytes().to_vec());
+        args.push(token.as_bytes().to_vec());
+        args.push(attempt.as_bytes().to_vec());
+    }
+    let (keys, args) = (Arc::new(keys), Arc::new(args));
+    let count = items.len();
+    let mut requests: FuturesUnordered<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let (node, keys, args) = (Arc::clone(node), Arc::clone(&keys), Arc::clone(&args));
+            async move {
+                let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                let reply = node
+                    .run_script(&FINISH_SLOTS, &keys, &args, false)
+                    .await
+                    .and_then(|(reply, _)| flags_reply(reply, count));
+                (i, reply)
+            }
+        })
+        .collect();
+    let mut tallies: Vec<Tally> = items
+        .iter()
+        .map(|_| Tally::new(nodes.iter().map(|_| true), quorum(nodes.len())))
+        .collect();
+    while !tallies.iter().all(Tally::decided) {
+        let Some((i, replies)) = requests.next().await else {
+            break;
+        };
+        match replies {
+            Ok(flags) => {
+                for (tally, flag) in tallies.iter_mut().zip(flags) {
+                    tally.record_token(i, Ok(flag), None);
+                }
+            }
+            Err(kind) => {
+                for tally in &mut tallies {
+                    tally.record_token(i, Err(kind.clone()), None);
+                }
+            }
+        }
+    }
+    if !requests.is_empty() {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { while requests.next().await.is_some() {} });
+        }
+    }
+    tracing::debug!(
+        runs = count,
+        ?ending,
+        first = first.spec.resource,
+        "slot endings recorded"
+    );
+    tallies
+        .iter()
+        .zip(items)
+        .map(|(tally, item)| match tally.won() {
+            true => Ok(()),
+            false => Err(tally.holder_error(nodes, item.spec.resource)),
+        })
+        .collect()
+}
+
+/// Reads [`FINISH_SLOTS`]'s reply: `count` flags, in order.
+fn flags_reply(value: Reply, count: usize) -> Result<Vec<bool>, NodeErrorKind> {
+    let Reply::Array(items) = value else {
+        return Err(unexpected("an array of 0 or 1 per run", &value));
+    };
+    if items.len() != count {
+        return Err(NodeErrorKind::UnexpectedReply(format!(
+            "expected {count} flags, got {}",
+            items.len()
+        )));
+    }
+    items.into_iter().map(flag_reply).collect()
 }
 
 /// Reads [`CLAIM_SLOTS`]'s reply: `count` claim replies, in order.

@@ -169,7 +169,7 @@ impl SlotRun {
     }
 
     /// Releases the claim through its lease (with the lease's minimum hold, if any).
-    async fn release(self) {
+    pub(super) async fn release(self) {
         if let Err(error) = self.lease.release().await {
             tracing::debug!(job = %self.info.job, slot = %self.info.slot, %error, "releasing the slot claim failed; it expires after its ttl");
         }

@@ -1,6 +1,7 @@
 //! Claims made at the same instant go to the masters together: the jobs of a worker that fall
 //! due on the same second each ask for their slot, and one [`Redlock::claim_slots`] request per
-//! master carries them all (a batch of `n` slots costs one request per master instead of `n`,
+//! master carries them all (and their completions go together too, through
+//! [`SlotRun::complete_all`]) (a batch of `n` slots costs one request per master instead of `n`,
 //! which is what lets a thousand jobs fall due on one second on a small machine).
 //!
 //! The first claim of an instant leads: it lets the other tasks woken by the same timer tick
@@ -11,7 +12,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use quorumlock::{InvalidArgument, LockError, Redlock, SlotClaim, SlotOptions};
+use quorumlock::{InvalidArgument, LockError, Redlock, SlotClaim, SlotOptions, SlotRun};
 use tokio::sync::oneshot;
 
 /// The most slots in one request: a master runs a request's claims in one script and serves
@@ -34,17 +35,85 @@ struct Pending {
     reply: oneshot::Sender<Result<SlotClaim, LockError>>,
 }
 
-#[derive(Default)]
-struct Queue {
-    waiting: Vec<Pending>,
-    /// A claim is gathering the others.
+/// Requests of type `T` gathered until the instant's last one, each with the sender of its
+/// answer.
+struct Queue<T> {
+    waiting: Vec<T>,
+    /// A request is gathering the others.
     leading: bool,
 }
 
-/// Gathers the claims of one worker that are made together.
-#[derive(Default)]
+/// Gathers requests made together: the first leads, lets the tasks woken by the same timer
+/// tick add theirs (a few yields, until a pass adds nothing), and hands them all to one task.
+struct Gather<T> {
+    queue: Mutex<Queue<T>>,
+}
+
+impl<T: Send + 'static> Gather<T> {
+    fn new() -> Self {
+        Self {
+            queue: Mutex::new(Queue {
+                waiting: Vec::new(),
+                leading: false,
+            }),
+        }
+    }
+
+    /// Adds `request`; the leader (the first of an instant) spawns `send` with them all.
+    async fn add<F, Fut>(&self, request: T, send: F)
+    where
+        F: FnOnce(Vec<T>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let lead = {
+            let mut queue = self.lock();
+            queue.waiting.push(request);
+            !std::mem::replace(&mut queue.leading, true)
+        };
+        if !lead {
+            return;
+        }
+        let mut seen = 0;
+        for round in 0..MAX_YIELDS {
+            tokio::task::yield_now().await;
+            let now = self.lock().waiting.len();
+            if round + 1 >= MIN_YIELDS && now == seen {
+                break;
+            }
+            seen = now;
+        }
+        let gathered = {
+            let mut queue = self.lock();
+            queue.leading = false;
+            std::mem::take(&mut queue.waiting)
+        };
+        tokio::spawn(send(gathered));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<T>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Gathers the claims and the completions of one worker that are made together.
 pub(crate) struct Batcher {
-    queue: Mutex<Queue>,
+    claims: Gather<Pending>,
+    completions: Gather<(SlotRun, oneshot::Sender<Result<(), LockError>>)>,
+}
+
+impl Default for Batcher {
+    fn default() -> Self {
+        Self {
+            claims: Gather::new(),
+            completions: Gather::new(),
+        }
+    }
+}
+
+/// What a request whose batch's task ended without an answer gets: that happens only when the
+/// runtime shuts down under it.
+fn no_runtime() -> LockError {
+    LockError::InvalidArgument(InvalidArgument::NoRuntime)
 }
 
 impl Batcher {
@@ -62,42 +131,37 @@ impl Batcher {
         opts: SlotOptions,
     ) -> Result<SlotClaim, LockError> {
         let (reply, outcome) = oneshot::channel();
-        let lead = {
-            let mut queue = self.lock();
-            queue.waiting.push(Pending {
-                job: job.to_string(),
-                slot: slot.to_string(),
-                opts,
-                reply,
-            });
-            !std::mem::replace(&mut queue.leading, true)
+        let pending = Pending {
+            job: job.to_string(),
+            slot: slot.to_string(),
+            opts,
+            reply,
         };
-        if lead {
-            let mut seen = 0;
-            for round in 0..MAX_YIELDS {
-                tokio::task::yield_now().await;
-                let now = self.lock().waiting.len();
-                if round + 1 >= MIN_YIELDS && now == seen {
-                    break;
-                }
-                seen = now;
-            }
-            let gathered = {
-                let mut queue = self.lock();
-                queue.leading = false;
-                std::mem::take(&mut queue.waiting)
-            };
-            let locks = locks.clone();
-            tokio::spawn(send(locks, gathered));
-        }
-        // The batch's task ends without an answer only when the runtime shuts down under it.
-        outcome
-            .await
-            .unwrap_or(Err(LockError::InvalidArgument(InvalidArgument::NoRuntime)))
+        let locks = locks.clone();
+        self.claims
+            .add(pending, move |gathered| send(locks, gathered))
+            .await;
+        outcome.await.unwrap_or_else(|_| Err(no_runtime()))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Completes `run` ([`SlotRun::complete`]) together with the runs completed at the same
+    /// instant ([`SlotRun::complete_all`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// The completion runs in its own task: dropping this future loses only its outcome.
+    pub(crate) async fn complete(self: &Arc<Self>, run: SlotRun) -> Result<(), LockError> {
+        let (reply, outcome) = oneshot::channel();
+        self.completions
+            .add((run, reply), |gathered| async move {
+                let (runs, replies): (Vec<SlotRun>, Vec<_>) = gathered.into_iter().unzip();
+                tracing::debug!(runs = runs.len(), "completing a batch of slots");
+                for (reply, outcome) in replies.into_iter().zip(SlotRun::complete_all(runs).await) {
+                    let _ = reply.send(outcome);
+                }
+            })
+            .await;
+        outcome.await.unwrap_or_else(|_| Err(no_runtime()))
     }
 }
 

@@ -59,7 +59,10 @@ impl SlotClaims for RedlockClaims {
                 .runner(terms.runner.clone());
             let claim = self.batcher.claim(&self.locks, job, slot, opts).await?;
             Ok(match claim {
-                SlotClaim::Claimed(run) => Claim::Claimed(Box::new(RealRun(run))),
+                SlotClaim::Claimed(run) => Claim::Claimed(Box::new(RealRun {
+                    run,
+                    batcher: Arc::clone(&self.batcher),
+                })),
                 SlotClaim::Completed(r) => Claim::Completed(record(&r)),
                 SlotClaim::RunningElsewhere(r) => Claim::RunningElsewhere(record(&r)),
                 SlotClaim::Abandoned(r) => Claim::Abandoned(record(&r)),
@@ -111,27 +114,31 @@ impl SlotClaims for RedlockClaims {
     }
 }
 
-struct RealRun(SlotRun);
+struct RealRun {
+    run: SlotRun,
+    /// Completions of one instant go to the masters together.
+    batcher: Arc<Batcher>,
+}
 
 impl ClaimedSlot for RealRun {
     fn fence(&self) -> Option<u64> {
-        self.0.fence()
+        self.run.fence()
     }
 
     fn attempt(&self) -> u32 {
-        self.0.attempt()
+        self.run.attempt()
     }
 
     fn lease(&self) -> Box<dyn LeaseView> {
-        Box::new(RealLease(self.0.lease()))
+        Box::new(RealLease(self.run.lease()))
     }
 
     fn complete(self: Box<Self>) -> BoxFuture<'static, Result<(), LockError>> {
-        self.0.complete().boxed()
+        async move { self.batcher.complete(self.run).await }.boxed()
     }
 
     fn abandon(self: Box<Self>) -> BoxFuture<'static, Result<(), LockError>> {
-        self.0.abandon().boxed()
+        self.run.abandon().boxed()
     }
 }
 

@@ -1,0 +1,120 @@
+//! [`SlotRun::complete_all`]: many runs completed in one request per master.
+
+use std::sync::Arc;
+
+use super::batch::{finish_batch, FinishItem};
+use super::many::MAX_SLOT_BATCH;
+use super::round::{Ending, FinishSpec};
+use super::run::SlotRun;
+use crate::error::LockError;
+
+/// Attempts per completion, as [`SlotRun::complete`] makes.
+const ATTEMPTS: u32 = 3;
+
+impl SlotRun {
+    /// Completes many runs at once, each exactly as [`complete`](Self::complete) would (the
+    /// completion recorded on every master that answers, `Ok` once a quorum holds it, retried
+    /// twice after a retryable failure, then the claim released), with one request per master
+    /// for the completions of up to [`MAX_SLOT_BATCH`] runs of one manager instead of one per
+    /// run: for a scheduler whose many jobs end together. Returns one outcome per run, in order;
+    /// an empty list gives an empty answer.
+    ///
+    /// # Errors
+    ///
+    /// Each run's outcome carries the errors of [`complete`](Self::complete).
+    ///
+    /// # Cancel safety
+    ///
+    /// The runs are consumed. If the future is dropped, completions may have been recorded on
+    /// some masters or none, and the leases are dropped (the claims released in the background).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use quorumlock::{SlotClaim, SlotOptions, SlotRun};
+    ///
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// let due = [("report", "2026-11-30T02:00Z"), ("backup", "2026-11-30T02:00Z")];
+    /// let mut runs = Vec::new();
+    /// for outcome in locks.claim_slots(&due, &SlotOptions::new()).await? {
+    ///     if let Ok(SlotClaim::Claimed(run)) = outcome {
+    ///         // run the job of run.job(), then:
+    ///         runs.push(run);
+    ///     }
+    /// }
+    /// for outcome in SlotRun::complete_all(runs).await {
+    ///     outcome?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn complete_all(runs: Vec<SlotRun>) -> Vec<Result<(), LockError>> {
+        let mut outcomes: Vec<Result<(), LockError>> = runs.iter().map(|_| Ok(())).collect();
+        // Groups of runs of one manager (one set of masters), at most a batch each.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (j, run) in runs.iter().enumerate() {
+            let fits = groups.iter_mut().find(|g| {
+                g.len() < MAX_SLOT_BATCH
+                    && g.first()
+                        .and_then(|&k| runs.get(k))
+                        .is_some_and(|other| Arc::ptr_eq(&other.info.shared, &run.info.shared))
+            });
+            match fits {
+                Some(group) => group.push(j),
+                None => groups.push(vec![j]),
+            }
+        }
+        for group in groups {
+            let mut pending = group;
+            for attempt in 0..ATTEMPTS {
+                let Some(shared) = pending.first().and_then(|&j| runs.get(j)) else {
+                    break;
+                };
+                let shared = Arc::clone(&shared.info.shared);
+                if attempt > 0 {
+                    tokio::time::sleep(shared.config.node_timeout).await;
+                }
+                let items: Vec<FinishItem<'_>> = pending
+                    .iter()
+                    .filter_map(|&j| runs.get(j))
+                    .map(|run| FinishItem {
+                        keys: &run.info.keys,
+                        spec: FinishSpec {
+                            resource: &run.info.resource,
+                            ending: Ending::Completed,
+                            value: &run.info.value,
+                            runner: &run.info.runner,
+                            retention: run.info.retention,
+                            token: run.fence(),
+                            attempt: run.info.attempt,
+                        },
+                    })
+                    .collect();
+                let results = finish_batch(&shared.nodes, &items, Ending::Completed).await;
+                let mut again = Vec::new();
+                for (j, result) in pending.iter().copied().zip(results) {
+                    if matches!(&result, Err(e) if e.is_retryable()) {
+                        again.push(j);
+                    }
+                    if let Some(place) = outcomes.get_mut(j) {
+                        *place = result;
+                    }
+                }
+                pending = again;
+            }
+        }
+        let released = runs.into_iter().zip(outcomes).map(|(run, outcome)| async move {
+            match &outcome {
+                Ok(()) => {
+                    tracing::info!(job = %run.info.job, slot = %run.info.slot, "slot completed")
+                }
+                Err(error) => {
+                    tracing::warn!(job = %run.info.job, slot = %run.info.slot, %error, "slot completion not recorded on a quorum")
+                }
+            }
+            run.release().await;
+            outcome
+        });
+        futures::future::join_all(released).await
+    }
+}
