@@ -38,7 +38,13 @@ pub struct JobStats {
     /// Slots found abandoned and not retried (policy [`OnAbandoned::Skip`](crate::OnAbandoned::Skip),
     /// or attempts used up).
     pub abandoned: u64,
-    /// Slots past their starting deadline when this worker got to them.
+    /// Slots past their starting deadline when this worker got to them: **this worker's** view
+    /// only. Another worker may well have run such a slot (a backup of a
+    /// [fleet](crate::SchedulerBuilder::fleet) that gets to a slot late counts it here even
+    /// though the first-ranked worker ran it), so summing `missed` over the fleet over-counts;
+    /// a slot was missed fleet-wide only if no worker ran it, which
+    /// [`Scheduler::slot_state`](crate::Scheduler::slot_state) tells (it reads
+    /// [`SlotState::Free`](crate::SlotState::Free) or abandoned after its deadline).
     pub missed: u64,
     /// Slots within the deadline passed over by the catch-up policy.
     pub superseded: u64,
