@@ -114,6 +114,10 @@ impl TrackedMasters {
     /// Crashes master `m` and restarts it empty after `down_for`
     /// ([`proven::crash_restart_empty`]); it is unusable from the crash until restart
     /// protection's quarantine has passed after the restart.
+    ///
+    /// # Errors
+    ///
+    /// The crash or the restart is not proven (the reading says why).
     pub fn crash(&mut self, m: usize, down_for: Duration) -> Result<String, String> {
         let down = now_ns();
         let check = proven::crash_restart_empty(&mut self.cluster, m, down_for);
@@ -124,6 +128,10 @@ impl TrackedMasters {
 
     /// Cuts masters `cut` off for `cut_for` ([`proven::partition`]): the packets dropped to
     /// each. They are unusable while the rules stand.
+    ///
+    /// # Errors
+    ///
+    /// A rule could not be installed or its counters read.
     pub async fn partition(
         &mut self,
         cut: &[usize],
