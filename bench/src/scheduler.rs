@@ -7,9 +7,22 @@
 //! `Redlock` manager (its own connections to every master), as 5 hosts would have; they share
 //! this process's tokio runtime (2 worker threads on a 2-core machine) and the cores with the 5
 //! `redis-server` masters. Every job keeps the scheduler's defaults (no jitter unless
-//! `--sched-jitter-ms`, catch-up of the latest slot at start-up, claim TTL 30 s, the default
-//! stagger unless `QUORUMLOCK_BENCH_STAGGER_MS`): all jobs fall due on the same whole second,
-//! so each second is a burst of `jobs × workers` claims, spread only by the stagger.
+//! `--sched-jitter-ms`, catch-up of the latest slot at start-up, claim TTL 30 s): all jobs fall
+//! due on the same whole second.
+//!
+//! The workers know their fleet (`SchedulerBuilder::fleet`, unless `QUORUMLOCK_BENCH_FLEET=0`):
+//! for each slot the worker ranked first claims it as it falls due and the k-th k × 200 ms later,
+//! when it finds the slot completed. Each worker's claims of one instant go to each master in
+//! batches of up to 64 slots (`Redlock::claim_slots`), and its completions likewise
+//! (`SlotRun::complete_all`); each run's release is one request per master. Without the fleet
+//! every worker claims every slot within the jobs' stagger (`QUORUMLOCK_BENCH_STAGGER_MS`, 20 ms
+//! by default), in batches too.
+//!
+//! What limits it on a 2-core machine is the masters' work at the due instant: each claim that
+//! wins costs a master about 13 µs of Lua, so 1,000 slots × 5 masters is some 65 ms of CPU in
+//! the burst, and a batch request that does not come back within the node timeout (50 ms by
+//! default, `--sched-node-timeout-ms`) fails its slots on that master; when most masters are
+//! late the slots fail, their backups run them 200 ms later, and a busy machine misses some.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
