@@ -60,9 +60,14 @@ impl<T: Send + 'static> Gather<T> {
     }
 
     /// Adds `request`; the leader (the first of an instant) spawns `send` with them all.
+    ///
+    /// # Cancel safety
+    ///
+    /// A leader dropped while it gathers still hands what it gathered to `send` (else the
+    /// queue would wait for a leader forever).
     async fn add<F, Fut>(&self, request: T, send: F)
     where
-        F: FnOnce(Vec<T>) -> Fut,
+        F: FnOnce(Vec<T>) -> Fut + Send,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let lead = {
@@ -73,6 +78,16 @@ impl<T: Send + 'static> Gather<T> {
         if !lead {
             return;
         }
+        let _leading = Leading {
+            gather: self,
+            send: Some(Box::new(move |gathered| {
+                // Outside a runtime (shutting down) the requests' senders are dropped with
+                // them, and each waiter hears that its batch ended.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(send(gathered));
+                }
+            })),
+        };
         let mut seen = 0;
         for round in 0..MAX_YIELDS {
             tokio::task::yield_now().await;
@@ -82,16 +97,35 @@ impl<T: Send + 'static> Gather<T> {
             }
             seen = now;
         }
-        let gathered = {
-            let mut queue = self.lock();
-            queue.leading = false;
-            std::mem::take(&mut queue.waiting)
-        };
-        tokio::spawn(send(gathered));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue<T>> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The leader of an instant: hands the gathered requests to `send` when dropped, at the end of
+/// the gathering or if the leader's future is dropped during it.
+struct Leading<'a, T> {
+    gather: &'a Gather<T>,
+    /// Spawns the task that sends a gathered batch.
+    send: Option<Box<dyn FnOnce(Vec<T>) + Send + 'a>>,
+}
+
+impl<T> Drop for Leading<'_, T> {
+    fn drop(&mut self) {
+        let gathered = {
+            let mut queue = self
+                .gather
+                .queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            queue.leading = false;
+            std::mem::take(&mut queue.waiting)
+        };
+        if let Some(send) = self.send.take() {
+            send(gathered);
+        }
     }
 }
 
@@ -260,5 +294,29 @@ mod tests {
                 vec![("a".into(), true)],
             ]
         );
+    }
+
+    /// A leader dropped while it gathers still sends what it gathered, and the next request
+    /// leads again: nothing waits forever.
+    #[tokio::test]
+    async fn a_dropped_leader_still_sends_and_hands_over() {
+        let gather: Gather<u32> = Gather::new();
+        let sent: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
+        let send = |sent: &Arc<Mutex<Vec<Vec<u32>>>>| {
+            let sent = Arc::clone(sent);
+            move |batch: Vec<u32>| async move { sent.lock().expect("sent").push(batch) }
+        };
+        {
+            let leader = gather.add(1, send(&sent));
+            futures::pin_mut!(leader);
+            // Polled once: it leads and yields; then dropped.
+            assert!(futures::poll!(leader.as_mut()).is_pending());
+            gather.add(2, send(&sent)).await;
+        }
+        gather.add(3, send(&sent)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*sent.lock().expect("sent"), vec![vec![1, 2], vec![3]]);
     }
 }
