@@ -143,6 +143,24 @@ pub enum Fault {
         /// How it comes back.
         restart: Restart,
     },
+    /// A holder's quorum crashes under it: `clients` are cut (blackhole) from the minority
+    /// `cut` for `cut_for`, so that locks granted meanwhile hold on a bare quorum without those
+    /// masters; then the cut ends and master `node`, one of that quorum, crashes and comes back
+    /// at once as `restart` says (losing the keys set since the step began), while the holders
+    /// of those locks may still hold. The cut masters and the restarted one are a quorum that
+    /// has not seen those locks: restart protection must keep the restarted one out.
+    QuorumRestart {
+        /// The clients.
+        clients: Vec<usize>,
+        /// The masters cut off first.
+        cut: Vec<usize>,
+        /// The master that crashes then.
+        node: usize,
+        /// How it comes back (one that loses recent writes).
+        restart: Restart,
+        /// How long the cut lasts before the crash.
+        cut_for: Duration,
+    },
 }
 
 impl Fault {
@@ -162,6 +180,7 @@ impl Fault {
             Self::ClockRate { .. } => Verb::ClockRate,
             Self::ClockStrobe { .. } => Verb::ClockStrobe,
             Self::Crash { .. } => Verb::Kill,
+            Self::QuorumRestart { .. } => Verb::Partition,
         }
     }
 
@@ -196,6 +215,7 @@ impl Fault {
                 Restart::PowerLoss => "crash, AOF tail lost",
                 Restart::Snapshot => "crash, RDB snapshot",
             },
+            Self::QuorumRestart { .. } => "crash under a bare quorum",
         }
     }
 
@@ -239,6 +259,16 @@ impl Fault {
                 format!("clock strobe ±{offset_ms} ms on node {node}")
             }
             Self::Crash { node, restart } => format!("crash node {node}, restart {restart:?}"),
+            Self::QuorumRestart {
+                clients,
+                cut,
+                node,
+                restart,
+                cut_for,
+            } => format!(
+                "blackhole {} from nodes {cut:?} for {cut_for:?}, then crash node {node}, restart {restart:?}",
+                who(clients)
+            ),
         }
     }
 
@@ -286,6 +316,13 @@ impl Fault {
             Self::Crash { node, restart } => {
                 json!({"node": node, "restart": format!("{restart:?}")})
             }
+            Self::QuorumRestart {
+                clients,
+                cut,
+                cut_for,
+                ..
+            } => json!({"clients": clients, "nodes": cut, "mode": "blackhole",
+                        "for_ms": u64::try_from(cut_for.as_millis()).unwrap_or(u64::MAX)}),
         }
     }
 
@@ -349,6 +386,17 @@ enum Pending {
     },
     /// A strobing clock's task, stopped when the fault ends (its check was its first swing).
     Strobe { task: tokio::task::JoinHandle<()> },
+    /// The cut of a [`Fault::QuorumRestart`]: at `at`, its links are read (some traffic must
+    /// have been cut) and let through, and master `node` crashes (then a [`Pending::Crash`]).
+    CutThenCrash {
+        label: String,
+        links: Vec<(usize, usize)>,
+        baseline: u64,
+        at: Instant,
+        node: usize,
+        restart: Restart,
+        crash_label: String,
+    },
 }
 
 /// The nemesis of one run: its history, its evidence and the faults still on.
@@ -683,8 +731,86 @@ impl Nemesis {
                     not_before,
                 });
             }
+            Fault::QuorumRestart {
+                clients,
+                cut,
+                node,
+                restart,
+                cut_for,
+            } => {
+                let links = links(clients, cut);
+                let baseline = links.iter().map(|&(c, n)| t.proxy.affected(c, n)).sum();
+                for &(c, n) in &links {
+                    t.proxy.set(c, n, Modes::both(Mode::Blackhole));
+                }
+                self.pending.push(Pending::CutThenCrash {
+                    label: format!("blackhole {} from nodes {cut:?}", who(clients)),
+                    links,
+                    baseline,
+                    at: Instant::now() + *cut_for,
+                    node: *node,
+                    restart: *restart,
+                    crash_label: format!(
+                        "crash node {node} under a bare quorum, restart {restart:?}"
+                    ),
+                });
+            }
         }
         self.record_at(started, fault.verb(), fault.value());
+        Ok(())
+    }
+
+    /// Ends the cut of a [`Fault::QuorumRestart`] whose time has come (or `now`: the step
+    /// ends first, and nothing crashes), with the proof of the cut; then crashes its master.
+    fn cut_then_crash(
+        &mut self,
+        t: &mut Targets<'_>,
+        pending: Pending,
+        crash: bool,
+    ) -> Result<(), Error> {
+        let Pending::CutThenCrash {
+            label,
+            links,
+            baseline,
+            node,
+            restart,
+            crash_label,
+            ..
+        } = pending
+        else {
+            return Ok(());
+        };
+        let now: u64 = links.iter().map(|&(c, n)| t.proxy.affected(c, n)).sum();
+        let affected = now.saturating_sub(baseline);
+        for &(c, n) in &links {
+            t.proxy.set(c, n, Modes::PASS);
+        }
+        let check = if affected > 0 {
+            Ok(format!("{affected} bytes and connections affected"))
+        } else {
+            Err("no traffic crossed the faulty links".to_string())
+        };
+        self.evidence.record(label, check);
+        if !crash {
+            return Ok(());
+        }
+        // The cut's end is not recorded as a step's end (which lifts every band): its
+        // partition event says how long it lasted (`for_ms`).
+        let old_pid = t.masters[node].pid();
+        tokio::task::block_in_place(|| t.masters[node].kill())?;
+        let killed = !t.masters[node].is_running();
+        self.record(
+            Verb::Kill,
+            json!({"node": node, "restart": format!("{restart:?}")}),
+        );
+        self.pending.push(Pending::Crash {
+            label: crash_label,
+            node,
+            restart,
+            old_pid,
+            killed,
+            not_before: Instant::now() + CRASH_DOWNTIME,
+        });
         Ok(())
     }
 
@@ -720,6 +846,13 @@ impl Nemesis {
     /// When a master cannot be restarted.
     pub fn restart_due(&mut self, t: &mut Targets<'_>) -> Result<(), Error> {
         let now = Instant::now();
+        let (cuts, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| matches!(p, Pending::CutThenCrash { at, .. } if *at <= now));
+        self.pending = rest;
+        for cut in cuts {
+            self.cut_then_crash(t, cut, true)?;
+        }
         let (due, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
             .into_iter()
             .partition(|p| matches!(p, Pending::Crash { not_before, .. } if *not_before <= now));
@@ -815,6 +948,11 @@ impl Nemesis {
                 Pending::Strobe { task, .. } => {
                     // Its check was the first swing.
                     task.abort();
+                    continue;
+                }
+                // The step ended before its crash: the cut is proven, nothing crashes.
+                cut @ Pending::CutThenCrash { .. } => {
+                    self.cut_then_crash(t, cut, false)?;
                     continue;
                 }
                 Pending::Crash {
