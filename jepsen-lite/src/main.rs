@@ -593,11 +593,21 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
         let page = out.join("soak.html");
         let _ = report::soak::write_soak_html(&page, &summary, &rows, run_seconds);
         i += 1;
-        // Caught: the checkers saw a break (not a run that failed for another reason).
-        if mutation.is_some() && o.observed.starts_with("break") {
+        // Caught: a checker saw a violation (not a run that failed for another reason). Also
+        // in a run that is inconclusive for too little activity (a mutant that breaks most
+        // requests): the minimum keeps a hold from passing vacuously, and a violation seen is
+        // seen all the same.
+        if mutation.is_some() && !o.violations.is_empty() {
+            let seen: Vec<String> = o
+                .violations
+                .iter()
+                .map(|(c, n)| format!("{c} {n}"))
+                .collect();
             println!(
-                "mutant {} caught by run {i} (seed {s}): {}",
+                "mutant {} caught by run {i} (seed {s}, {:?}): {}; {}",
                 mutation.unwrap_or_default(),
+                o.verdict,
+                seen.join(", "),
                 o.observed
             );
             return 0;

@@ -15,7 +15,7 @@ use crate::history::{self, Event};
 use crate::nemesis::iptables;
 use crate::outcome::{Outcome, Verdict};
 use crate::scenario::{Expect, RandomFault, Scenario, Script};
-use crate::verdict::{composed_observation, judge, pivot, ClaimsCheck};
+use crate::verdict::{composed_observation, judge, orphans_outlived_cleanup, pivot, ClaimsCheck};
 use crate::{plays, random};
 
 /// Runs one scenario and writes `history.jsonl`, `resource.jsonl` and `results.json` into a
@@ -106,6 +106,7 @@ async fn finish(
     // failed or abandoned rounds and late writes must be gone within one TTL.
     env.lift_faults()?;
     let healed = Instant::now();
+    let healed_ns = crate::clock::now_ns();
     env.phase("waiting for lock keys to expire");
     let orphan_life = env.orphan_lifetime(healed).await;
     let mut parts = Vec::new();
@@ -173,6 +174,12 @@ async fn finish(
     } else {
         (Expect::Hold, "hold".to_string())
     };
+    // A composed run also owes prompt cleanup: see `orphans_outlived_cleanup`.
+    let outlived_cleanup = sc.script == Script::Composed
+        && orphans_outlived_cleanup(&orphan_life, &events, healed_ns, ms(sc.ttl_ms));
+    if outlived_cleanup {
+        violations.push(("orphan lifetime".to_string(), 1));
+    }
     if sc.expect != Expect::Hold && sc.expect_claims().is_some() {
         observed_text = format!("{observed_text}, claims {claims_observed}");
     }
@@ -190,7 +197,7 @@ async fn finish(
     );
     if judgement.verdict == Verdict::Pass
         && sc.expect == Expect::Hold
-        && (!report.liveness.ok || orphans > 0 || orphan_life.is_err())
+        && (!report.liveness.ok || orphans > 0 || orphan_life.is_err() || outlived_cleanup)
     {
         judgement.verdict = Verdict::Fail;
         observed_text = format!(
@@ -198,6 +205,11 @@ async fn finish(
             if report.liveness.ok { "ok" } else { "FAILED" },
             match orphan_life {
                 Err(left) => format!(", {left} lock keys outlived one TTL after heal"),
+                Ok(lived) if outlived_cleanup => format!(
+                    ", lock keys left {} ms after the clients finished, past the {} ms a cleanup needs",
+                    lived.as_millis(),
+                    crate::verdict::ORPHAN_GRACE.as_millis()
+                ),
                 Ok(_) => String::new(),
             }
         );
