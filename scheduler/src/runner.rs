@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use quorumlock::LockError;
 use tokio::sync::watch;
@@ -190,25 +191,36 @@ async fn claim_and_run(shared: &Arc<Shared>, job: &Arc<JobState>, slot: Slot) {
 /// Claims `slot` again after contention errors, with a random delay whose bound doubles from
 /// [`CLAIM_RETRY_FIRST`] to [`CLAIM_RETRY_MAX`], until it is settled, the slot is past its
 /// starting deadline (the last error is recorded), or the scheduler drains.
-async fn claim_again(shared: Arc<Shared>, job: Arc<JobState>, slot: Slot, mut last: LockError) {
-    let mut phase = shared.phase.subscribe();
-    let mut bound = CLAIM_RETRY_FIRST;
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(jitter(bound)) => {}
-            () = until(&mut phase, Phase::Draining) => return,
-        }
-        bound = (bound * 2).min(CLAIM_RETRY_MAX);
-        if past_deadline(&slot, shared.clock.now(), job.job.starting_deadline) {
-            claim_failed(&job, &slot, &last);
-            return;
-        }
-        debug!(job = %job.name, slot = %slot, error = %last, "claiming again after a retryable error");
-        match claim_once(&shared, &job, &slot).await {
-            Some(error) => last = error,
-            None => return,
+///
+/// Boxed: it is spawned from [`retry`], which it reaches through [`claim_once`], and a cycle of
+/// `async fn`s has no type the compiler can prove `Send`.
+fn claim_again(
+    shared: Arc<Shared>,
+    job: Arc<JobState>,
+    slot: Slot,
+    mut last: LockError,
+) -> BoxFuture<'static, ()> {
+    async move {
+        let mut phase = shared.phase.subscribe();
+        let mut bound = CLAIM_RETRY_FIRST;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(jitter(bound)) => {}
+                () = until(&mut phase, Phase::Draining) => return,
+            }
+            bound = (bound * 2).min(CLAIM_RETRY_MAX);
+            if past_deadline(&slot, shared.clock.now(), job.job.starting_deadline) {
+                claim_failed(&job, &slot, &last);
+                return;
+            }
+            debug!(job = %job.name, slot = %slot, error = %last, "claiming again after a retryable error");
+            match claim_once(&shared, &job, &slot).await {
+                Some(error) => last = error,
+                None => return,
+            }
         }
     }
+    .boxed()
 }
 
 /// One claim of a due slot: starts it, or records why not. Returns the error of a claim that
@@ -389,6 +401,14 @@ async fn retry(
         }
         Err(e) => {
             release(job_lock).await;
+            // A split vote among retriers leaves the slot to nobody: a claimer claims it again,
+            // as it would a due slot whose vote split (while the slot is within its starting
+            // deadline, which bounds a claimer's start); a watcher looks again.
+            if e.is_contended() && !from_watch && *shared.phase.borrow() == Phase::Running {
+                let (shared2, job2) = (Arc::clone(shared), Arc::clone(job));
+                shared.spawn(claim_again(shared2, job2, slot, e));
+                return true;
+            }
             claim_failed(job, &slot, &e);
             // A watcher looks again; a claimer that found the slot abandoned has moved on.
             !from_watch

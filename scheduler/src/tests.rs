@@ -688,3 +688,38 @@ async fn a_fleet_claims_each_slot_in_rank_order() {
         "{delayed} of 21 slots had `a` first"
     );
 }
+
+/// Regression test for an abandoned slot left to nobody: a worker that finds a slot abandoned
+/// (policy Retry) and loses its retry to a split vote (racing retriers, nobody holds it)
+/// recorded a claim failure and moved on; it claims it again, within the starting deadline.
+#[tokio::test(start_paused = true)]
+async fn a_split_retry_of_an_abandoned_slot_is_claimed_again() {
+    let claims = FakeClaims::default();
+    let t0 = Instant::now();
+    // The slot due at 0.0 s of the wall clock (which reads 0.5 s at the start).
+    let slot = crate::Slot::new(base() - TimeDelta::milliseconds(500));
+    claims.seed_abandoned("tick", slot.id());
+    claims
+        .split_retries
+        .store(2, std::sync::atomic::Ordering::Relaxed);
+    let runs = Runs::default();
+    let w = builder(&claims, t0, "w", 0)
+        .job(
+            job(&runs, Duration::ZERO)
+                .catch_up(CatchUp::Latest)
+                .on_abandoned(OnAbandoned::Retry)
+                .stagger(Duration::ZERO),
+        )
+        .start()
+        .expect("start");
+    sleep(Duration::from_millis(400)).await;
+    let ran = runs.lock().expect("runs").get(slot.id()).cloned();
+    match ran.as_deref() {
+        Some([(worker, _, attempt)]) => assert_eq!((worker.as_str(), *attempt), ("w", 2)),
+        other => panic!("the abandoned slot ran {other:?}; status {:?}", w.status()),
+    }
+    assert!(matches!(
+        claims.state_of("tick", slot.id()),
+        SlotState::Completed(_)
+    ));
+}

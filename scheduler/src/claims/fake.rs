@@ -43,6 +43,9 @@ pub(crate) struct FakeClaims {
     pub(crate) unreachable: Arc<AtomicBool>,
     /// How long the next claim takes (a stalled worker, a slow quorum).
     pub(crate) next_claim_takes: Arc<Mutex<Option<Duration>>>,
+    /// How many of the next claims that retry an abandoned slot split the vote (a
+    /// [`LockError::Contended`]: racing retriers each got a minority, nobody holds it).
+    pub(crate) split_retries: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn unreachable(job: &str) -> LockError {
@@ -57,6 +60,21 @@ impl FakeClaims {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records `(job, slot)` as abandoned by a runner that died before this test began.
+    pub(crate) fn seed_abandoned(&self, job: &str, slot: &str) {
+        let mut state = self.lock();
+        state.next_fence += 1;
+        let record = RunRecord {
+            runner: Some("dead".into()),
+            fence: Some(state.next_fence),
+            attempts: 1,
+        };
+        state.slots.insert(
+            (job.to_string(), slot.to_string()),
+            Entry::Abandoned(record),
+        );
     }
 
     /// The slot's state now.
@@ -97,6 +115,20 @@ impl SlotClaims for FakeClaims {
             }
             if self.unreachable.load(Ordering::Relaxed) {
                 return Err(unreachable(job));
+            }
+            let split = retry
+                && self
+                    .split_retries
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+            if split {
+                return Err(LockError::Contended {
+                    resource: format!("{job}/{slot}"),
+                    held_elsewhere: 2,
+                    nodes: 5,
+                    quorum: 3,
+                    failures: Vec::new(),
+                });
             }
             let mut state = self.lock();
             let key = (job.to_string(), slot.to_string());
