@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use futures::stream::StreamExt;
+
 use super::batch::{finish_batch, FinishItem};
 use super::many::MAX_SLOT_BATCH;
 use super::round::{Ending, FinishSpec};
@@ -11,12 +13,16 @@ use crate::error::LockError;
 /// Attempts per completion, as [`SlotRun::complete`] makes.
 const ATTEMPTS: u32 = 3;
 
+/// How many of the runs' releases are in flight at once.
+const RELEASES_IN_FLIGHT: usize = 32;
+
 impl SlotRun {
     /// Completes many runs at once, each exactly as [`complete`](Self::complete) would (the
     /// completion recorded on every master that answers, `Ok` once a quorum holds it, retried
     /// twice after a retryable failure, then the claim released), with one request per master
     /// for the completions of up to [`MAX_SLOT_BATCH`] runs of one manager instead of one per
-    /// run: for a scheduler whose many jobs end together. Returns one outcome per run, in order;
+    /// run: for a scheduler whose many jobs end together. The claims are released a few dozen
+    /// at a time (each release is a request per master). Returns one outcome per run, in order;
     /// an empty list gives an empty answer.
     ///
     /// # Errors
@@ -115,6 +121,11 @@ impl SlotRun {
             run.release().await;
             outcome
         });
-        futures::future::join_all(released).await
+        // A few at a time: each release is a request per master, and a thousand at once would
+        // queue ahead of whatever the masters must answer next (the claims of the next batch).
+        futures::stream::iter(released)
+            .buffered(RELEASES_IN_FLIGHT)
+            .collect()
+            .await
     }
 }
