@@ -13,13 +13,14 @@
 //! The workers know their fleet (`SchedulerBuilder::fleet`, unless `QUORUMLOCK_BENCH_FLEET=0`):
 //! for each slot the worker ranked first claims it as it falls due and the k-th k × 200 ms later,
 //! when it finds the slot completed. Each worker's claims of one instant go to each master in
-//! batches of up to 64 slots (`Redlock::claim_slots`), and its completions likewise
-//! (`SlotRun::complete_all`); each run's release is one request per master. Without the fleet
+//! batches of up to 64 slots, one batch in flight at a time (`Redlock::claim_slots`), and its
+//! completions likewise (`SlotRun::complete_all`); each run's release is one request per master,
+//! 32 runs at a time. Without the fleet
 //! every worker claims every slot within the jobs' stagger (`QUORUMLOCK_BENCH_STAGGER_MS`, 20 ms
 //! by default), in batches too.
 //!
 //! What limits it on a 2-core machine is the masters' work at the due instant: each claim that
-//! wins costs a master about 13 µs of Lua, so 1,000 slots × 5 masters is some 65 ms of CPU in
+//! wins costs a master about 10 µs of Lua, so 1,000 slots × 5 masters is some 50 ms of CPU in
 //! the burst, and a batch request that does not come back within the node timeout (50 ms by
 //! default, `--sched-node-timeout-ms`) fails its slots on that master; when most masters are
 //! late the slots fail, their backups run them 200 ms later, and a busy machine misses some.
