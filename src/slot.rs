@@ -57,6 +57,14 @@
 //!   answer: its running key deleted and its record restored), on the same connection behind
 //!   the claim, so that it does not later read as an abandoned run.
 //!
+//! # Many slots at once
+//!
+//! [`Redlock::claim_slots`] claims many slots (jobs due at the same instant) in one request per
+//! master, and [`SlotRun::complete_all`] completes many runs likewise: each slot is tallied and
+//! decided exactly as above (the same Lua function on the masters, the same tally in the
+//! client), so batching changes the cost, not the answers. A batch's round that fails (masters
+//! late) is not retried by the library, only its split votes are.
+//!
 //! # What "once" means
 //!
 //! Under Redlock's assumptions (independent masters that keep their data, clocks that run at

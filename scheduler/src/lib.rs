@@ -85,13 +85,21 @@
 //!   newest, or all of the slots within it.
 //! * Concurrency ([`Concurrency`]): `Allow`, `Forbid` (a fleet-wide job lock held for the run),
 //!   `Replace` (the next slot cancels the run of the previous one).
-//! * A [stagger](Job::stagger) (a few milliseconds per worker and slot, fixed by a hash) so
-//!   that one worker usually claims first and the others are refused cheaply;
+//! * A [fleet](SchedulerBuilder::fleet): workers that know each other claim each slot in rank
+//!   order (by a hash of the worker, the job and the slot): the first-ranked as it falls due,
+//!   the others [`backup_after`](SchedulerBuilder::backup_after) apart, when they usually find
+//!   it completed (a dead first worker's slots run that much later). Without one, a
+//!   [stagger](Job::stagger) (a few milliseconds per worker and slot, fixed by a hash) makes
+//!   one worker usually claim first and the others be refused cheaply;
 //!   [jitter](Job::jitter) before claims; a [runtime cap](Job::max_runtime) (the lease's
 //!   `max_hold`); [graceful shutdown](Scheduler::shutdown).
 //! * A claim that failed on contention (a split vote that no worker won: nobody holds the
 //!   slot) is claimed again after a short random delay while the slot is within its starting
 //!   deadline. Other claim errors are recorded, not retried.
+//! * Claims and completions made at the same instant (jobs due on the same second) go to each
+//!   master in batches ([`Redlock::claim_slots`](quorumlock::Redlock::claim_slots),
+//!   [`SlotRun::complete_all`](quorumlock::SlotRun::complete_all)), one batch in flight at a
+//!   time: each slot is decided exactly as a single claim would be.
 //!
 //! ## Observing
 //!
@@ -104,8 +112,8 @@
 //! ## Layout
 //!
 //! `schedule` (cron and intervals), `slot` (identity), `plan` (deadline and catch-up, pure),
-//! `policy`, `job`, `context`, `stagger` (each worker's delay per slot), `claims` (the seam to
-//! the masters: over quorumlock, and a fake
+//! `policy`, `job`, `context`, `stagger` (each worker's delay or rank per slot), `claims` (the seam
+//! to the masters: over quorumlock with the batcher of one instant's claims, and a fake
 //! for the unit tests), `runner` (the loop, runs and watches of one job), `shared`, `clock`,
 //! `stats`, `status`, `scheduler` (the handle).
 
