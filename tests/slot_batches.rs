@@ -378,3 +378,75 @@ async fn complete_all_records_each_completion_and_releases_each_claim() {
     }
     assert!(SlotRun::complete_all(Vec::new()).await.is_empty());
 }
+
+/// Restart protection holds for batches as for single claims: slots completed, then one master
+/// killed, one restarted empty and the third forgetting the records (a quorum that remembers
+/// nothing): a protected batch keeps the restarted master's grants out and claims nothing; an
+/// unprotected one runs the slots again, the hazard the docs describe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_protection_keeps_a_forgetful_master_out_of_a_batch() {
+    let due = pairs(4, "s");
+    for protection in [true, false] {
+        let mut cluster = cluster(3);
+        let mut make = builder(&cluster.urls()).node_timeout(Duration::from_secs(2));
+        if protection {
+            make = make
+                .max_ttl(Duration::from_secs(60))
+                .restart_protection(true);
+        }
+        let locks = make.build().expect("build");
+        if protection {
+            let start = std::time::Instant::now();
+            while let Err(e) = locks.provision().await {
+                assert!(start.elapsed() < PATIENCE, "cannot provision: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let runs: Vec<SlotRun> = locks
+            .claim_slots(&due, &SlotOptions::new())
+            .await
+            .expect("valid batch")
+            .into_iter()
+            .map(|o| o.expect("claim").into_run().expect("claimed"))
+            .collect();
+        for outcome in SlotRun::complete_all(runs).await {
+            outcome.expect("complete");
+        }
+        cluster.get_mut(0).expect("master").kill().expect("kill");
+        cluster
+            .get_mut(1)
+            .expect("master")
+            .restart_empty()
+            .expect("restart empty");
+        let third = cluster.get(2).expect("master");
+        for (job, slot) in &due {
+            let record = format!(
+                "{DEFAULT_KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}",
+                job.len()
+            );
+            third.command(&["DEL", &record]).expect("DEL");
+        }
+        let outcomes = locks
+            .claim_slots(&due, &SlotOptions::new())
+            .await
+            .expect("valid batch");
+        for outcome in outcomes {
+            if protection {
+                match outcome {
+                    Err(error @ LockError::QuorumUnreachable { .. }) => {
+                        let quarantined = error.node_errors().iter().any(|e| {
+                            matches!(e.kind(), quorumlock::NodeErrorKind::Quarantined { .. })
+                        });
+                        assert!(quarantined, "{error}");
+                    }
+                    other => panic!("expected the restarted master kept out, got {other:?}"),
+                }
+            } else {
+                assert!(
+                    matches!(outcome, Ok(SlotClaim::Claimed(_))),
+                    "without protection the slot runs again: {outcome:?}"
+                );
+            }
+        }
+    }
+}

@@ -121,14 +121,16 @@ pub(crate) async fn claim_batch(
         };
         answered += 1;
         match replies {
+            // Restart protection reads the life of the connection the answer came on: the
+            // batch's, which the first slot's running key picks.
             Ok(replies) => {
-                for ((tally, slot), reply) in tallies.iter_mut().zip(slots).zip(replies) {
-                    tally.record(nodes, i, &slot.keys, &spec.timing, Ok(reply));
+                for (tally, reply) in tallies.iter_mut().zip(replies) {
+                    tally.record(nodes, i, &first.keys, &spec.timing, Ok(reply));
                 }
             }
             Err(kind) => {
-                for (tally, slot) in tallies.iter_mut().zip(slots) {
-                    tally.record(nodes, i, &slot.keys, &spec.timing, Err(kind.clone()));
+                for tally in &mut tallies {
+                    tally.record(nodes, i, &first.keys, &spec.timing, Err(kind.clone()));
                 }
             }
         }
