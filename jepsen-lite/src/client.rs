@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use quorumlock::{Lease, LeaseOptions, LockError, LockGuard, Redlock};
+use quorumlock::{Lease, LeaseOptions, LockError, LockGuard, NotHeldReason, Redlock};
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -104,24 +104,49 @@ impl Held {
         }
     }
 
-    /// When a lease that has ended did (host monotonic nanoseconds); `None` for a guard or a
-    /// lease still held. A lease that finds its lock lost on a majority (a master that held
-    /// it came back empty) tells its holder at once, lowers its validity to that moment and
-    /// releases its other keys, so another client may take the lock before the validity
-    /// first reported: the holder's claim ended there.
-    fn lease_ended_ns(&self) -> Option<u64> {
+    /// Where the claim of a lease that has ended ended (host monotonic nanoseconds); `None`
+    /// for a guard or a lease still held. Its holder was told it held until then, and the
+    /// lease released its keys then:
+    /// * a lease that expired (no renewal in time) ended `margin` (its safety margin) before
+    ///   its validity;
+    /// * one whose renewal found its lock on a minority (a master that held it came back
+    ///   empty), or whose task stopped, lowered its validity to that moment and ended there,
+    ///   so another client may take the lock before the validity reported earlier.
+    async fn lease_ended_ns(&self, margin: Duration) -> Option<u64> {
         let Self::Lease(l) = self else {
             return None;
         };
-        let until = l.valid_until();
+        if !l.remaining().is_zero() {
+            return None;
+        }
+        // Resolves at once for a lease that has ended; bounded all the same.
+        let lowered = matches!(
+            tokio::time::timeout(Duration::from_millis(20), l.lost()).await,
+            Ok(LockError::NotHeld {
+                reason: NotHeldReason::Lost { .. } | NotHeldReason::RenewalStopped,
+                ..
+            })
+        );
+        let until = if lowered {
+            l.valid_until()
+        } else {
+            l.valid_until().checked_sub(margin)?
+        };
         let now = std::time::Instant::now();
         // Read after `now`: the end comes out a little late, never early (an early end
         // could hide an overlap).
         let now_ns = now_ns();
-        (l.remaining().is_zero() && until <= now).then(|| {
+        (until <= now).then(|| {
             now_ns.saturating_sub(u64::try_from((now - until).as_nanos()).unwrap_or(u64::MAX))
         })
     }
+}
+
+/// The safety margin of the clients' leases (the library's default, set explicitly so that
+/// the claim of an expired lease ends where the lease did): a twentieth of the TTL, at most
+/// 50 ms.
+fn lease_margin(ttl_ms: u64) -> Duration {
+    Duration::from_millis(ttl_ms / 20).min(Duration::from_millis(50))
 }
 
 /// One critical section.
@@ -471,8 +496,8 @@ impl Ctx {
 
     /// A lease that has ended: its claim's end, where the lease put it (see
     /// [`Held::lease_ended_ns`]), as the last word on its validity.
-    fn log_lease_end(&mut self, guard: &Held, lease: &str) {
-        if let Some(v) = guard.lease_ended_ns() {
+    async fn log_lease_end(&mut self, guard: &Held, lease: &str) {
+        if let Some(v) = guard.lease_ended_ns(lease_margin(self.cfg.ttl_ms)).await {
             self.log(
                 Kind::Ok,
                 "extend",
@@ -628,7 +653,8 @@ impl Ctx {
             }
         };
         let guard = if spec.keep_alive {
-            match guard.keep_alive(LeaseOptions::new()) {
+            let margin = lease_margin(self.cfg.ttl_ms);
+            match guard.keep_alive(LeaseOptions::new().safety_margin(margin)) {
                 Ok(lease) => Held::Lease(lease),
                 Err(e) => {
                     note("error", false, format!("keep_alive: {}", e.error()));
@@ -669,7 +695,7 @@ impl Ctx {
             std::process::exit(3);
         }
         // It may have ended since the critical section's last look.
-        self.log_lease_end(&guard, &lease);
+        self.log_lease_end(&guard, &lease).await;
         if spec.release {
             self.log(Kind::Invoke, "release", json!({"lease": lease}), None);
             match guard.release().await {
@@ -828,7 +854,7 @@ impl Ctx {
                 None,
             );
         }
-        self.log_lease_end(&guard, lease);
+        self.log_lease_end(&guard, lease).await;
         if let Some(min) = spec.min_remaining_ms {
             if guard.remaining() < Duration::from_millis(min) {
                 self.log(

@@ -109,6 +109,11 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         && faults_until.saturating_duration_since(Instant::now()) >= Duration::from_secs(1)
     {
         let step = generator::step(&mut env.rng, mix, &shape);
+        // A client that just crashed itself is started again first (and a master due back,
+        // before the step samples them): a pause aimed at its number must stop a live process
+        // (soak seed 217918, composed-n1: "pause client 2 did not take effect (pid in state
+        // Z)", its old process gone a moment before).
+        watch_for(env, &mut watch, Duration::ZERO, &spec, loops_end).await?;
         if composed {
             env.with_nemesis(|n, t| {
                 n.begin_step(t);
