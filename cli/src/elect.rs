@@ -2,20 +2,16 @@
 //! terminate it if leadership is lost, resign when it exits.
 //!
 //! The process handling (own process group, SIGTERM then SIGKILL after `--kill-after`,
-//! forwarded signals, the command's exit code passed through) is `exec`'s, reused.
+//! forwarded signals, the command's exit code passed through) is `supervise`'s, shared with `exec`.
 
-use std::io::ErrorKind;
-
-use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 use quorumlock::{CampaignOptions, LeaseOptions, LockError, Redlock};
 use tokio::process::Command;
 
 use crate::args::ElectArgs;
-use crate::duration::{deadline_after, show};
-use crate::exec::{child_code, reap_group, send, sleep_until};
+use crate::duration::deadline_after;
 use crate::exit;
 use crate::signals::{self, Forwarded};
+use crate::supervise::{self, Ended};
 
 /// Runs `quorumlock elect`; returns the exit code.
 pub(crate) async fn run(locks: &Redlock, args: ElectArgs) -> u8 {
@@ -67,64 +63,30 @@ pub(crate) async fn run(locks: &Redlock, args: ElectArgs) -> u8 {
         .env("QUORUMLOCK_FENCE", leadership.fence().to_string())
         // Own process group: on a lost leadership the whole tree the command started stops.
         .process_group(0);
-    let mut child = match command.spawn() {
+    let child = match supervise::spawn(&mut command, program.as_ref()) {
         Ok(child) => child,
-        Err(error) => {
-            let name = program.to_string_lossy();
+        Err(code) => {
             let _ = leadership.resign().await;
-            return if error.kind() == ErrorKind::NotFound {
-                eprintln!("quorumlock: command not found: {name:?}");
-                exit::NOT_FOUND
-            } else {
-                eprintln!("quorumlock: cannot run {name:?}: {error}");
-                exit::CANNOT_EXECUTE
-            };
+            return code;
         }
     };
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .filter(|&id| id > 0)
-        .map(Pid::from_raw);
-
-    let mut lost: Option<LockError> = None;
-    let mut kill_at: Option<tokio::time::Instant> = None;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            error = leadership.lost(), if lost.is_none() => {
-                eprintln!(
-                    "quorumlock: leadership lost: {error}; sending SIGTERM to the command (SIGKILL in {})",
-                    show(args.kill_after)
-                );
-                send(group, Signal::SIGTERM);
-                lost = Some(error);
-                kill_at = Some(deadline_after(tokio::time::Instant::now(), args.kill_after));
-            }
-            () = sleep_until(kill_at), if kill_at.is_some() => {
-                eprintln!("quorumlock: the command outlived --kill-after; sending SIGKILL");
-                send(group, Signal::SIGKILL);
-                kill_at = None;
-            }
-            signal = signals.next() => send(group, signal),
-        }
-    };
-    if lost.is_some() {
-        reap_group(group, kill_at).await;
+    let ended = child
+        .run(
+            leadership.lost(),
+            "leadership lost: ",
+            args.kill_after,
+            &mut signals,
+        )
+        .await;
+    let Ended::Exited(status) = ended else {
         let _ = leadership.resign().await;
         return exit::LOCK_LOST;
-    }
+    };
     // The command is done: hand over at once.
     if let Err(error) = leadership.resign().await {
         eprintln!("quorumlock: resigning: {error}");
     }
-    match status {
-        Ok(status) => child_code(status),
-        Err(error) => {
-            eprintln!("quorumlock: lost track of the command: {error}");
-            exit::CANNOT_EXECUTE
-        }
-    }
+    supervise::exit_code(status)
 }
 
 /// Reports a campaign that ended without leadership.

@@ -17,6 +17,7 @@ mod once;
 mod provision;
 mod signals;
 mod status;
+mod supervise;
 
 use std::process::ExitCode;
 use std::time::Duration;
