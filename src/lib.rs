@@ -211,30 +211,36 @@
 //! * `config`: [`RedlockBuilder`] and its defaults, validated into the settings (no I/O);
 //! * `manager`: [`Redlock`], the entry points (`try_lock`, `lock`, `lock_until`, `provision`,
 //!   ...) and `build`; `shared`: the state a manager and its guards share;
-//! * `guard`: [`LockGuard`] (extend, release, `Drop`); `lease` (folder): auto-extension,
-//!   [`Lease`] and [`Redlock::run_exclusive`];
+//! * `guard` (folder): [`LockGuard`]; `held` (the core every guard shares, one resource or a
+//!   set: validity, extend, release, loss counting, release on drop, the fencing write-back),
+//!   `hold` (hold at least: a release that keeps the lock until a minimum time after the
+//!   grant); `lease` (folder): auto-extension, [`Lease`] and [`Redlock::run_exclusive`]
+//!   (`exclusive`, `handle`, `hold`, `options`, `task`);
 //! * `multi` (folder): [`Redlock::lock_all`]: the key set and the master that presents it to
 //!   the round as one key (`keyset`), [`MultiLockGuard`] (`guard`); `election` (folder):
 //!   [`Redlock::campaign`] and the announcement, [`Leadership`] (`leadership`, a lease over a
 //!   one-key set), [`Redlock::observe`] (`observe`);
-//! * `slot` (folder, public for its docs): slot claims ([`Redlock::claim_slot`]): options,
-//!   outcomes, the quorum rounds, [`SlotRun`]; `guard/hold.rs` and `lease/hold.rs`: hold at least;
+//! * `slot` (folder, public for its docs): slot claims ([`Redlock::claim_slot`],
+//!   [`Redlock::claim_slots`]): options, outcomes, the quorum rounds of one claim (`round`) and
+//!   of a batch (`batch`, `many`), [`SlotRun`] (`run`) and batched completions (`complete`);
+//! * `wake` (folder): notified hand-offs: a manager's line of waiters (`line`) and the
+//!   subscription to the masters' release announcements (`subscriber`);
 //! * `round` (folder): one quorum round: the fan-out, cleanup and decision in `round.rs`, the
 //!   interface to a master (`master`), what a round needs (`spec`), the votes (`tally`), the
 //!   timing maths (`timing`), and, for tests only, fake masters on a virtual clock (`fake`) and
 //!   the round's safety properties over them (`properties`);
-//! * `transport` (folder): one real master: the node, its connection slots, the open
-//!   connection, the orphan cleanup of a replaced connection, the pipeline, RESP and the strict
-//!   reading of replies, node URLs;
-//! * `scripts` (folder): one file per Lua script family (acquire, release, extend, fence,
-//!   restart, mutants);
+//! * `transport` (folder): one real master: the node (with its key-set and script requests in
+//!   `node/`), its connection slots, the open connection, the orphan cleanup of a replaced
+//!   connection, the pipeline, RESP and the strict reading of replies, node URLs;
+//! * `scripts` (folder): one file per Lua script family (acquire, release, extend, fence, hold,
+//!   multi, restart, slot, mutants);
 //! * `keys`: every key written on a master, named once; `restart_protection`: which life of a
 //!   master a connection talks to; `holds`: the fencing token a reentrant owner's hold keeps;
 //!   `clock`: the lock clock, which counts a suspended machine;
 //! * `error`, `stats`, `traced`, `owner`, `value`, `mutation`: the typed errors, counters,
 //!   tracing spans, reentrant owners, lock values and the jepsen-lite mutants;
 //! * `testing` (feature `testing`): real `redis-server` masters for tests, benches and
-//!   jepsen-lite.
+//!   jepsen-lite, and the fault proxy (`proxy`) that cuts, holds and delays their traffic.
 #![forbid(unsafe_code)]
 
 mod clock;
