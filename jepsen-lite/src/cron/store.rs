@@ -13,7 +13,7 @@
 //! tokens of slot claims are per slot and must be compared per slot.
 //!
 //! Protocol: one JSON object per line each way ([`Request`] → [`StoreAnswer`]); the server, the
-//! fencing check and the log entry are [`fenced_store`]'s.
+//! fencing check and the log entry are [`crate::fenced_store`]'s.
 
 use serde::{Deserialize, Serialize};
 

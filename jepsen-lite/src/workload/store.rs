@@ -10,7 +10,7 @@
 //! `CLOCK_MONOTONIC`, the same clock on one host.
 //!
 //! Protocol: one JSON object per line each way ([`Request`] → [`StoreAnswer`]); the server, the
-//! fencing check and the log entry are [`fenced_store`]'s.
+//! fencing check and the log entry are [`crate::fenced_store`]'s.
 
 use serde::{Deserialize, Serialize};
 
