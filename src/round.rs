@@ -521,6 +521,19 @@ fn background_release<M: Master>(
     })
 }
 
+/// Lets the requests still in flight in `requests` finish in the background (a round's outcome
+/// is known before every master answered; their cleanups must still run), if any are left.
+pub(crate) fn finish_in_background<F>(mut requests: FuturesUnordered<F>) -> Option<JoinHandle<()>>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send,
+{
+    if requests.is_empty() {
+        return None;
+    }
+    spawn_or_drop(async move { while requests.next().await.is_some() {} })
+}
+
 fn spawn_or_drop(
     task: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Option<JoinHandle<()>> {

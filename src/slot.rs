@@ -205,14 +205,8 @@ impl Redlock {
         let config = self.config();
         opts.check(job, slot)?;
         let timing = round_spec(config, opts.ttl)?;
-        let lease_opts = match opts.hold_at_least {
-            Some(hold) => opts.lease.hold_at_least(hold),
-            None => opts.lease,
-        };
         // Every option is checked before any master is asked.
-        let resolved = lease_opts.resolve(timing.ttl)?;
-        crate::lease::check_against(config, resolved)?;
-        crate::lease::check_hold(config, lease_opts.hold())?;
+        let lease_opts = opts.lease_for(config, timing.ttl)?;
         let keys = SlotKeys::new(config, job, slot);
         let resource = format!("{job}/{slot}");
         let runner = opts.runner_name();

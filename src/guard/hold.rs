@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::FuturesUnordered;
 
 use super::LockGuard;
 use crate::clock;
@@ -128,11 +128,7 @@ impl LockGuard {
             })
             .collect();
         tally.collect(&mut requests).await;
-        if !requests.is_empty() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move { while requests.next().await.is_some() {} });
-            }
-        }
+        crate::round::finish_in_background(requests);
         tracing::debug!(
             resource = %held.label,
             held = tally.yes,

@@ -171,7 +171,7 @@ fn revert_batch(
     undo: Vec<Vec<usize>>,
 ) -> Option<JoinHandle<()>> {
     let route = Arc::clone(&slots.first()?.keys.running);
-    let mut requests: FuturesUnordered<_> = nodes
+    let requests: FuturesUnordered<_> = nodes
         .iter()
         .zip(undo)
         .filter(|(_, which)| !which.is_empty())
@@ -201,13 +201,7 @@ fn revert_batch(
             }
         })
         .collect();
-    if requests.is_empty() {
-        return None;
-    }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => Some(runtime.spawn(async move { while requests.next().await.is_some() {} })),
-        Err(_) => None,
-    }
+    crate::round::finish_in_background(requests)
 }
 
 /// One run of a batch of endings: its keys and what its ending writes.
@@ -296,11 +290,7 @@ pub(crate) async fn finish_batch(
             }
         }
     }
-    if !requests.is_empty() {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { while requests.next().await.is_some() {} });
-        }
-    }
+    crate::round::finish_in_background(requests);
     tracing::debug!(
         runs = count,
         ?ending,

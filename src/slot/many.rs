@@ -90,13 +90,8 @@ impl Redlock {
         let config = self.config();
         check_batch(slots, opts)?;
         let timing = round_spec(config, opts.ttl)?;
-        let lease_opts = match opts.hold_at_least {
-            Some(hold) => opts.lease.hold_at_least(hold),
-            None => opts.lease,
-        };
-        let resolved = lease_opts.resolve(timing.ttl)?;
-        crate::lease::check_against(config, resolved)?;
-        crate::lease::check_hold(config, lease_opts.hold())?;
+        // Every option is checked before any master is asked.
+        let lease_opts = opts.lease_for(config, timing.ttl)?;
         let runner = opts.runner_name();
         let spec = ClaimSpec {
             resource: "",

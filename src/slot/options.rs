@@ -124,6 +124,24 @@ impl SlotOptions {
     }
 
     /// The runner name to record.
+    /// The lease options a claim's run keeps its slot with (its hold-at-least folded in),
+    /// checked for `ttl` against the manager's settings, before any master is
+    /// asked.
+    pub(crate) fn lease_for(
+        &self,
+        config: &crate::config::Config,
+        ttl: std::time::Duration,
+    ) -> Result<crate::LeaseOptions, crate::LockError> {
+        let lease_opts = match self.hold_at_least {
+            Some(hold) => self.lease.hold_at_least(hold),
+            None => self.lease,
+        };
+        let resolved = lease_opts.resolve(ttl)?;
+        crate::lease::check_against(config, resolved)?;
+        crate::lease::check_hold(config, lease_opts.hold())?;
+        Ok(lease_opts)
+    }
+
     pub(crate) fn runner_name(&self) -> String {
         self.runner.clone().unwrap_or_else(default_runner)
     }

@@ -491,7 +491,7 @@ pub(crate) fn revert_in_background(
     value: &LockValue,
     holders: &[bool],
 ) -> Option<JoinHandle<()>> {
-    let mut requests: FuturesUnordered<_> = nodes
+    let requests: FuturesUnordered<_> = nodes
         .iter()
         .zip(holders)
         .filter(|(_, holds)| **holds)
@@ -510,13 +510,7 @@ pub(crate) fn revert_in_background(
             }
         })
         .collect();
-    if requests.is_empty() {
-        return None;
-    }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => Some(runtime.spawn(async move { while requests.next().await.is_some() {} })),
-        Err(_) => None,
-    }
+    crate::round::finish_in_background(requests)
 }
 
 /// How a run ended, for [`finish`].
@@ -580,11 +574,7 @@ pub(crate) async fn finish(
         .collect();
     let mut tally = Tally::new(nodes.iter().map(|_| true), quorum(nodes.len()));
     tally.collect(&mut requests).await;
-    if !requests.is_empty() {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { while requests.next().await.is_some() {} });
-        }
-    }
+    crate::round::finish_in_background(requests);
     tracing::debug!(
         resource = spec.resource,
         ending = ?spec.ending,
