@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
-use crate::clock::now_ns;
+use crate::clock::{instant_ns, now_ns};
 use crate::history::{Event, Kind, Process, Writer};
 use crate::resource::{self, Op, Register, Request};
 
@@ -88,13 +88,14 @@ impl Held {
         }
     }
 
-    /// The end of validity as host monotonic nanoseconds.
+    /// The end of validity as host monotonic nanoseconds: exact, and in the past for a
+    /// client that learns of its grant only after the validity ran out (stopped between the
+    /// grant and here); the checkers then see a claim that held nothing.
     fn valid_until_ns(&self) -> u64 {
-        // `remaining()` first, then the clock: a preemption between the two then lengthens
-        // the claim (which the checker bounds independently) instead of shortening it, which
-        // could hide an overlap.
-        let remaining = u64::try_from(self.remaining().as_nanos()).unwrap_or(0);
-        now_ns() + remaining
+        instant_ns(match self {
+            Self::Guard(g) => g.valid_until(),
+            Self::Lease(l) => l.valid_until(),
+        })
     }
 
     async fn release(self) -> Result<(), LockError> {

@@ -1,7 +1,8 @@
 //! The generator: the faults of each step of a random run, drawn from the run's seeded
 //! randomness, so that `run --seed S` replays the same schedule.
 //!
-//! A random run alternates fault steps (the faults on for `hold`) and quiet gaps (`quiet`).
+//! A random run alternates fault steps (the faults on for `hold`) and quiet gaps (`quiet`);
+//! a composed run keeps its faults on for a larger share of the time.
 //! A single-fault scenario draws its one kind of fault; a composed one draws one to three
 //! faults of any kind at once, Jepsen-style, with the faults on masters (pauses, crashes,
 //! kernel partitions, clock bumps and strobes) kept to a minority of them so that a quorum
@@ -69,12 +70,20 @@ pub fn step(rng: &mut impl Rng, mix: Mix, shape: &Shape) -> Step {
         Mix::Single(fault) => single(rng, fault, shape),
         Mix::Composed => composed(rng, shape),
     };
-    let mut hold = Duration::from_millis(rng.random_range(1000..3000));
+    // A composed run exists to grant locks under fault: its faults stay on about four fifths
+    // of the time (a 30-minute soak of steps on for 1-3 s and off for 0.5-1.5 s spent under
+    // half its time under fault). The quiet gaps stay long enough for a hand-over between
+    // steps (several round trips and a retry delay).
+    let (hold_ms, quiet_ms) = match mix {
+        Mix::Single(_) => (1000..3000, 500..1500),
+        Mix::Composed => (1500..4000, 300..1000),
+    };
+    let mut hold = Duration::from_millis(rng.random_range(hold_ms));
     if let Some(Fault::QuorumRestart { cut_for, .. }) = faults.first() {
         // Its crash comes after the cut, and the master after the crash: room for both.
         hold = hold.max(*cut_for + QUORUM_RESTART_AFTER);
     }
-    let quiet = Duration::from_millis(rng.random_range(500..1500));
+    let quiet = Duration::from_millis(rng.random_range(quiet_ms));
     Step {
         faults,
         hold,

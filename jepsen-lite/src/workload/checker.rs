@@ -96,6 +96,10 @@ pub struct Claim {
 pub struct Observation {
     /// Claims granted.
     pub grants: usize,
+    /// Grants whose validity had run out before the worker read it (stopped between the
+    /// library's decision and its report): they held nothing the worker could use, so they
+    /// take no part in the overlap, token and progress checks.
+    pub expired_on_arrival: usize,
     /// Consecutive claims of a resource granted to different processes.
     pub hand_overs: usize,
     /// Calls that gave up.
@@ -255,8 +259,10 @@ pub fn check(
     p: &Params,
 ) -> Observation {
     let mut obs = Observation::default();
-    let claims = claims(log, p, &mut obs.overstated);
-    obs.grants = claims.len();
+    let all = claims(log, p, &mut obs.overstated);
+    obs.grants = all.len();
+    let claims: Vec<Claim> = all.into_iter().filter(|c| c.end_ns > c.start_ns).collect();
+    obs.expired_on_arrival = obs.grants - claims.len();
     obs.refused = log.iter().filter(|a| a.req.kind == Kind::Refused).count();
     let mut resources: Vec<&str> = claims
         .iter()
@@ -700,6 +706,26 @@ mod tests {
             .0,
             Verdict::Fail
         );
+    }
+
+    /// A worker stopped between the library's grant and its report reads no validity left
+    /// (`remaining()` is zero, so the grant's window is empty) while another took the lock
+    /// meanwhile with a larger token: the empty grant held nothing, so it neither overlaps
+    /// nor counts against the token order.
+    #[test]
+    fn a_grant_reported_after_its_validity_ran_out_holds_nothing() {
+        let mut log = clean();
+        // Process 4 called at 1000 and was stopped; it reports at 1850, inside process 3's
+        // claim (1810-2600), with token 5 (issued before the stop) and nothing left.
+        log.push(grant(4, 1, &["a"], 5, 1000, 1850, 1850));
+        let obs = check(&log, &[], &[], &params());
+        assert!(obs.violations().is_empty(), "{:?}", obs.details());
+        assert_eq!((obs.grants, obs.expired_on_arrival), (4, 1));
+        // With a millisecond left it did hold something, and is caught.
+        let last = log.len() - 1;
+        log[last].req.valid_until_ns = Some(1851 * MS);
+        let obs = check(&log, &[], &[], &params());
+        assert_eq!(obs.overlaps.len(), 1, "{:?}", obs.overlaps);
     }
 
     #[test]
