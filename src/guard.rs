@@ -222,6 +222,11 @@ impl LockGuard {
         self.held.write_back_fence(fence_key, token, timing).await
     }
 
+    /// Marks the keys released by another script (see `Held::released_elsewhere`).
+    pub(crate) fn released_elsewhere(mut self) {
+        self.held.released_elsewhere();
+    }
+
     /// Counts this lock as lost in the manager's stats, once per guard.
     pub(crate) fn count_lost(&mut self) {
         self.held.count_lost();

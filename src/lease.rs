@@ -50,7 +50,7 @@ pub(crate) use hold::check as check_hold;
 use options::Resolved;
 pub use options::{LeaseOptions, DEFAULT_LEASE_TTL};
 // Plan and Renew are shared with the leases of other guards (elections' key sets).
-use task::{LeaseCounters, Publisher, ReleaseReply};
+use task::{Command, LeaseCounters, Publisher};
 pub(crate) use task::{Plan, Renew};
 
 /// A lock kept alive by a background task until it is released, dropped or lost. Created by
@@ -88,7 +88,7 @@ pub(crate) use task::{Plan, Renew};
 #[must_use = "dropping the lease stops the renewal and releases the lock at once"]
 pub struct Lease {
     handle: LeaseHandle,
-    commands: oneshot::Sender<ReleaseReply>,
+    commands: oneshot::Sender<Command>,
     /// The minimum hold its release keeps (see [`hold`]); `None` for leases on fakes.
     hold: Option<Arc<hold::HoldAtLeast>>,
 }
@@ -273,6 +273,10 @@ impl Renew for LockGuard {
     fn count_expiry(&mut self) {
         self.count_lost();
     }
+
+    fn released_elsewhere(self) {
+        LockGuard::released_elsewhere(self);
+    }
 }
 
 impl Lease {
@@ -371,8 +375,25 @@ impl Lease {
     /// [`RenewalStopped`]: crate::NotHeldReason::RenewalStopped
     /// [`MaxHoldReached`]: crate::NotHeldReason::MaxHoldReached
     pub async fn release(self) -> Result<(), LockError> {
+        self.end(Command::Release).await
+    }
+
+    /// Stops the renewal without releasing: a script that did more already deleted the keys
+    /// (a slot's completion deletes its claim's key where it holds this claim). Keys left on
+    /// a master that script did not reach expire after their TTL.
+    pub(crate) async fn released_elsewhere(self) -> Result<(), LockError> {
+        self.end(Command::ReleasedElsewhere).await
+    }
+
+    /// Whether the release keeps the lock until a minimum hold (then nothing may delete the
+    /// keys in its place).
+    pub(crate) fn holds_at_least(&self) -> bool {
+        self.hold.as_ref().is_some_and(|hold| hold.is_set())
+    }
+
+    async fn end(self, command: fn(task::ReleaseReply) -> Command) -> Result<(), LockError> {
         let (reply, outcome) = oneshot::channel();
-        if self.commands.send(reply).is_ok() {
+        if self.commands.send(command(reply)).is_ok() {
             if let Ok(outcome) = outcome.await {
                 return outcome;
             }

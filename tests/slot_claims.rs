@@ -12,7 +12,9 @@ use quorumlock::{
     InvalidArgument, LockError, NodeErrorKind, Redlock, SlotClaim, SlotOptions, SlotStatus,
     DEFAULT_KEY_PREFIX,
 };
-use support::{builder, cluster, count_keys, manager, pttl, wait_until, warm_up, PATIENCE};
+use support::{
+    builder, cluster, count_keys, manager, pttl, script_calls, wait_until, warm_up, PATIENCE,
+};
 
 /// The running key of `(job, slot)` with the default prefix.
 fn running_key(job: &str, slot: &str) -> String {
@@ -263,9 +265,15 @@ async fn a_late_claimer_sees_the_completion() {
         late.slot_status("report", "s1").await.expect("status"),
         SlotStatus::Completed(_)
     ));
-    // The running key is gone and the record is kept for the retention (24 h by default).
+    // The running key goes (the completion returns at a quorum: the last master's request
+    // may still be in flight) and the record is kept for the retention (24 h by default).
+    wait_until("the claim is released everywhere", PATIENCE, || {
+        cluster
+            .iter()
+            .all(|m| pttl(m, &running_key("report", "s1")) == -2)
+    })
+    .await;
     for master in &cluster {
-        assert_eq!(pttl(master, &running_key("report", "s1")), -2);
         let left = pttl(master, &record_key("report", "s1"));
         assert!(left > 23 * 3600 * 1000, "record ttl {left} ms");
     }
@@ -275,6 +283,80 @@ async fn a_late_claimer_sees_the_completion() {
         .await
         .expect("claim")
         .is_claimed());
+}
+
+/// A completion releases its claim in the same request: one script for the completion and
+/// the release together (a thousand jobs ending at once would otherwise send a thousand
+/// releases more per master). On one master, so that no request of the claim is still in
+/// flight when counting starts (with more, a claim decided at a quorum leaves the last
+/// master's request behind). Red with the release left to the lease: two scripts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_releases_its_claim_in_the_same_request() {
+    let cluster = cluster(1);
+    let locks = manager(&cluster);
+    let master = &cluster[0];
+    // The first run loads the scripts (a NOSCRIPT answer and its EVAL count as calls too).
+    for slot in ["warm-up", "s1"] {
+        let run = locks
+            .claim_slot("job", slot, &SlotOptions::new())
+            .await
+            .expect("claim")
+            .into_run()
+            .expect("claimed");
+        assert!(pttl(master, &running_key("job", slot)) > 0, "claimed");
+        let before = script_calls(master);
+        run.complete().await.expect("complete");
+        assert_eq!(pttl(master, &running_key("job", slot)), -2, "released");
+        // A release sent after all (what this test is for) would come within a few ms.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if slot == "s1" {
+            assert_eq!(
+                script_calls(master) - before,
+                1,
+                "scripts for one completion"
+            );
+        }
+    }
+    assert!(matches!(
+        locks.claim_slot("job", "s1", &SlotOptions::new()).await,
+        Ok(SlotClaim::Completed(_))
+    ));
+}
+
+/// A run with a minimum hold keeps its claim after its completion until the hold is over
+/// (the completion script must not delete it in the lease's place); the slot reads as
+/// completed meanwhile, and the key goes once the hold ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_run_holding_at_least_keeps_its_claim_until_then() {
+    const HOLD: Duration = Duration::from_secs(3);
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let run = locks
+        .claim_slot("job", "s", &SlotOptions::new().hold_at_least(HOLD))
+        .await
+        .expect("claim")
+        .into_run()
+        .expect("claimed");
+    run.complete().await.expect("complete");
+    // A quorum took the hold (the release returns at a quorum).
+    let holding = cluster
+        .iter()
+        .filter(|m| {
+            let left = pttl(m, &running_key("job", "s"));
+            left > 0 && left <= 3000
+        })
+        .count();
+    assert!(holding >= 2, "masters still holding the claim: {holding}");
+    assert!(matches!(
+        locks.claim_slot("job", "s", &SlotOptions::new()).await,
+        Ok(SlotClaim::Completed(_))
+    ));
+    wait_until("the hold ends", HOLD + PATIENCE, || {
+        cluster
+            .iter()
+            .all(|m| pttl(m, &running_key("job", "s")) == -2)
+    })
+    .await;
 }
 
 /// A runner whose process dies mid-slot (its runtime gone: no release, no renewal) leaves the

@@ -211,6 +211,13 @@ impl<M: Master> Held<M> {
         outcome
     }
 
+    /// Marks the keys released by another script that also deleted them (a slot's completion):
+    /// counted as a release, and `Drop` sends nothing.
+    pub(crate) fn released_elsewhere(&mut self) {
+        self.released = true;
+        self.shared.counters.released();
+    }
+
     /// Whether the keys were handed to a release already.
     pub(crate) fn is_released(&self) -> bool {
         self.released

@@ -24,6 +24,11 @@ pub(crate) struct HoldAtLeast {
 }
 
 impl HoldAtLeast {
+    /// Whether a minimum hold was set.
+    pub(crate) fn is_set(&self) -> bool {
+        self.hold.get().is_some()
+    }
+
     pub(crate) fn new(hold: Option<Duration>, max_ttl: Duration) -> Self {
         let slot = OnceLock::new();
         if let Some(hold) = hold {
@@ -78,6 +83,10 @@ impl Renew for HoldingGuard {
 
     fn count_expiry(&mut self) {
         Renew::count_expiry(&mut self.guard);
+    }
+
+    fn released_elsewhere(self) {
+        Renew::released_elsewhere(self.guard);
     }
 }
 

@@ -54,6 +54,16 @@ pub(crate) trait Renew: Send + 'static {
     /// Counts the lock as lost (once per lock) in the manager's stats: the lease ended because
     /// its validity ran out before a renewal succeeded, which no extend or release reports.
     fn count_expiry(&mut self);
+
+    /// Ends without a request of its own: a script that did more already deleted the keys
+    /// (a slot's completion deletes its claim's key). By default the lock is dropped, which
+    /// releases it again in the background: never wrong, only a request more.
+    fn released_elsewhere(self)
+    where
+        Self: Sized,
+    {
+        drop(self);
+    }
 }
 
 /// What a lease's holder may rely on, as the task last published it.
@@ -103,6 +113,15 @@ pub(crate) struct LeaseCounters {
 
 /// How a `release()` gets its outcome back from the task.
 pub(crate) type ReleaseReply = oneshot::Sender<Result<(), LockError>>;
+
+/// What the holder asks of the task when the lease ends.
+pub(crate) enum Command {
+    /// Release the lock (`Lease::release`).
+    Release(ReleaseReply),
+    /// The keys were released by another script (`Lease::released_elsewhere`): stop, send
+    /// nothing.
+    ReleasedElsewhere(ReleaseReply),
+}
 
 /// The validated schedule of one lease.
 #[derive(Debug, Clone, Copy)]
@@ -240,8 +259,9 @@ impl Drop for Publisher {
 
 /// Why the renewal loop ended.
 enum End {
-    /// `release()` was called (with its reply channel), or the lease was dropped (`None`).
-    Release(Option<ReleaseReply>),
+    /// `release()` or `released_elsewhere()` was called (with its reply channel), or the
+    /// lease was dropped (`None`).
+    Release(Option<Command>),
     /// Validity ran out before a renewal succeeded (or after `max_hold` stopped renewals).
     Expired,
     /// A renewal showed that too few masters hold the lock.
@@ -250,7 +270,7 @@ enum End {
 
 /// What one renewal round came to.
 enum Round {
-    Command(Option<ReleaseReply>),
+    Command(Option<Command>),
     Expired,
     Done(Result<(), LockError>),
 }
@@ -263,7 +283,7 @@ pub(crate) async fn run<G: Renew>(
     mut guard: G,
     resource: Arc<str>,
     plan: Plan,
-    mut commands: oneshot::Receiver<ReleaseReply>,
+    mut commands: oneshot::Receiver<Command>,
     publisher: Publisher,
     counters: Arc<LeaseCounters>,
 ) {
@@ -376,7 +396,7 @@ fn hopeless(error: &LockError) -> Option<NotHeldReason> {
 /// Releases the lock at the end of a lease and reports how it ended.
 async fn finish<G: Renew>(mut guard: G, resource: &str, end: End, publisher: &Publisher) {
     match end {
-        End::Release(reply) => {
+        End::Release(command) => {
             // The holder may have seen the lease end (its handle reads the clock) and released
             // before this task's timer fired: that lease was lost all the same, and counts so.
             if publisher.state().loss(clock::now()) == Some(NotHeldReason::Expired) {
@@ -387,7 +407,15 @@ async fn finish<G: Renew>(mut guard: G, resource: &str, end: End, publisher: &Pu
                 guard.count_expiry();
             }
             publisher.stop(NotHeldReason::Released, Some(clock::now()));
-            let outcome = guard.release().await;
+            let (outcome, reply) = match command {
+                Some(Command::ReleasedElsewhere(reply)) => {
+                    guard.released_elsewhere();
+                    tracing::debug!(resource, "lease ended; its keys were released elsewhere");
+                    (Ok(()), Some(reply))
+                }
+                Some(Command::Release(reply)) => (guard.release().await, Some(reply)),
+                None => (guard.release().await, None),
+            };
             match reply {
                 Some(reply) => {
                     // The caller may have stopped waiting; the lock is released either way.

@@ -175,12 +175,17 @@ return restored";
 }
 
 /// How a run ended, recorded on one master: shared by [`FINISH_SLOT`] and [`FINISH_SLOTS`].
-/// `finish(rec, value, ending, runner, retention_ms, token, attempt)` returns 1 if written.
+/// `finish(rec, value, ending, runner, retention_ms, token, attempt, run, release)` returns 1
+/// if written. With `release` `'1'` it also releases the claim (deletes the running key `run`
+/// where it still holds `value`), which spares the run a release request per master.
 macro_rules! finish_fn {
     () => {
         r"local t = redis.call('time')
 local now_us = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-local function finish(rec, value, ending, runner, retention, token, attempt)
+local function finish(rec, value, ending, runner, retention, token, attempt, run, release)
+    if release == '1' and redis.call('get', run) == value then
+        redis.call('del', run)
+    end
     local r = redis.call('hmget', rec, 'state', 'value', 'attempts')
     if ending == 'completed' then
         if r[1] ~= 'completed' then
@@ -205,29 +210,30 @@ end
 }
 
 lua_script! {
-    /// Records how a run ended, keeping the record `ARGV[4]` ms. `KEYS[1]` running key (it
-    /// only picks the connection: the run's lease releases the key after), `KEYS[2]` record;
-    /// `ARGV[1]` the claim's value, `ARGV[2]` `completed` or `abandoned`, `ARGV[3]` runner,
-    /// `ARGV[5]` the run's token, `ARGV[6]` its attempt.
+    /// Records how a run ended, keeping the record `ARGV[4]` ms. `KEYS[1]` running key,
+    /// `KEYS[2]` record; `ARGV[1]` the claim's value, `ARGV[2]` `completed` or `abandoned`,
+    /// `ARGV[3]` runner, `ARGV[5]` the run's token, `ARGV[6]` its attempt, `ARGV[7]` `"1"` to
+    /// release the claim too (else the run's lease releases the key after).
     ///
     /// A completion is a fact about the slot and is written whatever the record says (even
     /// where this claim never landed, or after another claim took over): it can only stop
     /// later runs. An abandonment is written only over this claim's own running record.
     /// Returns 1 if written, else 0.
-    FINISH_SLOT = concat!(finish_fn!(), "return finish(KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])");
+    FINISH_SLOT = concat!(finish_fn!(), "return finish(KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], KEYS[1],
+    ARGV[7])");
 }
 
 lua_script! {
     /// Records how many runs ended, each as [`FINISH_SLOT`] does (the same Lua function), in
     /// one call. `KEYS` holds two keys per run (running key, record: the first running key
-    /// picks the connection); `ARGV[1]` is `completed` or `abandoned` for every run, then five
-    /// arguments per run: its claim's value, runner, retention (ms), token, attempt. Returns
-    /// one 1 (written) or 0 per run, in order.
+    /// picks the connection); `ARGV[1]` is `completed` or `abandoned` for every run, then six
+    /// arguments per run: its claim's value, runner, retention (ms), token, attempt, and `"1"`
+    /// to release its claim too. Returns one 1 (written) or 0 per run, in order.
     FINISH_SLOTS = concat!(finish_fn!(), r"local out = {}
 for i = 1, #KEYS / 2 do
-    local a = 1 + (i - 1) * 5
+    local a = 1 + (i - 1) * 6
     out[i] = finish(KEYS[2 * i], ARGV[a + 1], ARGV[1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4],
-        ARGV[a + 5])
+        ARGV[a + 5], KEYS[2 * i - 1], ARGV[a + 6])
 end
 return out");
 }

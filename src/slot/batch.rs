@@ -234,7 +234,7 @@ pub(crate) async fn finish_batch(
         })
         .collect();
     let mut keys: Vec<Vec<u8>> = Vec::with_capacity(items.len() * 2);
-    let mut args: Vec<Vec<u8>> = Vec::with_capacity(items.len() * 5 + 1);
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(items.len() * 6 + 1);
     args.push(
         match ending {
             Ending::Completed => &b"completed"[..],
@@ -250,6 +250,7 @@ pub(crate) async fn finish_batch(
         args.push(retention.as_bytes().to_vec());
         args.push(token.as_bytes().to_vec());
         args.push(attempt.as_bytes().to_vec());
+        args.push(item.spec.release_flag().to_vec());
     }
     let (keys, args) = (Arc::new(keys), Arc::new(args));
     let count = items.len();

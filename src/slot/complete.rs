@@ -21,9 +21,10 @@ impl SlotRun {
     /// completion recorded on every master that answers, `Ok` once a quorum holds it, retried
     /// twice after a retryable failure, then the claim released), with one request per master
     /// for the completions of up to [`MAX_SLOT_BATCH`] runs of one manager instead of one per
-    /// run: for a scheduler whose many jobs end together. The claims are released a few dozen
-    /// at a time (each release is a request per master). Returns one outcome per run, in order;
-    /// an empty list gives an empty answer.
+    /// run: for a scheduler whose many jobs end together. The same request releases the
+    /// claims; those it could not release (a completion not recorded, or a minimum hold) are
+    /// released a few dozen at a time. Returns one outcome per run, in order; an empty list
+    /// gives an empty answer.
     ///
     /// # Errors
     ///
@@ -93,6 +94,7 @@ impl SlotRun {
                             retention: run.info.retention,
                             token: run.fence(),
                             attempt: run.info.attempt,
+                            release: run.releases_with_its_ending(),
                         },
                     })
                     .collect();
@@ -118,11 +120,12 @@ impl SlotRun {
                     tracing::warn!(job = %run.info.job, slot = %run.info.slot, %error, "slot completion not recorded on a quorum")
                 }
             }
-            run.release().await;
+            run.release_after(outcome.is_ok()).await;
             outcome
         });
-        // A few at a time: each release is a request per master, and a thousand at once would
-        // queue ahead of whatever the masters must answer next (the claims of the next batch).
+        // A few at a time: a release left to do (a completion not recorded, or a minimum hold)
+        // is a request per master, and a thousand at once would queue ahead of whatever the
+        // masters must answer next (the claims of the next batch).
         futures::stream::iter(released)
             .buffered(RELEASES_IN_FLIGHT)
             .collect()

@@ -530,6 +530,19 @@ pub(crate) struct FinishSpec<'a> {
     pub(crate) retention: Duration,
     pub(crate) token: Option<u64>,
     pub(crate) attempt: u32,
+    /// Release the claim in the same script (when its lease keeps no minimum hold).
+    pub(crate) release: bool,
+}
+
+impl FinishSpec<'_> {
+    /// The script's release argument.
+    pub(crate) fn release_flag(&self) -> &'static [u8] {
+        if self.release {
+            b"1"
+        } else {
+            b"0"
+        }
+    }
 }
 
 /// Records how a run ended on every master (see [`FINISH_SLOT`]): `Ok` once a quorum wrote it.
@@ -554,15 +567,17 @@ pub(crate) async fn finish(
             let retention = Decimal::new(millis(spec.retention));
             let token = Decimal::new(spec.token.unwrap_or(0));
             let attempt = Decimal::new(u64::from(spec.attempt));
+            let release = spec.release_flag();
             async move {
                 let keys = [running.as_bytes(), record.as_bytes()];
-                let args: [&[u8]; 6] = [
+                let args: [&[u8]; 7] = [
                     value.as_str().as_bytes(),
                     ending,
                     runner.as_bytes(),
                     retention.as_bytes(),
                     token.as_bytes(),
                     attempt.as_bytes(),
+                    release,
                 ];
                 let result = node
                     .run_script(&FINISH_SLOT, &keys, &args, false)

@@ -131,7 +131,7 @@ impl SlotRun {
                 tracing::warn!(job = %self.info.job, slot = %self.info.slot, %error, "slot completion not recorded on a quorum")
             }
         }
-        self.release().await;
+        self.release_after(outcome.is_ok()).await;
         outcome
     }
 
@@ -151,7 +151,7 @@ impl SlotRun {
     pub async fn abandon(self) -> Result<(), LockError> {
         let outcome = self.finish(Ending::Abandoned).await;
         tracing::info!(job = %self.info.job, slot = %self.info.slot, ok = outcome.is_ok(), "slot abandoned");
-        self.release().await;
+        self.release_after(outcome.is_ok()).await;
         outcome
     }
 
@@ -164,13 +164,30 @@ impl SlotRun {
             retention: self.info.retention,
             token: self.fence(),
             attempt: self.info.attempt,
+            release: self.releases_with_its_ending(),
         };
         round::finish(&self.info.shared.nodes, &self.info.keys, spec).await
     }
 
-    /// Releases the claim through its lease (with the lease's minimum hold, if any).
-    pub(super) async fn release(self) {
-        if let Err(error) = self.lease.release().await {
+    /// Whether the script that records how the run ended also releases its claim: yes, unless
+    /// the claim must stay until a minimum hold (only the lease's release keeps that). A
+    /// scheduler whose thousand jobs end together then sends one request per master for
+    /// them all instead of one more per job and master.
+    pub(super) fn releases_with_its_ending(&self) -> bool {
+        !self.lease.holds_at_least()
+    }
+
+    /// Ends the run's lease after its ending was recorded (`recorded`: on a quorum). A claim
+    /// whose ending script released it needs no release of its own; a master that script
+    /// missed keeps the key until its TTL, where the quorum's record already answers every
+    /// claim. Otherwise (an ending not recorded, or a minimum hold) the lease releases it.
+    pub(super) async fn release_after(self, recorded: bool) {
+        let outcome = if recorded && self.releases_with_its_ending() {
+            self.lease.released_elsewhere().await
+        } else {
+            self.lease.release().await
+        };
+        if let Err(error) = outcome {
             tracing::debug!(job = %self.info.job, slot = %self.info.slot, %error, "releasing the slot claim failed; it expires after its ttl");
         }
     }
