@@ -147,8 +147,7 @@ async fn finish(
         (observed, text)
     } else if sc.fenced {
         let rejected = report.effects_fenced.rejections;
-        let tokens_ok =
-            crate::verdict::token_order_violations(&report) == 0 && report.tokens.with_token > 0;
+        let tokens_ok = report.tokens.order_violations.is_empty() && report.tokens.with_token > 0;
         if report.lost_fenced.lost_any() || !report.effects_fenced.overlaps.is_empty() {
             let lost = report.lost_fenced.lost_increments;
             (
@@ -226,7 +225,7 @@ async fn finish(
             "{} rejected, {} lost, token order violations {}",
             report.effects_fenced.rejections,
             report.lost_fenced.lost_increments,
-            crate::verdict::token_order_violations(&report)
+            report.tokens.order_violations.len()
         )
     } else {
         "not used".to_string()
