@@ -15,7 +15,8 @@ use crate::clock::now_ns;
 
 /// Serves one connection until it closes: each line is parsed as a `Req` and answered with
 /// `answer(parsed, arrival_ns)`, the arrival read as soon as the line is in (before any lock
-/// the store takes), so that the store's log orders accesses as they arrived.
+/// the store takes; the store logs it no earlier than its previous entry, see
+/// `fenced_store::stamp`).
 pub async fn serve<Req, Resp>(
     stream: TcpStream,
     mut answer: impl FnMut(Result<Req, serde_json::Error>, u64) -> Resp,

@@ -289,4 +289,34 @@ mod tests {
         assert!(log[0].time_ns >= before);
         assert_eq!(unfenced.counter, 7);
     }
+
+    /// Many connections at once: the log's times follow the order in which the accesses were
+    /// applied (a time out of order reads as two leases interleaving to the effects checker).
+    /// Red with each access stamped at its arrival alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_log_is_stamped_in_the_order_of_application() {
+        let server = Server::start().await.expect("starts");
+        let mut tasks = Vec::new();
+        for c in 0..8u32 {
+            let addr = server.addr;
+            tasks.push(tokio::spawn(async move {
+                let mut client = Client::connect(addr).await.expect("connects");
+                for i in 0..400 {
+                    let mut r = req(Op::Write, Register::Unfenced, None, u64::from(c) * 1000 + i);
+                    r.client = c;
+                    client.call(&r).await.expect("call");
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("client");
+        }
+        let (log, _, _) = server.snapshot();
+        assert_eq!(log.len(), 3200);
+        let inversions = log
+            .windows(2)
+            .filter(|w| w[1].time_ns < w[0].time_ns)
+            .count();
+        assert_eq!(inversions, 0, "times out of the order of application");
+    }
 }
