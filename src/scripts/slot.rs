@@ -29,18 +29,21 @@ local function epoch_age(key, on)
     return math.floor((now_us - tonumber(born)) / 1000)
 end
 local function claim(run, rec, fence, value, a, epoch_age_ms)
+    -- One read of the record serves the decision, the answer and the undo fields: this runs
+    -- for every slot of every batch, on every master, at the instant the slots fall due.
+    local r = redis.call('hmget', rec, 'state', 'attempts', 'token', 'runner', 'updated')
+    local attempts = tonumber(r[2] or '0') or 0
     local function answer(code, token, holder)
-        local r = redis.call('hmget', rec, 'attempts', 'token', 'runner', 'updated')
-        return {code, token, epoch_age_ms, tonumber(r[1] or '0') or 0, tonumber(r[2] or '0') or 0,
-            r[3] or '', tonumber(r[4] or '0') or 0, holder or ''}
+        return {code, token, epoch_age_ms, attempts, tonumber(r[3] or '0') or 0, r[4] or '',
+            tonumber(r[5] or '0') or 0, holder or ''}
     end
-    local state = redis.call('hget', rec, 'state')
+    local state = r[1]
     if state == 'completed' then
         return answer(2, 0)
     end
     local holder = redis.call('get', run)
     if holder == value then
-        return answer(1, tonumber(redis.call('hget', rec, 'token') or '0') or 0)
+        return answer(1, tonumber(r[3] or '0') or 0)
     end
     if holder then
         return answer(3, 0, redis.sha1hex(holder))
@@ -56,14 +59,13 @@ local function claim(run, rec, fence, value, a, epoch_age_ms)
         token = math.max(current + 1, now_us, proposal)
         redis.call('set', fence, string.format('%d', token), 'px', a.fence_retention)
     end
-    local old = redis.call('hmget', rec, 'state', 'runner', 'token', 'updated')
+    local now = string.format('%d', now_us)
     redis.call('hset', rec, 'state', 'running', 'value', value, 'runner', a.runner,
-        'token', string.format('%d', token), 'updated', string.format('%d', now_us),
-        'prev_state', old[1] or '', 'prev_runner', old[2] or '', 'prev_token', old[3] or '0',
-        'prev_updated', old[4] or '0')
-    redis.call('hincrby', rec, 'attempts', 1)
+        'token', string.format('%d', token), 'updated', now, 'attempts', attempts + 1,
+        'prev_state', state or '', 'prev_runner', r[4] or '', 'prev_token', r[3] or '0',
+        'prev_updated', r[5] or '0')
     redis.call('pexpire', rec, a.retention)
-    return answer(1, token)
+    return {1, token, epoch_age_ms, attempts + 1, token, a.runner, now_us, ''}
 end
 "
     };
