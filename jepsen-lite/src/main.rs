@@ -38,8 +38,10 @@ struct SoakArgs {
     /// The first run's seed (the next runs take the following ones; default: random).
     #[arg(long)]
     seed: Option<u64>,
-    /// Each run's length, seconds.
-    #[arg(long, default_value_t = 30)]
+    /// Each run's length, seconds. A run spends its first moments starting masters and
+    /// clients and its last seconds healed (liveness is owed after the heal), so longer runs
+    /// spend more of the soak under fault.
+    #[arg(long, default_value_t = 60)]
     run_seconds: u64,
     /// Masters, a comma-separated list cycled through.
     #[arg(long, default_value = "1,3,5,7", value_delimiter = ',')]

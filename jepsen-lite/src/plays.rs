@@ -246,8 +246,16 @@ pub async fn play(env: &mut Env, notes: &mut Vec<String>) -> Result<(), Error> {
                 wait_go: true,
                 ..env.spec("r")
             };
-            env.cycle(0, spec.clone()).await?;
-            env.cycle(1, spec).await?;
+            // B tries for longer than a TTL: a round of its own that failed on a loaded box (a
+            // node timeout on one of its three masters) can leave a key there for up to a TTL
+            // (its SET landing after the undo), refusing B's next rounds meanwhile; seen in
+            // two quick-matrix runs, where B gave up after 1 s and the run had too few claims.
+            let b = CycleSpec {
+                acquire_deadline_ms: ttl_ms + 1000,
+                ..spec.clone()
+            };
+            env.cycle(0, spec).await?;
+            env.cycle(1, b).await?;
             // Whoever acquired holds on (waits for go) while the other finishes.
             let mut holding = Vec::new();
             for c in [0, 1] {
