@@ -349,15 +349,40 @@ pub struct Targets<'a> {
     pub clients: &'a [u32],
 }
 
+/// The took-effect reading of a proxy fault on `links`, which were `affected` each: proven
+/// when any traffic was affected, naming the links that saw none.
+fn links_reading(links: &[(usize, usize)], affected: &[u64]) -> Result<String, String> {
+    let total: u64 = affected.iter().sum();
+    if total == 0 {
+        return Err("no traffic crossed the faulty links".to_string());
+    }
+    let idle: Vec<String> = links
+        .iter()
+        .zip(affected)
+        .filter(|(_, &a)| a == 0)
+        .map(|(&(c, n), _)| format!("client {c} to node {n}"))
+        .collect();
+    Ok(if idle.is_empty() {
+        format!("{total} bytes and connections affected")
+    } else {
+        format!(
+            "{total} bytes and connections affected; none on {}",
+            idle.join(", ")
+        )
+    })
+}
+
 /// A fault whose effect can only be read once it has had time to act: checked when it ends.
 #[derive(Debug)]
 enum Pending {
     /// Proxy links in a fault mode: some traffic must have been cut, discarded, delayed or
-    /// held, counted from `baseline`.
+    /// held, counted from each link's `baselines` entry (the reading names the links that
+    /// saw nothing: a client may rightly leave a link idle, but a cut that missed a link
+    /// shows there).
     Links {
         label: String,
         links: Vec<(usize, usize)>,
-        baseline: u64,
+        baselines: Vec<u64>,
     },
     /// iptables DROP rules on these node ports: they must have matched packets.
     Rules { label: String, ports: Vec<u16> },
@@ -822,14 +847,14 @@ impl Nemesis {
         modes: Modes,
     ) {
         let links = links.to_vec();
-        let baseline = links.iter().map(|&(c, n)| t.proxy.affected(c, n)).sum();
+        let baselines = links.iter().map(|&(c, n)| t.proxy.affected(c, n)).collect();
         for &(c, n) in &links {
             t.proxy.set(c, n, modes);
         }
         self.pending.push(Pending::Links {
             label,
             links,
-            baseline,
+            baselines,
         });
     }
 
@@ -898,16 +923,14 @@ impl Nemesis {
                 Pending::Links {
                     label,
                     links,
-                    baseline,
+                    baselines,
                 } => {
-                    let now: u64 = links.iter().map(|&(c, n)| t.proxy.affected(c, n)).sum();
-                    let affected = now.saturating_sub(baseline);
-                    let check = if affected > 0 {
-                        Ok(format!("{affected} bytes and connections affected"))
-                    } else {
-                        Err("no traffic crossed the faulty links".to_string())
-                    };
-                    (label, check)
+                    let each: Vec<u64> = links
+                        .iter()
+                        .zip(&baselines)
+                        .map(|(&(c, n), &base)| t.proxy.affected(c, n).saturating_sub(base))
+                        .collect();
+                    (label, links_reading(&links, &each))
                 }
                 Pending::Rules { label, ports } => {
                     let check = match &listing {
@@ -1163,5 +1186,26 @@ pub fn clock_offset(master: &quorumlock::testing::RedisMaster, n: usize) -> Resu
     match (field(0), field(1)) {
         (Some(secs), Some(micros)) => Ok(clock_offset_ms(secs, micros, host_us)),
         _ => Err(format!("TIME on node {n} gave {reply:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::links_reading;
+
+    /// A proxy fault is proven by any traffic it affected; the links it left untouched are
+    /// named (a cut that missed one of its links shows there), and none at all is no proof.
+    #[test]
+    fn links_reading_names_the_untouched_links() {
+        let links = [(0, 2), (0, 3), (0, 4)];
+        assert_eq!(
+            links_reading(&links, &[40, 45, 40]),
+            Ok("125 bytes and connections affected".to_string())
+        );
+        assert_eq!(
+            links_reading(&links, &[40, 0, 85]),
+            Ok("125 bytes and connections affected; none on client 0 to node 3".to_string())
+        );
+        assert!(links_reading(&links, &[0, 0, 0]).is_err());
     }
 }
