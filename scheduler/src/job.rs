@@ -154,6 +154,10 @@ impl Job {
     /// How late (after its due time, by the worker's clock) a slot may still start, like
     /// Kubernetes' `startingDeadlineSeconds`; later it counts as missed. Also how far back a
     /// starting worker looks for slots to catch up. Defaults to [`DEFAULT_STARTING_DEADLINE`] (60 s).
+    ///
+    /// It bounds a slot's first start (and the claims retried after a split vote), not the
+    /// retry of a slot whose runner died: [`OnAbandoned::Retry`](crate::OnAbandoned::Retry)
+    /// promises at least one run, which a deadline passed during the dead run would break.
     #[must_use]
     pub fn starting_deadline(mut self, deadline: Duration) -> Self {
         self.starting_deadline = deadline;
