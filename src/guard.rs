@@ -224,6 +224,7 @@ impl LockGuard {
 
     /// Marks the keys released by another script (see `Held::released_elsewhere`).
     pub(crate) fn released_elsewhere(mut self) {
+        self.leave_hold();
         self.held.released_elsewhere();
     }
 

@@ -378,6 +378,14 @@ impl Lease {
         self.end(Command::Release).await
     }
 
+    /// Starts no more renewals (one in flight that then fails does not end the lease): the
+    /// holder is about to run a script that deletes the keys, after which a renewal would
+    /// find the lock gone and report it lost. End the lease after it, with
+    /// [`released_elsewhere`](Self::released_elsewhere) or [`release`](Self::release).
+    pub(crate) fn stop_renewing(&self) {
+        self.handle.wind_down();
+    }
+
     /// Stops the renewal without releasing: a script that did more already deleted the keys
     /// (a slot's completion deletes its claim's key where it holds this claim). Keys left on
     /// a master that script did not reach expire after their TTL.

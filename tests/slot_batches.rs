@@ -420,6 +420,44 @@ async fn complete_all_releases_the_claims_in_its_own_request() {
     }
 }
 
+/// Runs completed together keep their claims until their minimum hold, as single ones do:
+/// the batch's script must leave those to the leases. Red when it releases every claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_all_keeps_the_claims_of_runs_holding_at_least() {
+    const HOLD: Duration = Duration::from_secs(3);
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let mut runs = Vec::new();
+    for outcome in locks
+        .claim_slots(&pairs(3, "s"), &SlotOptions::new().hold_at_least(HOLD))
+        .await
+        .expect("valid batch")
+    {
+        runs.push(outcome.expect("claim").into_run().expect("claimed"));
+    }
+    let outcomes = SlotRun::complete_all(runs).await;
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    for (job, slot) in pairs(3, "s") {
+        // The releases return at a quorum: a quorum took the hold.
+        let holding = cluster
+            .iter()
+            .filter(|m| {
+                let left = pttl(m, &running_key(&job, &slot));
+                left > 0 && left <= 3000
+            })
+            .count();
+        assert!(holding >= 2, "{job}: masters holding the claim: {holding}");
+    }
+    wait_until("the holds end", HOLD + PATIENCE, || {
+        pairs(3, "s").iter().all(|(job, slot)| {
+            cluster
+                .iter()
+                .all(|m| pttl(m, &running_key(job, slot)) == -2)
+        })
+    })
+    .await;
+}
+
 /// Restart protection holds for batches as for single claims: slots completed, then one master
 /// killed, one restarted empty and the third forgetting the records (a quorum that remembers
 /// nothing): a protected batch keeps the restarted master's grants out and claims nothing; an

@@ -162,6 +162,11 @@ impl LeaseHandle {
         }
     }
 
+    /// Tells the renewal task to start no more renewals (see `Lease::stop_renewing`).
+    pub(super) fn wind_down(&self) {
+        self.counters.winding_down.store(true, Ordering::Release);
+    }
+
     /// The error of a lease that ended: why, or that its task is gone.
     pub(super) fn ended(&self) -> LockError {
         let reason = self

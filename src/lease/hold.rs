@@ -86,6 +86,17 @@ impl Renew for HoldingGuard {
     }
 
     fn released_elsewhere(self) {
+        // A minimum hold is kept only by the lease's own release (the caller must not send
+        // `released_elsewhere` then); should one come anyway, the hold is still kept, in the
+        // background.
+        if self.hold.is_set() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = Renew::release(self).await;
+                });
+            }
+            return;
+        }
         Renew::released_elsewhere(self.guard);
     }
 }

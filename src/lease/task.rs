@@ -27,7 +27,7 @@
 //! [`State::ends`], never the validity itself; renewals are planned to finish before it.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -109,6 +109,10 @@ impl State {
 pub(crate) struct LeaseCounters {
     pub(crate) renewals: AtomicU64,
     pub(crate) failures: AtomicU64,
+    /// Set by a holder about to end the lease through another script (see
+    /// `Lease::stop_renewing`): the task starts no renewal, and one in flight that fails does
+    /// not end the lease as lost (the script deletes the keys it renews).
+    pub(crate) winding_down: AtomicBool,
 }
 
 /// How a `release()` gets its outcome back from the task.
@@ -305,8 +309,9 @@ pub(crate) async fn run<G: Renew>(
                 "lease reached its max hold time; renewal stopped"
             );
         }
-        if !renewing || now < next {
-            let wake = match (renewing, plan.hold_deadline) {
+        let renewing_now = renewing && !counters.winding_down.load(Ordering::Acquire);
+        if !renewing_now || now < next {
+            let wake = match (renewing_now, plan.hold_deadline) {
                 (false, _) => ends,
                 (true, Some(cap)) => next.min(cap).min(ends),
                 (true, None) => next.min(ends),
@@ -337,6 +342,9 @@ pub(crate) async fn run<G: Renew>(
         match round {
             Round::Command(reply) => break End::Release(reply),
             Round::Expired => break End::Expired,
+            // A renewal that crossed the script ending the lease: whatever it found, the
+            // holder's command decides how the lease ends.
+            Round::Done(Err(_)) if counters.winding_down.load(Ordering::Acquire) => {}
             Round::Done(Ok(())) => {
                 counters.renewals.fetch_add(1, Ordering::Relaxed);
                 let valid_until = guard.valid_until();

@@ -511,3 +511,38 @@ async fn a_release_while_held_counts_no_loss() {
     lease.release().await.expect("release");
     assert_eq!(log.lock().expect("log").expiries, 0);
 }
+
+/// A lease winding down (another script is about to delete its keys) starts no renewal, and
+/// `released_elsewhere` then ends it without a release of its own.
+#[tokio::test(start_paused = true)]
+async fn a_lease_winding_down_starts_no_renewal_and_ends_without_a_release() {
+    let (lease, log) = start([], None);
+    tokio::time::sleep(100 * MS).await;
+    lease.stop_renewing();
+    // Renewals were due at 200 and 400 ms; the lease itself ends at 562 ms.
+    tokio::time::sleep(350 * MS).await;
+    assert!(log.lock().expect("log").extends.is_empty());
+    lease.released_elsewhere().await.expect("ended");
+    let log = log.lock().expect("log");
+    assert!(log.released.is_none(), "no release of its own");
+    assert!(log.dropped);
+}
+
+/// A renewal in flight when the lease winds down, which then finds the lock gone (the other
+/// script deleted it first), does not end the lease as lost: the holder's
+/// `released_elsewhere` decides, and nothing is released or counted twice.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_crossing_the_wind_down_does_not_end_the_lease_as_lost() {
+    // The first renewal starts at 200 ms and finds the lock gone at 300 ms.
+    let (lease, log) = start([Step::Lost(100 * MS)], None);
+    tokio::time::sleep(250 * MS).await;
+    lease.stop_renewing();
+    tokio::time::sleep(200 * MS).await;
+    assert_eq!(log.lock().expect("log").extends.len(), 1);
+    assert!(log.lock().expect("log").released.is_none());
+    lease
+        .released_elsewhere()
+        .await
+        .expect("ended by the holder");
+    assert!(log.lock().expect("log").released.is_none());
+}

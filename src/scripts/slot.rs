@@ -3,7 +3,8 @@
 //! `crate::slot`.
 //!
 //! Per slot a master keeps the **running key** (a lock key holding the claim's random value,
-//! TTL = the claim TTL, renewed by the run's lease and released like any lock) and the
+//! TTL = the claim TTL, renewed by the run's lease, released by the script that records how
+//! the run ended, or like any lock when the run keeps a minimum hold) and the
 //! **record**, a hash kept for the retention: `state` (`running`, `completed`, `abandoned`),
 //! `value` (the claim's value), `runner`, `token`, `attempts`, `updated` (the master's clock,
 //! µs), and the `prev_*` fields a failed claim is undone from.
@@ -185,10 +186,8 @@ macro_rules! finish_fn {
         r"local t = redis.call('time')
 local now_us = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local function finish(rec, value, ending, runner, retention, token, attempt, run, release)
-    if release == '1' and redis.call('get', run) == value then
-        redis.call('del', run)
-    end
     local r = redis.call('hmget', rec, 'state', 'value', 'attempts')
+    local written = 0
     if ending == 'completed' then
         if r[1] ~= 'completed' then
             redis.call('hset', rec, 'state', 'completed', 'runner', runner, 'token', token,
@@ -198,14 +197,17 @@ local function finish(rec, value, ending, runner, retention, token, attempt, run
             end
         end
         redis.call('pexpire', rec, retention)
-        return 1
-    end
-    if r[1] == 'running' and r[2] == value then
+        written = 1
+    elseif r[1] == 'running' and r[2] == value then
         redis.call('hset', rec, 'state', 'abandoned', 'updated', now_us)
         redis.call('pexpire', rec, retention)
-        return 1
+        written = 1
     end
-    return 0
+    -- Last: a script is not rolled back, so a call above that fails leaves the claim in place.
+    if release == '1' and redis.call('get', run) == value then
+        redis.call('del', run)
+    end
+    return written
 end
 "
     };
@@ -221,8 +223,7 @@ lua_script! {
     /// where this claim never landed, or after another claim took over): it can only stop
     /// later runs. An abandonment is written only over this claim's own running record.
     /// Returns 1 if written, else 0.
-    FINISH_SLOT = concat!(finish_fn!(), "return finish(KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], KEYS[1],
-    ARGV[7])");
+    FINISH_SLOT = concat!(finish_fn!(), "return finish(KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], KEYS[1], ARGV[7])");
 }
 
 lua_script! {

@@ -57,6 +57,11 @@ impl SlotRun {
     /// ```
     pub async fn complete_all(runs: Vec<SlotRun>) -> Vec<Result<(), LockError>> {
         let mut outcomes: Vec<Result<(), LockError>> = runs.iter().map(|_| Ok(())).collect();
+        // The endings delete the claims they release: a renewal after that would report them
+        // lost.
+        for run in runs.iter().filter(|run| run.releases_with_its_ending()) {
+            run.lease.stop_renewing();
+        }
         // Groups of runs of one manager (one set of masters), at most a batch each.
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for (j, run) in runs.iter().enumerate() {

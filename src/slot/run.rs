@@ -156,6 +156,9 @@ impl SlotRun {
     }
 
     async fn finish(&self, ending: Ending) -> Result<(), LockError> {
+        if self.releases_with_its_ending() {
+            self.lease.stop_renewing();
+        }
         let spec = FinishSpec {
             resource: &self.info.resource,
             ending,
