@@ -166,8 +166,9 @@ pub fn wrong_replies(events: &[Event]) -> usize {
 
 /// What a composed run observed: `Hold` when nothing broke that its safeguards should have
 /// kept (with fencing and restart protection: no lost update or interleaving on the fenced
-/// register, tokens monotone and never accepted out of order, no overstated validity, claims
-/// overlapping only within a TTL of a clock fault, and the lock granted again within the bound
+/// register, tokens never accepted out of order, no overstated validity, claims overlapping and
+/// tokens of later claims lower only within a TTL of a clock fault, and the lock granted again
+/// within the bound
 /// after each client that crashed holding it, unless a master was down or sitting out its
 /// restart then, or, on a single master, any fault was on, and no reply paired with the wrong
 /// request); else `Break` with the
@@ -189,6 +190,18 @@ pub fn composed_observation(
     let unexplained = report
         .claims
         .overlaps
+        .iter()
+        .filter(|o| !explained(o.at_ns))
+        .count();
+    // Token order between claims rests on the same exclusivity as the claims themselves: near
+    // a clock fault a master's keys may expire early, so a round still in flight (its client
+    // learning of the grant late) can hold a quorum beside another claim, and come back with
+    // the lower token after that claim has ended (soak seed 898348, composed-n5: 108 ms after
+    // a strobe on one master ended). What fencing must still keep there is the store's order:
+    // no token accepted below one accepted before, judged everywhere.
+    let tokens_unexplained = report
+        .tokens
+        .order_violations
         .iter()
         .filter(|o| !explained(o.at_ns))
         .count();
@@ -241,7 +254,7 @@ pub fn composed_observation(
         violations.push(("stale accesses", effects.stale_accesses));
     }
     if fenced {
-        violations.push(("token order", report.tokens.order_violations.len()));
+        violations.push(("token order", tokens_unexplained));
         violations.push((
             "token accepted out of order",
             report.tokens.accepted_decreases,
@@ -250,9 +263,10 @@ pub fn composed_observation(
     violations.retain(|&(_, n)| n > 0);
     let grants = report.claims.claims.max(1);
     let context = format!(
-        "{} grants, {} claim overlaps within a TTL of a clock fault, {} rejected by fencing, {}/{} crash recoveries judged",
+        "{} grants, {} claim overlaps and {} token inversions within a TTL of a clock fault, {} rejected by fencing, {}/{} crash recoveries judged",
         report.claims.claims,
         report.claims.overlaps.len() - unexplained,
+        report.tokens.order_violations.len() - tokens_unexplained,
         report.effects_fenced.rejections,
         liveness.checked,
         liveness.crashes
@@ -717,6 +731,30 @@ mod tests {
         let (observed, _, _) =
             composed_observation(&overlapping_at(5000), &back, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Hold);
+        // A later claim with a lower token: explained near the clock fault as an overlap is,
+        // not elsewhere; a token the store accepted out of order never is.
+        let inverted = |at_ms: u64| {
+            let mut report = clean.clone();
+            report.tokens.order_violations.push(checker::Overlap {
+                first: "3-740".into(),
+                second: "1-694".into(),
+                overlap_ms: 0.0,
+                at_ns: at_ms * 1_000_000,
+            });
+            report
+        };
+        let (observed, text, _) =
+            composed_observation(&inverted(5000), &clock, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Hold, "{text}");
+        assert!(text.contains("1 token inversions within a TTL"), "{text}");
+        let (observed, _, violations) =
+            composed_observation(&inverted(6500), &clock, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Break);
+        assert_eq!(violations, vec![("token order".to_string(), 1)]);
+        let mut accepted = inverted(5000);
+        accepted.tokens.accepted_decreases = 1;
+        let (observed, _, _) = composed_observation(&accepted, &clock, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Break);
         // A partition is no excuse.
         let partition = [
             nem_at(3000, "partition", serde_json::json!({})),
