@@ -45,6 +45,10 @@ pub struct Claim {
     pub end_ns: u64,
     /// Its fencing token, if any.
     pub token: Option<u64>,
+    /// When the round that won it started (`t_start_ns`: for a client that retried single
+    /// rounds, the winning one's start; otherwise when the call returned), if logged.
+    #[serde(default)]
+    pub round_start_ns: Option<u64>,
 }
 
 impl Claim {
@@ -68,6 +72,10 @@ pub struct Overlap {
     pub overlap_ms: f64,
     /// When the second started.
     pub at_ns: u64,
+    /// For a token-order violation: whether the second's winning round started before the
+    /// first ended (its request still in flight while the first held the lock).
+    #[serde(default)]
+    pub round_in_flight: bool,
 }
 
 /// Claim check results.
@@ -329,6 +337,7 @@ pub fn claims(events: &[Event]) -> Vec<Claim> {
                         start_ns: e.time_ns,
                         end_ns: end,
                         token: e.u64_field("token"),
+                        round_start_ns: e.u64_field("t_start_ns"),
                     },
                 );
             }
@@ -378,6 +387,7 @@ fn sweep(intervals: &[(String, u64, u64)], epsilon_ns: u64) -> (Vec<Overlap>, us
                     second: lease.clone(),
                     overlap_ms: ms(-margin).min(ms(i128::from(*end) - i128::from(*start))),
                     at_ns: *start,
+                    round_in_flight: false,
                 });
             } else if margin < 0 {
                 suspects += 1;
@@ -492,6 +502,9 @@ fn check_tokens(claims: &[Claim], accesses: &[Access]) -> TokenReport {
                     second: later.lease.clone(),
                     overlap_ms: 0.0,
                     at_ns: later.start_ns,
+                    round_in_flight: later
+                        .round_start_ns
+                        .is_some_and(|round| round < earlier.end_ns),
                 });
             }
         }
@@ -872,6 +885,34 @@ mod tests {
         h.ev(3000, 2, Kind::Ok, "acquire", grant("2-0", 3000, 3500, 7));
         let rep = h.check();
         assert_eq!(rep.claims.overlaps.len(), 1, "{:?}", rep.claims.overlaps);
+    }
+
+    /// A later claim with a lower token is told apart by when its winning round started:
+    /// before the earlier claim ended (in flight meanwhile: soak seed 898348) or after.
+    #[test]
+    fn token_order_violations_say_whether_the_round_was_in_flight() {
+        let grant = |lease: &str, start_ms: u64, until_ms: u64, token: u64| {
+            json!({"lease": lease, "resource": "r", "t_start_ns": m(start_ms),
+                   "valid_until_ns": m(until_ms), "ttl_ms": 2000, "token": token})
+        };
+        for (round_start, in_flight) in [(5714, true), (6100, false)] {
+            let mut h = Hist::new();
+            h.ev(5911, 3, Kind::Ok, "acquire", grant("3-740", 5911, 7889, 9));
+            h.ev(6060, 3, Kind::Invoke, "release", json!({"lease": "3-740"}));
+            h.ev(
+                6169,
+                1,
+                Kind::Ok,
+                "acquire",
+                grant("1-694", round_start, 7690, 5),
+            );
+            let rep = h.check();
+            assert_eq!(rep.tokens.order_violations.len(), 1);
+            assert_eq!(
+                rep.tokens.order_violations[0].round_in_flight, in_flight,
+                "round started at {round_start}"
+            );
+        }
     }
 
     /// Tokens that do not grow between disjoint claims are reported.

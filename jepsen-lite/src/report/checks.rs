@@ -340,6 +340,7 @@ mod tests {
             second: b.into(),
             overlap_ms: 1.0,
             at_ns: at,
+            round_in_flight: false,
         }
     }
 
