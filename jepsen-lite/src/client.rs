@@ -805,7 +805,28 @@ impl Ctx {
             spec.sleep_ms
         };
         if sleep > 0 {
-            tokio::time::sleep(Duration::from_millis(sleep)).await;
+            let nap = tokio::time::sleep(Duration::from_millis(sleep));
+            tokio::pin!(nap);
+            // A lease can end while its holder sleeps (a renewal that finds its lock on a
+            // minority, after a master came back empty, lowers its validity to that moment
+            // and releases the keys): its claim's end is logged as it happens, so that a
+            // process that dies before waking up still leaves it in its history (soak seed
+            // 25475, composed-n3: a 1.5-TTL hold lost at a restart, then its process crashed,
+            // and the checker took the grant's validity as its end: 37 overlaps).
+            let ended = match &guard {
+                Held::Lease(l) => tokio::select! {
+                    () = &mut nap => false,
+                    _ = l.lost() => true,
+                },
+                Held::Guard(_) => {
+                    (&mut nap).await;
+                    false
+                }
+            };
+            if ended {
+                self.log_lease_end(&guard, lease).await;
+                nap.await;
+            }
         }
         if spec.extend && spec.extend_late {
             // From 5 ms before the end of validity to 15 ms after it.
