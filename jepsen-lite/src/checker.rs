@@ -337,7 +337,7 @@ pub fn claims(events: &[Event]) -> Vec<Claim> {
                         start_ns: e.time_ns,
                         end_ns: end,
                         token: e.u64_field("token"),
-                        round_start_ns: e.u64_field("t_start_ns"),
+                        round_start_ns: round_start(e),
                     },
                 );
             }
@@ -364,6 +364,27 @@ pub fn claims(events: &[Event]) -> Vec<Claim> {
         .collect();
     claims.sort_by_key(|c| c.start_ns);
     claims
+}
+
+/// When a grant's winning round started, at the latest: the client's `t_start_ns` (which a
+/// client calling `lock_until` reads only after the call returned), or, if earlier, the start
+/// its reported validity implies (`valid_until − (ttl − drift)`: the library's validity ends
+/// exactly that long after its round's clock started; a validity overstated by the library,
+/// which would move this start later, is flagged by [`overstated`] anyway).
+fn round_start(e: &Event) -> Option<u64> {
+    let logged = e.u64_field("t_start_ns");
+    let implied = match (e.u64_field("valid_until_ns"), e.u64_field("ttl_ms")) {
+        (Some(until), Some(ttl_ms)) => {
+            let ttl_ns = ttl_ms.saturating_mul(1_000_000);
+            let drift_ns = ttl_ns / 100 + 2_000_000;
+            Some(until.saturating_sub(ttl_ns.saturating_sub(drift_ns)))
+        }
+        _ => None,
+    };
+    match (logged, implied) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn ms(ns: i128) -> f64 {
@@ -895,7 +916,12 @@ mod tests {
             json!({"lease": lease, "resource": "r", "t_start_ns": m(start_ms),
                    "valid_until_ns": m(until_ms), "ttl_ms": 2000, "token": token})
         };
-        for (round_start, in_flight) in [(5714, true), (6100, false)] {
+        // (t_start, valid_until): a round from 5714 logged as such; one from 6100; one from
+        // 5714 whose client logged its return (6169) as t_start, the validity telling when
+        // the round began (seed 25475: `lock_until`).
+        for (t_start, until, in_flight) in
+            [(5714, 7692, true), (6100, 8078, false), (6169, 7692, true)]
+        {
             let mut h = Hist::new();
             h.ev(5911, 3, Kind::Ok, "acquire", grant("3-740", 5911, 7889, 9));
             h.ev(6060, 3, Kind::Invoke, "release", json!({"lease": "3-740"}));
@@ -904,13 +930,13 @@ mod tests {
                 1,
                 Kind::Ok,
                 "acquire",
-                grant("1-694", round_start, 7690, 5),
+                grant("1-694", t_start, until, 5),
             );
             let rep = h.check();
             assert_eq!(rep.tokens.order_violations.len(), 1);
             assert_eq!(
                 rep.tokens.order_violations[0].round_in_flight, in_flight,
-                "round started at {round_start}"
+                "t_start {t_start}, valid until {until}"
             );
         }
     }
