@@ -26,6 +26,9 @@ pub fn mix(script: Script) -> Option<Mix> {
 /// The loops each client process of a composed run runs at once.
 const WORKERS: usize = 4;
 
+/// How long a fault stays on at least: a fault needs traffic to show that it took effect.
+const FAULT_PROOF_TIME: Duration = Duration::from_secs(1);
+
 /// Clients stopped by themselves, and when to continue them.
 struct Watch {
     paused: Vec<(usize, Instant)>,
@@ -106,7 +109,7 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
     let faults_until = Instant::now() + duration.saturating_sub(margin);
     // A fault needs a second to show it took effect (traffic it cut or delayed).
     while mix != Mix::Single(RandomFault::None)
-        && faults_until.saturating_duration_since(Instant::now()) >= Duration::from_secs(1)
+        && faults_until.saturating_duration_since(Instant::now()) >= FAULT_PROOF_TIME
     {
         let step = generator::step(&mut env.rng, mix, &shape);
         // A client that just crashed itself is started again first (and a master due back,
@@ -114,6 +117,13 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         // (soak seed 217918, composed-n1: "pause client 2 did not take effect (pid in state
         // Z)", its old process gone a moment before).
         watch_for(env, &mut watch, Duration::ZERO, &spec, loops_end).await?;
+        // Starting a crashed client again takes a while: a step that would now be cut to
+        // less than the second its faults need to show an effect is not begun (soak seed
+        // 138436, composed-n5: a delay injected 157 ms before the faults' end crossed no
+        // traffic, and its unproven fault failed the run).
+        if faults_until.saturating_duration_since(Instant::now()) < FAULT_PROOF_TIME {
+            break;
+        }
         if composed {
             env.with_nemesis(|n, t| {
                 n.begin_step(t);
@@ -125,8 +135,13 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         }
         let labels: Vec<String> = step.faults.iter().map(|f| f.label()).collect();
         env.phase(&labels.join(", "));
+        // Injecting can take seconds (a clock fault's read-back under packet loss just
+        // injected): every fault still gets the second it needs to show an effect, even if the
+        // step then ends up to a second past `faults_until` (the margin after it is 3 s and a
+        // delayed restart, above what liveness needs).
         let left = faults_until.saturating_duration_since(Instant::now());
-        watch_for(env, &mut watch, step.hold.min(left), &spec, loops_end).await?;
+        let hold = step.hold.min(left).max(FAULT_PROOF_TIME);
+        watch_for(env, &mut watch, hold, &spec, loops_end).await?;
         env.with_nemesis(|n, t| n.end_step(t))?;
         env.phase("quiet");
         let left = faults_until.saturating_duration_since(Instant::now());
