@@ -739,20 +739,27 @@ mod tests {
                 ));
                 events.push(nem_at(4000, "partition-end", serde_json::json!({})));
             }
-            let mut report = Report::default();
-            report.claims.claims = 100;
-            report.tokens.order_violations.push(checker::Overlap {
-                first: "2-1".into(),
-                second: "1-1".into(),
-                overlap_ms: 0.0,
-                at_ns: 7_000_000_000,
-                round_in_flight: false,
-            });
+            let report = token_inversion("2-1", "1-1", 7_000_000_000, false);
             composed_observation(&report, &events, TTL_NS, true, BOUND_NS, 1).0
         };
         assert_eq!(run(3_774_000, true), Expect::Hold);
         assert_eq!(run(3_774_000, false), Expect::Break);
         assert_eq!(run(900_000, true), Expect::Break);
+    }
+
+    /// A report of 100 claims where `second`, starting at `at_ns`, carries a lower token than
+    /// `first`, which ended before it.
+    fn token_inversion(first: &str, second: &str, at_ns: u64, round_in_flight: bool) -> Report {
+        let mut report = Report::default();
+        report.claims.claims = 100;
+        report.tokens.order_violations.push(checker::Overlap {
+            first: first.into(),
+            second: second.into(),
+            overlap_ms: 0.0,
+            at_ns,
+            round_in_flight,
+        });
+        report
     }
 
     fn overlapping_at(ms: u64) -> Report {
@@ -823,15 +830,7 @@ mod tests {
         // whose round began after the first claim ended is never explained (what a token
         // mutant produces), nor is a token the store accepted out of order.
         let inverted = |at_ms: u64, in_flight: bool| {
-            let mut report = clean.clone();
-            report.tokens.order_violations.push(checker::Overlap {
-                first: "3-740".into(),
-                second: "1-694".into(),
-                overlap_ms: 0.0,
-                at_ns: at_ms * 1_000_000,
-                round_in_flight: in_flight,
-            });
-            report
+            token_inversion("3-740", "1-694", at_ms * 1_000_000, in_flight)
         };
         let (observed, text, _) =
             composed_observation(&inverted(5000, true), &clock, TTL_NS, true, BOUND_NS, 5);
@@ -880,15 +879,7 @@ mod tests {
         // Tokens out of order between two claims break it (a grant that held nothing, which
         // the checker once paired with itself, takes no part: see `checker::Claim::held_anything`).
         let order = |first: &str, second: &str| {
-            let mut report = Report::default();
-            report.claims.claims = 100;
-            report.tokens.order_violations.push(checker::Overlap {
-                first: first.into(),
-                second: second.into(),
-                overlap_ms: 0.0,
-                at_ns: 1,
-                round_in_flight: false,
-            });
+            let report = token_inversion(first, second, 1, false);
             composed_observation(&report, &none, TTL_NS, true, BOUND_NS, 5)
         };
         assert_eq!(order("0-1", "1-1").2, vec![("token order".to_string(), 1)]);
