@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
 use quorumlock::{Redlock, RedlockBuilder, DEFAULT_KEY_PREFIX};
 
+pub(crate) mod sweep;
+
 /// A node timeout generous enough for a loaded 2-core CI box; tests about timeouts set their own.
 pub(crate) const NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
