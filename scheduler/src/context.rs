@@ -18,6 +18,7 @@ pub struct JobContext {
     pub(crate) fence: Option<u64>,
     pub(crate) attempt: u32,
     pub(crate) lateness: Duration,
+    pub(crate) rank: Option<usize>,
     pub(crate) lease: Arc<dyn LeaseView>,
 }
 
@@ -53,6 +54,13 @@ impl JobContext {
     /// How late the run started after the slot's due time, by this worker's clock.
     pub fn lateness(&self) -> Duration {
         self.lateness
+    }
+
+    /// This worker's rank among its [fleet](crate::SchedulerBuilder::fleet) for the slot: 0
+    /// when it is the worker ranked first, `k` when `k` workers come before it (a backup runs
+    /// the slot because they did not). `None` without a fleet.
+    pub fn rank(&self) -> Option<usize> {
+        self.rank
     }
 
     /// Whether the claim is still held: check it right before each side effect. False once the

@@ -211,6 +211,12 @@ impl Job {
     /// to the lateness (the first of `w` workers waits `stagger / (w + 1)` on average) and
     /// takes no part in "at most once". Zero turns it off. Defaults to [`DEFAULT_STAGGER`]
     /// (20 ms).
+    ///
+    /// Each worker counts it on its own clock, so a worker whose clock runs ahead of the others'
+    /// by more than the stagger claims first every time; a
+    /// [fleet](crate::SchedulerBuilder::fleet), whose backups wait out a
+    /// [clock skew bound](crate::SchedulerBuilder::max_clock_skew), spreads the slots under
+    /// skew. A job run by a fleet does not use the stagger.
     #[must_use]
     pub fn stagger(mut self, stagger: Duration) -> Self {
         self.stagger = stagger;

@@ -75,8 +75,11 @@
 //! (and records that lateness by its own clock); the slot is the same, and the first claim wins.
 //! Keep skew well under the [starting deadline](Job::starting_deadline) (or a lagging worker
 //! counts misses) and under the retention (or a very late worker finds no record and runs the
-//! slot again). The claims' TTLs run on the masters' clocks and the client's monotonic clock,
-//! as for any quorumlock lock: the drift allowance must cover the rate differences.
+//! slot again). Which worker runs a slot also follows the clocks: the one furthest ahead falls
+//! due first. A [fleet](SchedulerBuilder::fleet) keeps each slot to its first-ranked worker
+//! while the clocks differ by at most its [skew bound](SchedulerBuilder::max_clock_skew)
+//! (100 ms unless set). The claims' TTLs run on the masters' clocks and the client's monotonic
+//! clock, as for any quorumlock lock: the drift allowance must cover the rate differences.
 //!
 //! ## Policies
 //!
@@ -87,8 +90,9 @@
 //!   `Replace` (the next slot cancels the run of the previous one).
 //! * A [fleet](SchedulerBuilder::fleet): workers that know each other claim each slot in rank
 //!   order (by a hash of the worker, the job and the slot): the first-ranked as it falls due,
-//!   the others [`backup_after`](SchedulerBuilder::backup_after) apart, when they usually find
-//!   it completed (a dead first worker's slots run that much later). Without one, a
+//!   the others after the [clock skew bound](SchedulerBuilder::max_clock_skew) and
+//!   [`backup_after`](SchedulerBuilder::backup_after) apart, when they usually find it
+//!   completed (a dead first worker's slots run that much later). Without one, a
 //!   [stagger](Job::stagger) (a few milliseconds per worker and slot, fixed by a hash) makes
 //!   one worker usually claim first and the others be refused cheaply;
 //!   [jitter](Job::jitter) before claims; a [runtime cap](Job::max_runtime) (the lease's
@@ -144,7 +148,9 @@ pub use job::{
 };
 pub use policy::{CatchUp, Concurrency, OnAbandoned};
 pub use schedule::Schedule;
-pub use scheduler::{Scheduler, SchedulerBuilder, ShutdownReport, DEFAULT_BACKUP_AFTER};
+pub use scheduler::{
+    Scheduler, SchedulerBuilder, ShutdownReport, DEFAULT_BACKUP_AFTER, DEFAULT_MAX_CLOCK_SKEW,
+};
 pub use slot::Slot;
 pub use stats::{JobStats, Lateness};
 pub use status::{JobStatus, SlotEntry, SlotOutcome};

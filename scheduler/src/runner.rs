@@ -22,7 +22,7 @@ use crate::plan::{self, lateness, past_deadline};
 use crate::policy::{Concurrency, OnAbandoned};
 use crate::shared::{Phase, Shared};
 use crate::slot::Slot;
-use crate::stagger::{rank, stagger};
+use crate::stagger::{backup_delay, rank, stagger};
 use crate::stats::{Count, Counters};
 use crate::status::{History, SlotEntry, SlotOutcome};
 
@@ -145,21 +145,34 @@ pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
             if *phase.borrow() != Phase::Running {
                 return;
             }
+            if shared.fleet.is_some() && slot.due() > next {
+                // It fell due while this worker waited out its delay for an earlier slot (a
+                // backup's delay outlasted the period): it waits its own delay all the same, or
+                // it would claim before the slot's first-ranked worker.
+                let delay = claim_delay(&shared, &job.name, slot.id(), spec.stagger);
+                let ready = slot
+                    .due()
+                    .checked_add_signed(TimeDelta::from_std(delay).unwrap_or_default())
+                    .unwrap_or(slot.due());
+                tokio::select! {
+                    () = clock::sleep_until(&*shared.clock, ready) => {}
+                    () = until(&mut phase, Phase::Draining) => return,
+                }
+            }
             claim_and_run(&shared, &job, slot).await;
         }
     }
 }
 
-/// How long after a slot falls due this worker claims it: its rank among the fleet times the
-/// backup delay when the fleet is known, else the job's stagger.
+/// How long after a slot falls due this worker claims it: by its rank among the fleet when the
+/// fleet is known ([`backup_delay`]), else the job's stagger.
 fn claim_delay(shared: &Shared, job: &str, slot: &str, spread: Duration) -> Duration {
     match &shared.fleet {
-        Some(fleet) => {
-            let rank = rank(&shared.worker, &fleet.workers, job, slot);
-            fleet
-                .backup_after
-                .saturating_mul(u32::try_from(rank).unwrap_or(u32::MAX))
-        }
+        Some(fleet) => backup_delay(
+            rank(&shared.worker, &fleet.workers, job, slot),
+            fleet.backup_after,
+            fleet.max_skew,
+        ),
         None => stagger(&shared.worker, job, slot, spread),
     }
 }
@@ -503,6 +516,10 @@ fn start_run(
         async move {
             let _in_flight = in_flight;
             let lease: Arc<dyn crate::claims::LeaseView> = Arc::from(run.lease());
+            let fleet_rank = shared2
+                .fleet
+                .as_ref()
+                .map(|f| rank(&shared2.worker, &f.workers, &job2.name, slot.id()));
             let ctx = JobContext {
                 job: Arc::clone(&job2.name),
                 worker: Arc::clone(&shared2.worker),
@@ -510,6 +527,7 @@ fn start_run(
                 fence: record.fence,
                 attempt: record.attempts,
                 lateness: late.unwrap_or_default(),
+                rank: fleet_rank,
                 lease: Arc::clone(&lease),
             };
             info!(lateness = ?late, "run starts");

@@ -17,6 +17,7 @@ use crate::error::SchedulerError;
 use crate::job::Job;
 use crate::runner::{job_loop, JobState};
 use crate::shared::{Fleet, Phase, Shared};
+use crate::stagger::backup_delay;
 use crate::stats::JobStats;
 use crate::status::JobStatus;
 
@@ -34,12 +35,18 @@ pub struct SchedulerBuilder {
     worker: Option<String>,
     fleet: Vec<String>,
     backup_after: Duration,
+    max_clock_skew: Duration,
     jobs: Vec<Job>,
 }
 
 /// How much later each worker of a [fleet](SchedulerBuilder::fleet) claims a slot than the one
 /// ranked before it, unless set: 200 ms.
 pub const DEFAULT_BACKUP_AFTER: Duration = Duration::from_millis(200);
+
+/// The largest difference between the clocks of two workers of a [fleet](SchedulerBuilder::fleet)
+/// that keeps each slot to the worker ranked first for it, unless set: 100 ms (hosts kept by NTP
+/// usually agree within a few milliseconds; this leaves room for a host still converging).
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_millis(100);
 
 /// A worker of the fleet: runs its jobs' slots that no other worker has run, until shut down.
 /// Every worker of a job must use the same masters and the same job name and schedule.
@@ -202,6 +209,7 @@ impl SchedulerBuilder {
             worker: None,
             fleet: Vec::new(),
             backup_after: DEFAULT_BACKUP_AFTER,
+            max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
             jobs: Vec::new(),
         }
     }
@@ -224,15 +232,17 @@ impl SchedulerBuilder {
     /// The workers that share these jobs, by their [`worker`](Self::worker) names, this one
     /// included: each slot then has one worker ranked first (by a hash of the worker, the job
     /// and the slot, the same on every worker), which claims it as it falls due; the one ranked
-    /// `k`-th claims it [`backup_after`](Self::backup_after) × `k` later, when the slot has
-    /// usually run (its claim then costs one short read per master). The jobs' own
-    /// [stagger](Job::stagger) is not used.
+    /// `k`-th claims it [`max_clock_skew`](Self::max_clock_skew) plus
+    /// [`backup_after`](Self::backup_after) × `k` later, when the slot has usually run (its
+    /// claim then costs one short read per master). So while the workers' clocks differ by at
+    /// most `max_clock_skew`, every slot of a live first-ranked worker runs there. The jobs'
+    /// own [stagger](Job::stagger) is not used.
     ///
     /// Without a fleet every worker claims every slot within the stagger, and all but one are
     /// refused: with many jobs due on the same second that is most of the masters' work. The
     /// fleet only orders the claims: a worker left out of a fleet's list, or lists that
     /// disagree, cost more claims and lateness, never a second run (claims on a quorum decide).
-    /// A dead first worker's slots run `backup_after` late. Defaults to none.
+    /// A dead first worker's slots run `max_clock_skew + backup_after` late. Defaults to none.
     pub fn fleet<I, S>(mut self, workers: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -244,11 +254,26 @@ impl SchedulerBuilder {
 
     /// With a [fleet](Self::fleet): how much later each worker claims a slot than the one ranked
     /// before it. Longer than a claim and a short run take under load, so that backups find the
-    /// slot completed; keep (fleet size − 1) × `backup_after` within the shortest period, so that
-    /// the last backup's claims do not fall on the next due instant. Defaults to
-    /// [`DEFAULT_BACKUP_AFTER`] (200 ms).
+    /// slot completed; keep [`max_clock_skew`](Self::max_clock_skew) + (fleet size − 1) ×
+    /// `backup_after` within the shortest period, so that the last backup's claims do not fall
+    /// on the next due instant. Defaults to [`DEFAULT_BACKUP_AFTER`] (200 ms).
     pub fn backup_after(mut self, delay: Duration) -> Self {
         self.backup_after = delay;
+        self
+    }
+
+    /// With a [fleet](Self::fleet): the largest difference between any two workers' wall clocks
+    /// that the fleet keeps each slot to its first-ranked worker through. Every backup adds it to
+    /// its delay, since a backup whose clock runs ahead of the first-ranked worker's by more than
+    /// its delay would fall due first and claim the slot. A larger skew costs no second run
+    /// (claims on a quorum decide), only the ranking: the clock furthest ahead then runs the
+    /// slots. It also delays the slots of a dead first-ranked worker. Defaults to
+    /// [`DEFAULT_MAX_CLOCK_SKEW`] (100 ms).
+    ///
+    /// [`start`](Self::start) refuses a job whose last backup would claim past the job's
+    /// [starting deadline](Job::starting_deadline).
+    pub fn max_clock_skew(mut self, skew: Duration) -> Self {
+        self.max_clock_skew = skew;
         self
     }
 
@@ -271,7 +296,8 @@ impl SchedulerBuilder {
     ///
     /// # Errors
     ///
-    /// [`SchedulerError::InvalidJob`] or [`SchedulerError::DuplicateJob`] for a bad job;
+    /// [`SchedulerError::InvalidJob`] or [`SchedulerError::DuplicateJob`] for a bad job (with a
+    /// fleet: one whose last backup would claim past its starting deadline);
     /// [`SchedulerError::NotInFleet`] for a [fleet](Self::fleet) without this worker;
     /// [`SchedulerError::NoRuntime`] outside a tokio runtime.
     pub fn start(self) -> Result<Scheduler, SchedulerError> {
@@ -298,10 +324,15 @@ impl SchedulerBuilder {
                     self.fleet.iter().map(|w| Arc::from(w.as_str())).collect();
                 workers.sort_unstable();
                 workers.dedup();
-                Some(Fleet {
+                let fleet = Fleet {
                     workers,
                     backup_after: self.backup_after,
-                })
+                    max_skew: self.max_clock_skew,
+                };
+                for job in &self.jobs {
+                    check_backups(&fleet, job)?;
+                }
+                Some(fleet)
             }
         };
         let clock = self
@@ -327,6 +358,32 @@ impl SchedulerBuilder {
         }
         Ok(Scheduler { shared, jobs })
     }
+}
+
+/// Refuses a job whose last backup would claim its slots past their starting deadline: a dead
+/// first-ranked worker's slots would then be missed by every backup.
+fn check_backups(fleet: &Fleet, job: &Job) -> Result<(), SchedulerError> {
+    let last = backup_delay(
+        fleet.workers.len().saturating_sub(1),
+        fleet.backup_after,
+        fleet.max_skew,
+    );
+    if last > job.starting_deadline {
+        return Err(SchedulerError::InvalidJob {
+            job: job.name.clone(),
+            reason: format!(
+                "the last of {} workers claims a slot {last:?} after it falls due (the clock \
+                 skew bound {:?} plus the backup delay {:?} per rank), past the starting \
+                 deadline {:?}: expected a shorter skew bound or backup delay, or a longer \
+                 deadline",
+                fleet.workers.len(),
+                fleet.max_skew,
+                fleet.backup_after,
+                job.starting_deadline
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn default_worker() -> String {

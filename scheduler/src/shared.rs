@@ -26,6 +26,8 @@ pub(crate) struct Fleet {
     pub(crate) workers: Vec<Arc<str>>,
     /// How much later each rank claims than the one before.
     pub(crate) backup_after: std::time::Duration,
+    /// The largest difference between two workers' clocks that the ranking holds through.
+    pub(crate) max_skew: std::time::Duration,
 }
 
 pub(crate) struct Shared {

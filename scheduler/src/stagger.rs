@@ -4,11 +4,15 @@
 //! * without a fleet, each worker waits a delay in `[0, spread)` from that hash ([`stagger`]):
 //!   the workers claim one after the other, without knowing each other;
 //! * with a [fleet](crate::SchedulerBuilder::fleet), each worker knows its **rank** among the
-//!   fleet for the slot ([`rank`]): the first claims at once, the k-th `k` backup delays later,
-//!   and only if the slot has not run by then does its claim win anything.
+//!   fleet for the slot ([`rank`]): the first claims at once, the k-th the clock skew bound plus
+//!   `k` backup delays later ([`backup_delay`]), and only if the slot has not run by then does
+//!   its claim win anything.
 //!
-//! Either way the order only decides who is likely to claim first: the claims on a quorum
-//! alone make a slot run once.
+//! Each worker counts its delay on its own clock, so a clock ahead of the others' by more than
+//! a delay claims first: without a fleet the stagger orders the claims only among clocks closer
+//! than it; with one, the skew bound in every backup's delay keeps each slot to its first-ranked
+//! worker. Either way the order only decides who is likely to claim first: the claims on a
+//! quorum alone make a slot run once.
 
 use std::time::Duration;
 
@@ -46,6 +50,18 @@ pub(crate) fn rank(worker: &str, fleet: &[std::sync::Arc<str>], job: &str, slot:
         .iter()
         .filter(|w| &***w != worker && (score(w, job, slot), &***w) < mine)
         .count()
+}
+
+/// How long after a slot falls due the worker of rank `rank` claims it: at once for the first;
+/// a backup waits `max_skew` more than `rank` backup delays, so that its clock, even if it runs
+/// `max_skew` ahead of the first-ranked worker's, falls due `rank` backup delays after it.
+pub(crate) fn backup_delay(rank: usize, backup_after: Duration, max_skew: Duration) -> Duration {
+    if rank == 0 {
+        return Duration::ZERO;
+    }
+    backup_after
+        .saturating_mul(u32::try_from(rank).unwrap_or(u32::MAX))
+        .saturating_add(max_skew)
 }
 
 /// splitmix64's finalizer.

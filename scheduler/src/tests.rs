@@ -626,8 +626,8 @@ async fn forbid_with_retry_reruns_a_dead_runner_s_slot() {
 type Late = Arc<Mutex<BTreeMap<String, Vec<(String, Duration)>>>>;
 
 /// A fleet of three of which the first, `a`, is down: each slot is claimed by the live worker
-/// ranked first for it, at once, or one backup delay late where `a` ranked first; never by
-/// the job's stagger, and exactly once.
+/// ranked first for it, at once, or one backup delay (plus the skew bound) late where `a`
+/// ranked first; never by the job's stagger, and exactly once.
 #[tokio::test(start_paused = true)]
 async fn a_fleet_claims_each_slot_in_rank_order() {
     let claims = FakeClaims::default();
@@ -672,7 +672,7 @@ async fn a_fleet_claims_each_slot_in_rank_order() {
         let first = if rank("b") < rank("c") { "b" } else { "c" };
         assert_eq!(worker, first, "slot {slot}");
         let expected = if rank("a") == 0 {
-            backup
+            backup + crate::DEFAULT_MAX_CLOCK_SKEW
         } else {
             Duration::ZERO
         };
@@ -687,6 +687,98 @@ async fn a_fleet_claims_each_slot_in_rank_order() {
         delayed > 0 && delayed < 21,
         "{delayed} of 21 slots had `a` first"
     );
+}
+
+/// A fleet of four whose clocks span 650 ms (−400 to +250), within its skew bound: every slot
+/// runs on the worker ranked first for it, at once by that worker's clock. A backup counting
+/// only its backup delays on a clock ahead would fall due before a lagging first-ranked worker.
+#[tokio::test(start_paused = true)]
+async fn a_fleet_keeps_each_slot_to_its_first_ranked_worker_under_clock_skew() {
+    let claims = FakeClaims::default();
+    let t0 = Instant::now();
+    let skews = [("w0", -400), ("w1", -150), ("w2", 0), ("w3", 250)];
+    let fleet = skews.map(|(w, _)| w);
+    let late: Late = Arc::default();
+    let workers: Vec<Scheduler> = skews
+        .iter()
+        .map(|(w, skew)| {
+            let late = Arc::clone(&late);
+            builder(&claims, t0, w, *skew)
+                .fleet(fleet)
+                // 650 ms + 3 × 100 ms: the last backup claims within the 1 s period.
+                .max_clock_skew(Duration::from_millis(650))
+                .backup_after(Duration::from_millis(100))
+                .job(
+                    Job::every("tick", Duration::from_secs(1), move |ctx: JobContext| {
+                        late.lock()
+                            .expect("late")
+                            .entry(ctx.slot().id().to_string())
+                            .or_default()
+                            .push((ctx.worker().to_string(), ctx.lateness()));
+                        async { Ok::<_, std::io::Error>(()) }
+                    })
+                    .expect("valid job")
+                    .catch_up(CatchUp::None),
+                )
+                .start()
+                .expect("start")
+        })
+        .collect();
+    sleep(Duration::from_millis(20_900)).await;
+    let late = late.lock().expect("late").clone();
+    let fleet: Vec<Arc<str>> = fleet.iter().map(|w| Arc::from(*w)).collect();
+    // Slots at 1.0 ... 19.0 s of the wall clock: every worker has passed each by more than its
+    // longest delay (the clocks started at 0.1 to 0.75 s).
+    let settled: Vec<_> = late
+        .iter()
+        .filter(|(slot, _)| slot.as_str() <= "2024-01-01T00:00:19.000Z")
+        .collect();
+    assert_eq!(settled.len(), 19, "{late:?}");
+    let mut ranked_first = BTreeMap::new();
+    for (slot, runs) in settled {
+        let first = fleet
+            .iter()
+            .find(|w| crate::stagger::rank(w, &fleet, "tick", slot) == 0)
+            .expect("one worker ranks first");
+        let who: Vec<&str> = runs.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(who, vec![&**first], "slot {slot}: {late:?}");
+        let (_, lateness) = &runs[0];
+        // Tokio's timer rounds a sleep up to the next millisecond.
+        assert!(
+            *lateness <= Duration::from_millis(2),
+            "slot {slot}: {lateness:?}"
+        );
+        *ranked_first.entry(&**first).or_insert(0) += 1;
+    }
+    assert!(ranked_first.len() > 1, "the slots spread: {ranked_first:?}");
+    for w in workers {
+        assert_eq!(w.shutdown(Duration::from_secs(1)).await.cancelled, 0);
+    }
+}
+
+/// A fleet whose last backup would claim past a job's starting deadline is refused at start:
+/// the slots of a dead first-ranked worker would be missed by every backup.
+#[tokio::test]
+async fn a_skew_bound_past_the_starting_deadline_is_refused() {
+    let claims = FakeClaims::default();
+    let start = |skew: Duration| {
+        builder(&claims, Instant::now(), "a", 0)
+            .fleet(["a", "b", "c"])
+            .backup_after(Duration::from_millis(200))
+            .max_clock_skew(skew)
+            .job(job(&Runs::default(), Duration::ZERO).starting_deadline(Duration::from_secs(2)))
+            .start()
+    };
+    // 1.6 s + 2 × 200 ms = 2 s: the last backup claims just within the deadline.
+    let ok = start(Duration::from_millis(1_600)).expect("within the deadline");
+    ok.shutdown(Duration::from_secs(1)).await;
+    match start(Duration::from_millis(1_601)) {
+        Err(SchedulerError::InvalidJob { job, reason }) => {
+            assert_eq!(job, "tick");
+            assert!(reason.contains("starting deadline"), "{reason}");
+        }
+        other => panic!("expected InvalidJob, got {other:?}"),
+    }
 }
 
 /// Regression test for an abandoned slot left to nobody: a worker that finds a slot abandoned
