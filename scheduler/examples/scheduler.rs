@@ -2,7 +2,8 @@
 //! `QUORUMLOCK_NODES=redis://127.0.0.1:7001,...` after `scripts/masters.sh start 3`).
 //!
 //! A fleet demo of `quorumlock-scheduler`: four worker **processes** (this binary again, with
-//! `worker N`), their wall clocks skewed by −400, −150, 0 and +250 ms, run the same three jobs:
+//! `worker N`), their wall clocks skewed by −400, −150, 0 and +250 ms, form a fleet whose clock
+//! skew bound covers that spread (650 ms), and run the same three jobs:
 //!
 //! * `report`, every second (30 ms of work; a dead runner's slot is skipped);
 //! * `sync`, cron `*/2 * * * * *` in Europe/Paris (80 ms; retried if its runner dies);
@@ -14,8 +15,10 @@
 //! dead that wakes up after its retry cannot overwrite it). While a `compact` runs,
 //! the parent kills its worker with SIGKILL; another worker reruns that slot after the claim
 //! expires, with a higher token. The survivors shut down gracefully and print their stats; the
-//! parent prints, per job, the slots written, the runs per worker and the retries, and fails if
-//! any slot was written twice by the same attempt (two workers holding one claim). A retried
+//! parent prints, per job, the slots written, the runs per worker and the retries, how many ran
+//! on the worker ranked first for them (the others are the killed worker's slots, run by a
+//! backup) and the start lateness, and fails if any slot was written twice by the same attempt
+//! (two workers holding one claim). A retried
 //! slot may be written twice (at least once: the first runner may have written before it died or
 //! lost its claim), the retry with the higher token.
 
@@ -32,6 +35,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 const SKEWS_MS: [i64; 4] = [-400, -150, 0, 250];
+/// The fleet's clock skew bound: the spread of [`SKEWS_MS`].
+const MAX_SKEW: Duration = Duration::from_millis(650);
+/// The delay between backups: the last of the four claims a slot 650 + 3 × 80 = 890 ms after it
+/// falls due, within the shortest period (1 s).
+const BACKUP_AFTER: Duration = Duration::from_millis(80);
 /// How long each worker runs before its graceful shutdown.
 const RUN_FOR: Duration = Duration::from_secs(10);
 
@@ -85,7 +93,10 @@ async fn parent() -> Result<(), Box<dyn Error>> {
     if let Some(child) = children.get_mut(victim).and_then(Option::as_mut) {
         child.kill()?;
         child.wait()?;
-        println!("parent: killed worker {victim} (SIGKILL) while it ran a compact slot");
+        println!(
+            "parent: killed worker {victim} (SIGKILL) at {} while it ran a compact slot",
+            chrono::Utc::now().format("%H:%M:%S%.3f")
+        );
     }
     if let Some(slot) = children.get_mut(victim) {
         *slot = None;
@@ -103,14 +114,18 @@ async fn parent() -> Result<(), Box<dyn Error>> {
 
 fn summary(store: &Store) -> Result<(), Box<dyn Error>> {
     println!(
-        "\n{:<8} {:>5} {:>8} {:>7}  runs per worker",
-        "job", "slots", "written", "retried"
+        "\n{:<8} {:>5} {:>8} {:>7} {:>6} {:>8} {:>8}  runs per worker",
+        "job", "slots", "written", "retried", "ranked", "late p50", "late max"
     );
+    println!("(ranked: runs on the worker ranked first for the slot; their lateness, own clock)");
     let mut twice = 0;
+    let mut backups = Vec::new();
     for (job, slots) in &store.written {
         let mut per_worker = BTreeMap::new();
         let mut retried = 0;
-        for writes in slots.values() {
+        let mut ranked = 0;
+        let mut late: Vec<u64> = Vec::new();
+        for (slot, writes) in slots {
             let mut attempts: Vec<u32> = writes.iter().map(|w| w.attempt).collect();
             attempts.sort_unstable();
             attempts.dedup();
@@ -118,15 +133,34 @@ fn summary(store: &Store) -> Result<(), Box<dyn Error>> {
             for w in writes {
                 *per_worker.entry(w.worker).or_insert(0) += 1;
                 retried += usize::from(w.attempt > 1);
+                ranked += usize::from(w.rank == 0);
+                if w.rank == 0 {
+                    late.push(w.late_ms);
+                } else {
+                    backups.push(format!(
+                        "{job} {slot}: worker {} (rank {}, attempt {}, {} ms late)",
+                        w.worker, w.rank, w.attempt, w.late_ms
+                    ));
+                }
             }
         }
         let written: usize = slots.values().map(Vec::len).sum();
+        late.sort_unstable();
+        let p50 = late.get(late.len() / 2).copied().unwrap_or(0);
+        let max = late.last().copied().unwrap_or(0);
         // A slot written by a first attempt and by its retry: the first runner wrote, then died
         // or lost its claim before recording completion.
         println!(
-            "{job:<8} {:>5} {written:>8} {retried:>7}  {per_worker:?}",
-            slots.len()
+            "{job:<8} {:>5} {written:>8} {retried:>7} {:>6} {:>5} ms {:>5} ms  {per_worker:?}",
+            slots.len(),
+            format!("{ranked}/{written}"),
+            p50,
+            max
         );
+    }
+    println!("runs off their ranked worker (the killed worker's slots, retries):");
+    for run in &backups {
+        println!("  {run}");
     }
     println!("rejected writes (stale token): {}", store.rejected.len());
     for reason in &store.rejected {
@@ -160,7 +194,13 @@ async fn worker(id: usize, store: SocketAddr) -> Result<(), Box<dyn Error>> {
                 return Err::<(), JobError>("claim lost before the write".into());
             }
             let fence = ctx.fence().ok_or("claims are fenced")?;
-            let line = format!("WRITE {job} {} {fence} {id} {}", ctx.slot(), ctx.attempt());
+            let rank = ctx.rank().ok_or("the workers form a fleet")?;
+            let late = ctx.lateness().as_millis();
+            let line = format!(
+                "WRITE {job} {} {fence} {id} {} {rank} {late}",
+                ctx.slot(),
+                ctx.attempt()
+            );
             let reply = call(store, &line).await?;
             println!(
                 "worker {id}: {job} {} attempt {}: {reply}",
@@ -173,6 +213,9 @@ async fn worker(id: usize, store: SocketAddr) -> Result<(), Box<dyn Error>> {
     let scheduler = Scheduler::builder(&locks)
         .worker(format!("worker-{id}"))
         .clock_skew(TimeDelta::milliseconds(skew))
+        .fleet((0..SKEWS_MS.len()).map(|w| format!("worker-{w}")))
+        .max_clock_skew(MAX_SKEW)
+        .backup_after(BACKUP_AFTER)
         .job(Job::every(
             "report",
             Duration::from_secs(1),
@@ -229,6 +272,10 @@ async fn call(store: SocketAddr, line: &str) -> Result<String, JobError> {
 struct Written {
     worker: usize,
     attempt: u32,
+    /// The worker's rank among the fleet for the slot: 0 for the worker ranked first.
+    rank: usize,
+    /// The start lateness, by the worker's clock.
+    late_ms: u64,
 }
 
 /// The fenced store: per slot, the highest token seen and the writes.
@@ -242,7 +289,8 @@ struct Store {
 }
 
 impl Store {
-    /// `START compact worker` → `OK`; `WRITE job slot token worker attempt` → `OK`, or
+    /// `START compact worker` → `OK`; `WRITE job slot token worker attempt rank lateness_ms` →
+    /// `OK`, or
     /// `REJECTED ...` for a token lower than the highest seen for the slot.
     fn handle(&mut self, line: &str) -> String {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -251,10 +299,14 @@ impl Store {
                 self.compacting = worker.parse().ok();
                 "OK".into()
             }
-            ["WRITE", job, slot, token, worker, attempt] => {
-                let (Ok(token), Ok(worker), Ok(attempt)) =
-                    (token.parse::<u64>(), worker.parse(), attempt.parse())
-                else {
+            ["WRITE", job, slot, token, worker, attempt, rank, late_ms] => {
+                let (Ok(token), Ok(worker), Ok(attempt), Ok(rank), Ok(late_ms)) = (
+                    token.parse::<u64>(),
+                    worker.parse(),
+                    attempt.parse(),
+                    rank.parse(),
+                    late_ms.parse(),
+                ) else {
                     return "ERR malformed".into();
                 };
                 let highest = self
@@ -277,7 +329,12 @@ impl Store {
                     .or_default()
                     .entry(slot.to_string())
                     .or_default()
-                    .push(Written { worker, attempt });
+                    .push(Written {
+                        worker,
+                        attempt,
+                        rank,
+                        late_ms,
+                    });
                 format!("OK token {token}")
             }
             _ => "ERR unknown command".into(),
