@@ -689,11 +689,10 @@ async fn a_fleet_claims_each_slot_in_rank_order() {
     );
 }
 
-/// A fleet of four whose clocks span 650 ms (−400 to +250), within its skew bound: every slot
-/// runs on the worker ranked first for it, at once by that worker's clock. A backup counting
-/// only its backup delays on a clock ahead would fall due before a lagging first-ranked worker.
-#[tokio::test(start_paused = true)]
-async fn a_fleet_keeps_each_slot_to_its_first_ranked_worker_under_clock_skew() {
+/// A fleet of four whose clocks span 650 ms (−400 to +250), within its skew bound, its backups
+/// `backup` apart: who ran each slot due at 1.0 ... 19.0 s of the wall clock (every worker has
+/// passed each by more than its longest delay), with the worker ranked first for it.
+async fn skewed_fleet(backup: Duration) -> Vec<(String, Vec<(String, Duration)>, String)> {
     let claims = FakeClaims::default();
     let t0 = Instant::now();
     let skews = [("w0", -400), ("w1", -150), ("w2", 0), ("w3", 250)];
@@ -705,9 +704,8 @@ async fn a_fleet_keeps_each_slot_to_its_first_ranked_worker_under_clock_skew() {
             let late = Arc::clone(&late);
             builder(&claims, t0, w, *skew)
                 .fleet(fleet)
-                // 650 ms + 3 × 100 ms: the last backup claims within the 1 s period.
                 .max_clock_skew(Duration::from_millis(650))
-                .backup_after(Duration::from_millis(100))
+                .backup_after(backup)
                 .job(
                     Job::every("tick", Duration::from_secs(1), move |ctx: JobContext| {
                         late.lock()
@@ -724,36 +722,48 @@ async fn a_fleet_keeps_each_slot_to_its_first_ranked_worker_under_clock_skew() {
                 .expect("start")
         })
         .collect();
-    sleep(Duration::from_millis(20_900)).await;
+    sleep(Duration::from_millis(21_900)).await;
+    for w in workers {
+        assert_eq!(w.shutdown(Duration::from_secs(1)).await.cancelled, 0);
+    }
     let late = late.lock().expect("late").clone();
     let fleet: Vec<Arc<str>> = fleet.iter().map(|w| Arc::from(*w)).collect();
-    // Slots at 1.0 ... 19.0 s of the wall clock: every worker has passed each by more than its
-    // longest delay (the clocks started at 0.1 to 0.75 s).
     let settled: Vec<_> = late
-        .iter()
+        .into_iter()
         .filter(|(slot, _)| slot.as_str() <= "2024-01-01T00:00:19.000Z")
+        .map(|(slot, runs)| {
+            let first = fleet
+                .iter()
+                .find(|w| crate::stagger::rank(w, &fleet, "tick", &slot) == 0)
+                .expect("one worker ranks first")
+                .to_string();
+            (slot, runs, first)
+        })
         .collect();
-    assert_eq!(settled.len(), 19, "{late:?}");
+    assert_eq!(settled.len(), 19, "{settled:?}");
+    settled
+}
+
+/// Within the skew bound every slot runs on the worker ranked first for it, at once by that
+/// worker's clock. A backup counting only its backup delays on a clock ahead would fall due
+/// before a lagging first-ranked worker.
+#[tokio::test(start_paused = true)]
+async fn a_fleet_keeps_each_slot_to_its_first_ranked_worker_under_clock_skew() {
+    // 650 ms + 3 × 100 ms: the last backup claims within the 1 s period.
+    let settled = skewed_fleet(Duration::from_millis(100)).await;
     let mut ranked_first = BTreeMap::new();
-    for (slot, runs) in settled {
-        let first = fleet
-            .iter()
-            .find(|w| crate::stagger::rank(w, &fleet, "tick", slot) == 0)
-            .expect("one worker ranks first");
+    for (slot, runs, first) in &settled {
         let who: Vec<&str> = runs.iter().map(|(w, _)| w.as_str()).collect();
-        assert_eq!(who, vec![&**first], "slot {slot}: {late:?}");
+        assert_eq!(who, vec![first.as_str()], "slot {slot}: {settled:?}");
         let (_, lateness) = &runs[0];
         // Tokio's timer rounds a sleep up to the next millisecond.
         assert!(
             *lateness <= Duration::from_millis(2),
             "slot {slot}: {lateness:?}"
         );
-        *ranked_first.entry(&**first).or_insert(0) += 1;
+        *ranked_first.entry(first).or_insert(0) += 1;
     }
     assert!(ranked_first.len() > 1, "the slots spread: {ranked_first:?}");
-    for w in workers {
-        assert_eq!(w.shutdown(Duration::from_secs(1)).await.cancelled, 0);
-    }
 }
 
 /// A fleet whose last backup would claim past a job's starting deadline is refused at start:
