@@ -96,18 +96,22 @@ pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
             return;
         };
         *lock(&job.next_due) = Some(next);
-        let stagger = claim_delay(&shared, &job.name, Slot::new(next).id(), spec.stagger);
-        // A backup of a fleet counts its delay from when it gets to the slot: at start-up, the
-        // slots it catches up on are claimed first by the first-ranked worker too.
-        let from = match (&shared.fleet, stagger.is_zero()) {
-            (Some(_), false) => next.max(shared.clock.now()),
-            _ => next,
+        // A fleet's backups wait out their delays in tasks of their own (see below), so the
+        // loop wakes as the slot falls due; without a fleet it waits the stagger.
+        let spread = match shared.fleet {
+            Some(_) => Duration::ZERO,
+            None => stagger(
+                &shared.worker,
+                &job.name,
+                Slot::new(next).id(),
+                spec.stagger,
+            ),
         };
-        let wake = from
+        let wake = next
             .checked_add_signed(
-                TimeDelta::from_std(stagger + jitter(spec.jitter)).unwrap_or_default(),
+                TimeDelta::from_std(spread + jitter(spec.jitter)).unwrap_or_default(),
             )
-            .unwrap_or(from);
+            .unwrap_or(next);
         tokio::select! {
             () = clock::sleep_until(&*shared.clock, wake) => {}
             () = until(&mut phase, Phase::Draining) => return,
@@ -145,35 +149,42 @@ pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
             if *phase.borrow() != Phase::Running {
                 return;
             }
-            if shared.fleet.is_some() && slot.due() > next {
-                // It fell due while this worker waited out its delay for an earlier slot (a
-                // backup's delay outlasted the period): it waits its own delay all the same, or
-                // it would claim before the slot's first-ranked worker.
-                let delay = claim_delay(&shared, &job.name, slot.id(), spec.stagger);
-                let ready = slot
-                    .due()
-                    .checked_add_signed(TimeDelta::from_std(delay).unwrap_or_default())
-                    .unwrap_or(slot.due());
-                tokio::select! {
-                    () = clock::sleep_until(&*shared.clock, ready) => {}
-                    () = until(&mut phase, Phase::Draining) => return,
+            match backup_wait(&shared, &job.name, &slot) {
+                // The delay counts from now, not from the due time: at start-up, the slots a
+                // backup catches up on are claimed first by the first-ranked worker too. It
+                // runs beside the loop, which may then claim the next slot at once where this
+                // worker ranks first for it, however long the delay.
+                Some(delay) => {
+                    let (shared2, job2) = (Arc::clone(&shared), Arc::clone(&job));
+                    shared.spawn(claim_later(shared2, job2, slot, delay));
                 }
+                None => claim_and_run(&shared, &job, slot).await,
             }
-            claim_and_run(&shared, &job, slot).await;
         }
     }
 }
 
-/// How long after a slot falls due this worker claims it: by its rank among the fleet when the
-/// fleet is known ([`backup_delay`]), else the job's stagger.
-fn claim_delay(shared: &Shared, job: &str, slot: &str, spread: Duration) -> Duration {
-    match &shared.fleet {
-        Some(fleet) => backup_delay(
-            rank(&shared.worker, &fleet.workers, job, slot),
-            fleet.backup_after,
-            fleet.max_skew,
-        ),
-        None => stagger(&shared.worker, job, slot, spread),
+/// With a fleet, how long this worker, a backup for `slot`, waits before claiming it
+/// ([`backup_delay`]); `None` when it claims at once (it ranks first, or there is no fleet).
+fn backup_wait(shared: &Shared, job: &str, slot: &Slot) -> Option<Duration> {
+    let fleet = shared.fleet.as_ref()?;
+    let delay = backup_delay(
+        rank(&shared.worker, &fleet.workers, job, slot.id()),
+        fleet.backup_after,
+        fleet.max_skew,
+    );
+    (!delay.is_zero()).then_some(delay)
+}
+
+/// A backup's claim: after `delay`, unless the scheduler drains first.
+async fn claim_later(shared: Arc<Shared>, job: Arc<JobState>, slot: Slot, delay: Duration) {
+    let mut phase = shared.phase.subscribe();
+    tokio::select! {
+        () = tokio::time::sleep(delay) => {}
+        () = until(&mut phase, Phase::Draining) => return,
+    }
+    if *phase.borrow() == Phase::Running {
+        claim_and_run(&shared, &job, slot).await;
     }
 }
 

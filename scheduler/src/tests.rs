@@ -766,6 +766,23 @@ async fn a_fleet_keeps_each_slot_to_its_first_ranked_worker_under_clock_skew() {
     assert!(ranked_first.len() > 1, "the slots spread: {ranked_first:?}");
 }
 
+/// The last backup's delay (650 ms + 3 × 200 ms) outlasts the 1 s period: a worker waiting it
+/// out for one slot still claims its own next slot at once, and every slot runs on its
+/// first-ranked worker.
+#[tokio::test(start_paused = true)]
+async fn a_backup_delay_longer_than_the_period_leaves_the_next_slot_to_its_ranked_worker() {
+    let settled = skewed_fleet(Duration::from_millis(200)).await;
+    for (slot, runs, first) in &settled {
+        let who: Vec<&str> = runs.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(who, vec![first.as_str()], "slot {slot}: {settled:?}");
+        let (_, lateness) = &runs[0];
+        assert!(
+            *lateness <= Duration::from_millis(2),
+            "slot {slot}: {lateness:?}"
+        );
+    }
+}
+
 /// A fleet whose last backup would claim past a job's starting deadline is refused at start:
 /// the slots of a dead first-ranked worker would be missed by every backup.
 #[tokio::test]
