@@ -194,7 +194,8 @@ pub(crate) async fn acquire_reporting<M: Master>(
         epoch_key: keys.epoch.as_deref(),
         report_ttl,
     };
-    // Per master, when it could be free (granted to us: at once, our key is cleaned up).
+    // Per master, when it could be free (granted to us: at once, our key is cleaned up; but
+    // when it counts again, if quarantined).
     let free: Vec<std::sync::Mutex<Option<Duration>>> =
         nodes.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let free = &free;
@@ -212,10 +213,15 @@ pub(crate) async fn acquire_reporting<M: Master>(
             #[cfg(quorumlock_mutants)]
             crate::mutation::observe_reply(first_reply, lowest, reply.as_ref().ok());
             if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
-                let at = if reply.granted {
-                    Some(Duration::ZERO)
-                } else {
-                    reply.remaining
+                let at = match (reply.granted, timing.quarantine, reply.epoch_age) {
+                    // A quarantined master grants but counts only once its quarantine ends:
+                    // free "at once" there would send a waiter straight into the next round
+                    // that it cannot count.
+                    (true, Some(quarantine), Some(age)) if age < quarantine => {
+                        Some(quarantine - age)
+                    }
+                    (true, _, _) => Some(Duration::ZERO),
+                    (false, _, _) => reply.remaining,
                 };
                 *slot
                     .lock()
