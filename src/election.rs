@@ -224,24 +224,30 @@ impl Redlock {
             }
             attempts = attempts.saturating_add(1);
             let failure = match self.set_round(&set, timing, attempts - 1, true).await {
-                Ok(guard) => match self.announce(name, &announcement, &guard).await {
-                    Ok(()) => {
-                        if let Some(waiter) = waiter {
-                            waiter.done();
+                Ok(mut guard) => {
+                    // Not a leadership until announced: dropped before (an error, a
+                    // cancellation), its keys are cleaned up like a failed round's, silently.
+                    guard.set_quiet(true);
+                    match self.announce(name, &announcement, &guard).await {
+                        Ok(()) => {
+                            guard.set_quiet(false);
+                            if let Some(waiter) = waiter {
+                                waiter.done();
+                            }
+                            tracing::info!(election = name, identity, fence = ?guard.fence(), "elected");
+                            return Leadership::start(guard, name, identity, &opts.lease);
                         }
-                        tracing::info!(election = name, identity, fence = ?guard.fence(), "elected");
-                        return Leadership::start(guard, name, identity, &opts.lease);
+                        Err(error) => {
+                            // Lost before it could be announced: give it up (dropping the
+                            // guard releases it) and campaign again.
+                            tracing::debug!(election = name, %error, "leadership not announced");
+                            drop(guard);
+                            last = Some(error);
+                            tokio::time::sleep(self.poll_delay(opts.poll_every)).await;
+                            continue;
+                        }
                     }
-                    Err(error) => {
-                        // Lost before it could be announced: give it up (dropping the guard
-                        // releases it) and campaign again.
-                        tracing::debug!(election = name, %error, "leadership not announced");
-                        drop(guard);
-                        last = Some(error);
-                        tokio::time::sleep(self.poll_delay(opts.poll_every)).await;
-                        continue;
-                    }
-                },
+                }
                 Err(failure) if failure.error.is_retryable() => failure,
                 Err(failure) => return Err(failure.error),
             };

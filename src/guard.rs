@@ -214,7 +214,7 @@ impl Drop for LockGuard {
 impl LockGuard {
     /// Writes the grant's fencing token back to a quorum (see `Held::write_back_fence`).
     pub(crate) async fn write_back_fence(
-        &self,
+        &mut self,
         fence_key: &str,
         token: u64,
         timing: &crate::round::spec::RoundSpec,

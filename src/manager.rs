@@ -602,7 +602,7 @@ impl Redlock {
             .filter(|_| !timing.mutant(crate::mutation::Mutation::SkipWriteBack));
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
-        let guard = LockGuard::new(
+        let mut guard = LockGuard::new(
             Arc::clone(&self.shared),
             resource.to_string(),
             Arc::clone(&keys.lock),

@@ -266,7 +266,7 @@ impl Redlock {
         let token = grant.token.filter(|_| !grant.token_on_quorum);
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
-        let guard = MultiLockGuard::new(
+        let mut guard = MultiLockGuard::new(
             Arc::clone(shared),
             Arc::clone(&nodes),
             Arc::clone(set),

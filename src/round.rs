@@ -21,9 +21,13 @@ pub(crate) mod fake;
 #[cfg(test)]
 mod properties;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
+use futures::future::{Either, Ready};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
@@ -194,7 +198,8 @@ pub(crate) async fn acquire_reporting<M: Master>(
         epoch_key: keys.epoch.as_deref(),
         report_ttl,
     };
-    // Per master, when it could be free (granted to us: at once, our key is cleaned up).
+    // Per master, when it could be free (granted to us: at once, our key is cleaned up; but
+    // when it counts again, if quarantined).
     let free: Vec<std::sync::Mutex<Option<Duration>>> =
         nodes.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let free = &free;
@@ -204,43 +209,43 @@ pub(crate) async fn acquire_reporting<M: Master>(
     let t0 = clock::now();
     #[cfg(quorumlock_mutants)]
     let (first_reply, lowest) = (&std::sync::OnceLock::new(), &std::sync::Mutex::new(None));
-    let mut requests: FuturesUnordered<_> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| async move {
-            let reply = node.acquire(request).await;
-            #[cfg(quorumlock_mutants)]
-            crate::mutation::observe_reply(first_reply, lowest, reply.as_ref().ok());
-            if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
-                let at = if reply.granted {
-                    Some(Duration::ZERO)
-                } else {
-                    reply.remaining
-                };
-                *slot
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
-            }
-            let vote = match reply {
-                Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
-                    // Restart protection: this master may have forgotten locks it granted. Its
-                    // key is set (and will be released), but its vote does not count.
-                    (Some(quarantine), Some(age))
-                        if age < quarantine && !timing.mutant(Mutation::QuarantineIgnored) =>
-                    {
-                        Err(NodeErrorKind::Quarantined {
-                            age,
-                            remaining: quarantine - age,
-                        })
-                    }
-                    _ => return (i, Ok(true), reply.token),
-                },
-                Ok(_) => Ok(false),
-                Err(kind) => Err(kind),
+    let mut requests = sent_to_all(nodes.iter().enumerate().map(|(i, node)| async move {
+        let reply = node.acquire(request).await;
+        #[cfg(quorumlock_mutants)]
+        crate::mutation::observe_reply(first_reply, lowest, reply.as_ref().ok());
+        if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
+            let at = match (reply.granted, timing.quarantine, reply.epoch_age) {
+                // A quarantined master grants but counts only once its quarantine ends:
+                // free "at once" there would send a waiter straight into the next round
+                // that it cannot count.
+                (true, Some(quarantine), Some(age)) if age < quarantine => Some(quarantine - age),
+                (true, _, _) => Some(Duration::ZERO),
+                (false, _, _) => reply.remaining,
             };
-            (i, vote, None)
-        })
-        .collect();
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+        }
+        let vote = match reply {
+            Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
+                // Restart protection: this master may have forgotten locks it granted. Its
+                // key is set (and will be released), but its vote does not count.
+                (Some(quarantine), Some(age))
+                    if age < quarantine && !timing.mutant(Mutation::QuarantineIgnored) =>
+                {
+                    Err(NodeErrorKind::Quarantined {
+                        age,
+                        remaining: quarantine - age,
+                    })
+                }
+                _ => return (i, Ok(true), reply.token),
+            },
+            Ok(_) => Ok(false),
+            Err(kind) => Err(kind),
+        };
+        (i, vote, None)
+    }))
+    .await;
     tally.collect(&mut requests).await;
     drop(requests);
     #[cfg(quorumlock_mutants)]
@@ -311,6 +316,37 @@ pub(crate) async fn acquire_reporting<M: Master>(
         cleanup,
         free_in,
     })
+}
+
+/// Polls each of `requests` once, so that every master's request is queued on its connection
+/// before any reply is counted, and returns them (those already answered as ready futures).
+///
+/// Polled only through a `FuturesUnordered`, which returns the first answer it meets, a round
+/// whose first replies arrive while the fan-out is still being polled (its thread preempted on
+/// a loaded machine) could be decided before the last masters' requests were even queued: they
+/// were then never sent, and the round's cleanup went to masters that never saw its `SET`.
+async fn sent_to_all<F: Future>(
+    requests: impl IntoIterator<Item = F>,
+) -> FuturesUnordered<Either<Ready<F::Output>, Pin<Box<F>>>> {
+    let mut requests: Vec<Pin<Box<F>>> = requests.into_iter().map(Box::pin).collect();
+    let mut answers: Vec<Option<F::Output>> = requests.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (request, answer) in requests.iter_mut().zip(answers.iter_mut()) {
+            if let Poll::Ready(output) = request.as_mut().poll(cx) {
+                *answer = Some(output);
+            }
+        }
+        Poll::Ready(())
+    })
+    .await;
+    requests
+        .into_iter()
+        .zip(answers)
+        .map(|(request, answer)| match answer {
+            Some(output) => Either::Left(futures::future::ready(output)),
+            None => Either::Right(request),
+        })
+        .collect()
 }
 
 /// Writes a granted fencing token back to a quorum (raise-to-max), so that any later granting

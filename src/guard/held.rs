@@ -38,6 +38,10 @@ pub(crate) struct Held<M: Master> {
     released: bool,
     /// Set once a loss was counted in the manager's stats, so it is counted once.
     loss_counted: bool,
+    /// Set while the grant is still part of its acquisition (the fencing write-back, an
+    /// election's announcement): dropped then (an error, a cancellation), its keys are cleaned
+    /// up as a failed round's are, without announcing a release to notified waiters.
+    quiet: bool,
 }
 
 impl<M: Master> Held<M> {
@@ -61,6 +65,7 @@ impl<M: Master> Held<M> {
             fence: grant.token,
             released: false,
             loss_counted: false,
+            quiet: false,
         }
     }
 
@@ -83,15 +88,20 @@ impl<M: Master> Held<M> {
     /// granting quorum, which shares a master with this one, hands out a higher token), kept
     /// at least as long as the lock itself: a counter that expired while the lock is held would
     /// let the next grant fall back to clock floors. The grant must still be valid after it.
+    ///
+    /// Until it succeeds the grant is part of its acquisition: dropped on an error or a
+    /// cancellation, it is released without an announcement (see [`Self::set_quiet`]).
     pub(crate) async fn write_back_fence(
-        &self,
+        &mut self,
         fence_key: &str,
         token: u64,
         timing: &RoundSpec,
     ) -> Result<(), LockError> {
+        self.quiet = true;
         let retention = timing.fence_retention.max(timing.ttl);
         round::raise_fence(&self.nodes, &self.label, fence_key, token, retention).await?;
         if self.is_valid() {
+            self.quiet = false;
             return Ok(());
         }
         Err(LockError::ValidityExhausted {
@@ -218,6 +228,14 @@ impl<M: Master> Held<M> {
         self.shared.counters.released();
     }
 
+    /// Whether a drop releases the keys without announcing it: true while the grant is still
+    /// part of an acquisition that may yet fail. Such a cleanup must not wake this client's own
+    /// waiter into another round, as a failed round's cleanup must not (see
+    /// `Master::release_and_announce`).
+    pub(crate) fn set_quiet(&mut self, quiet: bool) {
+        self.quiet = quiet;
+    }
+
     /// Whether the keys were handed to a release already.
     pub(crate) fn is_released(&self) -> bool {
         self.released
@@ -242,6 +260,15 @@ impl<M: Master> Held<M> {
 impl<M: Master> Drop for Held<M> {
     fn drop(&mut self) {
         if self.released {
+            return;
+        }
+        if self.quiet {
+            round::release_in_background(
+                Arc::clone(&self.nodes),
+                Arc::clone(&self.key),
+                self.claim.clone(),
+                &self.holders.may_hold,
+            );
             return;
         }
         tracing::debug!(resource = %self.label, "guard dropped without release; releasing in the background");

@@ -149,12 +149,17 @@ impl MultiLockGuard {
 
     /// Writes the grant's fencing token back to a quorum (see `Held::write_back_fence`).
     pub(crate) async fn write_back_fence(
-        &self,
+        &mut self,
         fence_key: &str,
         token: u64,
         timing: &crate::round::spec::RoundSpec,
     ) -> Result<(), LockError> {
         self.held.write_back_fence(fence_key, token, timing).await
+    }
+
+    /// Whether a drop releases the set without announcing it (see `Held::set_quiet`).
+    pub(crate) fn set_quiet(&mut self, quiet: bool) {
+        self.held.set_quiet(quiet);
     }
 
     /// Counts the set as lost in the manager's stats, once per guard.

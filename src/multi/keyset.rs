@@ -157,6 +157,18 @@ pub(crate) struct SetNode {
     set: Arc<KeySet>,
 }
 
+impl SetNode {
+    /// Deletes the set where it holds `claim`'s value; publishes the release only when
+    /// `announce` (a held set's release, never a failed round's cleanup).
+    async fn delete(&self, claim: &Claim, announce: bool) -> Result<bool, NodeErrorKind> {
+        let value = self.set.value(claim);
+        let keys = self.set.all_keys();
+        self.node
+            .release_set(&keys, self.set.locks.len(), &value, announce)
+            .await
+    }
+}
+
 /// The masters of `nodes`, each presenting `set` as one key.
 pub(crate) fn set_nodes(nodes: &Nodes<RedisNode>, set: &Arc<KeySet>) -> Nodes<SetNode> {
     nodes
@@ -211,11 +223,11 @@ impl Master for SetNode {
     }
 
     async fn compare_and_delete(&self, _key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
-        let value = self.set.value(claim);
-        let keys = self.set.all_keys();
-        self.node
-            .release_set(&keys, self.set.locks.len(), &value)
-            .await
+        self.delete(claim, false).await
+    }
+
+    async fn release_and_announce(&self, _key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
+        self.delete(claim, true).await
     }
 
     async fn compare_and_pexpire(

@@ -560,3 +560,38 @@ fn restart_without_protection_breaks_exclusion_and_protection_prevents_it() {
         });
     }
 }
+
+/// Keys granted on quarantined masters do not make the lock look free at once: a waiter told
+/// so would run round after round that cannot count, until the quarantine ends.
+#[test]
+fn quarantined_grants_are_free_only_when_the_quarantine_ends() {
+    runtime().block_on(async {
+        let quick = Behaviour {
+            apply_after: Duration::from_millis(1),
+            reply_after: Duration::from_millis(1),
+            jitter: Duration::ZERO,
+            fault: Fault::None,
+        };
+        let spec: Vec<(Behaviour, bool)> = (0..3).map(|_| (quick.clone(), false)).collect();
+        let (nodes, _fakes) = build(&spec, Duration::from_millis(100));
+        let keys = LockKeys {
+            lock: Arc::from(KEY),
+            fence: None,
+            epoch: Some(Arc::from("quorumlock:\u{1f}epoch")),
+            reentrant: None,
+        };
+        let ttl = Duration::from_secs(10);
+        let mut timing = RoundSpec::new(ttl, 0.01);
+        let quarantine = ttl + drift(ttl, 0.01);
+        timing.quarantine = Some(quarantine);
+        // Fresh masters: every one grants, none counts.
+        let Err(failure) = round::acquire_reporting(&nodes, "r", &keys, timing, true).await else {
+            panic!("granted by quarantined masters");
+        };
+        let free_in = failure.free_in.expect("every master answered");
+        assert!(
+            free_in > quarantine - Duration::from_secs(1),
+            "free in {free_in:?}, quarantine {quarantine:?}"
+        );
+    });
+}

@@ -82,16 +82,22 @@ lua_script! {
     /// Releases a set: `KEYS[1..ARGV[2]]` are deleted where they hold `ARGV[1]`, and, if every
     /// one of them did, the keys after them (an election's announcement) too. Returns 1 if the
     /// whole set held the value, else 0 (part of it expired, or belongs to someone else: never
-    /// touched). Each deleted lock key's release is published on a channel named like the key,
+    /// touched). When `ARGV[3]` is `"1"` (the release of a held set, not the cleanup of a failed
+    /// round), each deleted lock key's release is published on a channel named like the key,
     /// as the single-key release does, so waiters of notified hand-offs ([`crate::wake`]) on
-    /// any resource of the set are woken. The publish is a `pcall`, as in the single-key
-    /// release: a user whose ACL allows no channels still releases.
+    /// any resource of the set are woken. A cleanup publishes nothing: its keys never held the
+    /// set, and when they landed on a quorum (quarantined masters grant without counting) its
+    /// announcement would wake the caller's own waiter into the next failed round. The publish
+    /// is a `pcall`, as in the single-key release: a user whose ACL allows no channels still
+    /// releases.
     MULTI_RELEASE = r"local n = tonumber(ARGV[2])
 local deleted = 0
 for i = 1, n do
     if redis.call('get', KEYS[i]) == ARGV[1] then
         redis.call('del', KEYS[i])
-        redis.pcall('publish', KEYS[i], redis.sha1hex(ARGV[1]))
+        if ARGV[3] == '1' then
+            redis.pcall('publish', KEYS[i], redis.sha1hex(ARGV[1]))
+        end
         deleted = deleted + 1
     end
 end

@@ -3,7 +3,7 @@
 //!
 //! [`WakeHub`]: super::WakeHub
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -28,6 +28,9 @@ pub(crate) enum WakeMode {
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub(crate) mode: WakeMode,
+    /// Its place in its channel's line (or among its observers): joins are numbered in arrival
+    /// order, so a waiter leaves by its number instead of being searched for.
+    ticket: u64,
     /// A release was signalled to this waiter (permits are stored: a wake while the waiter is
     /// busy with a round is not lost).
     pub(crate) woken: Notify,
@@ -39,9 +42,10 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    fn new(mode: WakeMode) -> Arc<Self> {
+    fn new(mode: WakeMode, ticket: u64) -> Arc<Self> {
         Arc::new(Self {
             mode,
+            ticket,
             woken: Notify::new(),
             pending: AtomicBool::new(false),
             promoted: Notify::new(),
@@ -61,11 +65,12 @@ impl Slot {
 
 #[derive(Debug, Default)]
 struct Channel {
-    /// Hand-off waiters, oldest first.
-    line: VecDeque<Arc<Slot>>,
-    observers: Vec<Arc<Slot>>,
-    /// Ids of the latest releases seen on this channel, with how many masters announced each.
-    recent: VecDeque<(Vec<u8>, usize)>,
+    /// Hand-off waiters by ticket, so oldest first; leaving is O(log W) under a flood of W
+    /// waiters, where searching an ordered list for the leaver made W leaves O(W²).
+    line: BTreeMap<u64, Arc<Slot>>,
+    observers: BTreeMap<u64, Arc<Slot>>,
+    /// Ids of the latest releases seen on this channel, with the masters that announced each.
+    recent: VecDeque<(Vec<u8>, Vec<usize>)>,
 }
 
 impl Channel {
@@ -76,15 +81,25 @@ impl Channel {
     /// Wakes the first hand-off waiter not already signalled, and every observer.
     fn wake(&self) -> usize {
         let mut woken = 0;
-        if let Some(first) = self.line.iter().find(|slot| !slot.is_pending()) {
+        if let Some(first) = self.next_unsignalled() {
             first.wake();
             woken += 1;
         }
-        for observer in &self.observers {
+        for observer in self.observers.values() {
             observer.wake();
             woken += 1;
         }
         woken
+    }
+
+    /// The oldest hand-off waiter not signalled yet. The signalled ones before it are few: a
+    /// release signals one waiter, and each takes its signal as soon as it runs.
+    fn next_unsignalled(&self) -> Option<&Arc<Slot>> {
+        self.line.values().find(|slot| !slot.is_pending())
+    }
+
+    fn first(&self) -> Option<&Arc<Slot>> {
+        self.line.first_key_value().map(|(_, slot)| slot)
     }
 }
 
@@ -97,6 +112,8 @@ pub(crate) struct Lines {
     /// How many masters must announce a release before a waiter is woken (see
     /// [`released`](Self::released)).
     quorum: usize,
+    /// The next waiter's ticket.
+    next_ticket: u64,
 }
 
 /// What leaving a line changed.
@@ -117,7 +134,8 @@ impl Lines {
 
     /// Joins `channel`'s line; returns the slot and the version at which the channel is wanted.
     pub(crate) fn join(&mut self, channel: &Arc<str>, mode: WakeMode) -> (Arc<Slot>, u64) {
-        let slot = Slot::new(mode);
+        let slot = Slot::new(mode, self.next_ticket);
+        self.next_ticket += 1;
         let entry = match self.channels.get_mut(channel) {
             Some(entry) => entry,
             None => {
@@ -126,9 +144,9 @@ impl Lines {
             }
         };
         match mode {
-            WakeMode::One => entry.line.push_back(Arc::clone(&slot)),
-            WakeMode::All => entry.observers.push(Arc::clone(&slot)),
-        }
+            WakeMode::One => entry.line.insert(slot.ticket, Arc::clone(&slot)),
+            WakeMode::All => entry.observers.insert(slot.ticket, Arc::clone(&slot)),
+        };
         (slot, self.version)
     }
 
@@ -139,16 +157,18 @@ impl Lines {
         let Some(entry) = self.channels.get_mut(channel) else {
             return Left::default();
         };
-        let was_first = entry.line.front().is_some_and(|s| Arc::ptr_eq(s, slot));
-        entry.line.retain(|s| !Arc::ptr_eq(s, slot));
-        entry.observers.retain(|s| !Arc::ptr_eq(s, slot));
+        let was_first = entry.first().is_some_and(|s| Arc::ptr_eq(s, slot));
+        match slot.mode {
+            WakeMode::One => entry.line.remove(&slot.ticket),
+            WakeMode::All => entry.observers.remove(&slot.ticket),
+        };
         if was_first {
-            if let Some(next) = entry.line.front() {
+            if let Some(next) = entry.first() {
                 next.promoted.notify_one();
             }
         }
         if pass_on && slot.mode == WakeMode::One && slot.is_pending() {
-            if let Some(next) = entry.line.iter().find(|s| !s.is_pending()) {
+            if let Some(next) = entry.next_unsignalled() {
                 next.wake();
             }
         }
@@ -174,31 +194,33 @@ impl Lines {
         }
         self.channels
             .get(channel)
-            .and_then(|entry| entry.line.front())
+            .and_then(Channel::first)
             .is_some_and(|first| Arc::ptr_eq(first, slot))
     }
 
-    /// A master published the release `id` on `channel`: wakes once per release, when the
-    /// quorum-th master announces it. Not at the first: the other masters' deletes may still be
-    /// on their way, and a waiter woken then would find the key on a quorum, go back to
-    /// waiting, and miss the release (its other copies are ignored) until its fallback poll.
-    /// A lock that was held is on a quorum of masters, so its release reaches a quorum.
-    /// Returns how many waiters were woken.
-    pub(crate) fn released(&mut self, channel: &str, id: &[u8]) -> usize {
+    /// Master `master` published the release `id` on `channel`: wakes once per release, when
+    /// the quorum-th distinct master announces it. Not at the first: the other masters' deletes
+    /// may still be on their way, and a waiter woken then would find the key on a quorum, go
+    /// back to waiting, and miss the release (its other copies are ignored) until its fallback
+    /// poll. A lock that was held is on a quorum of masters, so its release reaches a quorum;
+    /// one master's copies (a release published again, a message redelivered) count once, or
+    /// they could stand for a quorum that never released. Returns how many waiters were woken.
+    pub(crate) fn released(&mut self, channel: &str, master: usize, id: &[u8]) -> usize {
         let quorum = self.quorum.max(1);
         let Some(entry) = self.channels.get_mut(channel) else {
             return 0;
         };
         let count = match entry.recent.iter_mut().find(|(seen, _)| seen == id) {
-            Some((_, count)) => {
-                *count += 1;
-                *count
+            Some((_, masters)) if masters.contains(&master) => return 0,
+            Some((_, masters)) => {
+                masters.push(master);
+                masters.len()
             }
             None => {
                 if entry.recent.len() == RECENT {
                     entry.recent.pop_front();
                 }
-                entry.recent.push_back((id.to_vec(), 1));
+                entry.recent.push_back((id.to_vec(), vec![master]));
                 1
             }
         };
@@ -240,15 +262,19 @@ mod tests {
             "a second waiter on a channel changes no subscription"
         );
         // The same release from five masters: one wake.
-        for _ in 0..5 {
-            lines.released("k", b"r1");
+        for master in 0..5 {
+            lines.released("k", master, b"r1");
         }
         assert!(pending(&a) && !pending(&b));
         // The next release goes to the next waiter not yet signalled.
-        assert_eq!(lines.released("k", b"r2"), 1);
+        assert_eq!(lines.released("k", 0, b"r2"), 1);
         assert!(pending(&b));
-        assert_eq!(lines.released("k", b"r3"), 0, "everyone signalled already");
-        assert_eq!(lines.released("other", b"r4"), 0);
+        assert_eq!(
+            lines.released("k", 0, b"r3"),
+            0,
+            "everyone signalled already"
+        );
+        assert_eq!(lines.released("other", 0, b"r4"), 0);
     }
 
     #[test]
@@ -256,25 +282,25 @@ mod tests {
         let mut lines = Lines::new(3);
         let key: Arc<str> = Arc::from("k");
         let (a, _) = lines.join(&key, WakeMode::One);
-        assert_eq!(lines.released("k", b"r1"), 0);
+        assert_eq!(lines.released("k", 0, b"r1"), 0);
         assert_eq!(
-            lines.released("k", b"r2"),
+            lines.released("k", 0, b"r2"),
             0,
             "another release, counted apart"
         );
-        assert_eq!(lines.released("k", b"r1"), 0);
+        assert_eq!(lines.released("k", 1, b"r1"), 0);
         assert!(
             !pending(&a),
             "two of five masters announced it: the key may still hold"
         );
-        assert_eq!(lines.released("k", b"r1"), 1);
+        assert_eq!(lines.released("k", 2, b"r1"), 1);
         assert!(pending(&a));
         assert_eq!(
-            lines.released("k", b"r1"),
+            lines.released("k", 3, b"r1"),
             0,
             "the fourth and fifth wake no one"
         );
-        assert_eq!(lines.released("k", b"r1"), 0);
+        assert_eq!(lines.released("k", 4, b"r1"), 0);
     }
 
     #[test]
@@ -284,7 +310,7 @@ mod tests {
         let (a, v1) = lines.join(&key, WakeMode::One);
         let (b, _) = lines.join(&key, WakeMode::One);
         assert!(lines.polls("k", &a) && !lines.polls("k", &b));
-        lines.released("k", b"r1");
+        lines.released("k", 0, b"r1");
         assert!(!lines.leave("k", &a, true).channel_gone);
         assert!(pending(&b), "the wake a took with it went to b");
         assert!(lines.polls("k", &b), "b took over the polling");
@@ -302,10 +328,55 @@ mod tests {
         let (b, _) = lines.join(&key, WakeMode::One);
         let (o1, _) = lines.join(&key, WakeMode::All);
         let (o2, _) = lines.join(&key, WakeMode::All);
-        assert_eq!(lines.released("k", b"r1"), 3);
+        assert_eq!(lines.released("k", 0, b"r1"), 3);
         assert!(pending(&o1) && pending(&o2) && lines.polls("k", &o2));
         lines.leave("k", &a, false);
         assert!(!pending(&b), "a granted waiter does not pass its wake on");
         assert_eq!(lines.resync(), 3, "b and both observers");
+    }
+
+    #[test]
+    fn one_masters_copies_of_a_release_count_once() {
+        let mut lines = Lines::new(3);
+        let key: Arc<str> = Arc::from("k");
+        let (a, _) = lines.join(&key, WakeMode::One);
+        for _ in 0..5 {
+            assert_eq!(lines.released("k", 1, b"r1"), 0);
+        }
+        assert!(
+            !pending(&a),
+            "one master announced it five times: not a quorum"
+        );
+        assert_eq!(lines.released("k", 4, b"r1"), 0);
+        assert_eq!(lines.released("k", 1, b"r1"), 0);
+        assert_eq!(
+            lines.released("k", 0, b"r1"),
+            1,
+            "the third distinct master"
+        );
+        assert!(pending(&a));
+    }
+
+    #[test]
+    fn a_flood_of_waiters_leaves_in_near_linear_time() {
+        // A leave that searched the line made W waiters leaving from the back O(W²) steps
+        // (minutes for this W in a debug build); O(log W) each, they take a fraction of a
+        // second, and the bound leaves a wide margin for a loaded machine.
+        const W: usize = 50_000;
+        let mut lines = Lines::new(1);
+        let key: Arc<str> = Arc::from("k");
+        let slots: Vec<Arc<Slot>> = (0..W).map(|_| lines.join(&key, WakeMode::One).0).collect();
+        let started = std::time::Instant::now();
+        for slot in slots[1..].iter().rev() {
+            assert!(!lines.leave("k", slot, true).channel_gone);
+        }
+        assert!(lines.polls("k", &slots[0]), "the first stays first");
+        assert!(lines.leave("k", &slots[0], true).channel_gone);
+        let took = started.elapsed();
+        println!("{W} waiters left in {took:?}");
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{W} leaves took {took:?}"
+        );
     }
 }

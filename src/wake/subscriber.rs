@@ -146,7 +146,9 @@ impl Subscriber {
     fn dispatch(&self, message: &redis::Msg) {
         if let Some(hub) = self.hub.upgrade() {
             let channel = message.get_channel_name();
-            let woken = hub.lines().released(channel, message.get_payload_bytes());
+            let woken = hub
+                .lines()
+                .released(channel, self.index, message.get_payload_bytes());
             tracing::trace!(node = self.index, woken, "release heard");
         }
     }

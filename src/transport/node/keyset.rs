@@ -91,17 +91,21 @@ impl RedisNode {
     }
 
     /// Deletes the set's `n` lock keys where they hold `value`, and the keys after them if
-    /// all did (see [`scripts::MULTI_RELEASE`]). A cleanup: it bypasses the backlog bound and
-    /// is written even if its caller stops waiting.
+    /// all did (see [`scripts::MULTI_RELEASE`]), announcing the release to notified waiters
+    /// when `announce` (see [`Master::release_and_announce`](crate::round::master::Master::release_and_announce)).
+    /// A cleanup: it bypasses the backlog bound and is written even if its caller stops
+    /// waiting.
     pub(crate) async fn release_set(
         &self,
         keys: &[&str],
         n: usize,
         value: &str,
+        announce: bool,
     ) -> Result<bool, NodeErrorKind> {
         let n = Decimal::new(n as u64);
         let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-        let args: [&[u8]; 2] = [value.as_bytes(), n.as_bytes()];
+        let announce: &[u8] = if announce { b"1" } else { b"0" };
+        let args: [&[u8]; 3] = [value.as_bytes(), n.as_bytes(), announce];
         let script = Request::Script {
             script: &scripts::MULTI_RELEASE,
             keys: &keys,
