@@ -46,6 +46,9 @@ pub(crate) struct Config {
     pub(crate) fence_retention: Duration,
     pub(crate) max_ttl: Duration,
     pub(crate) restart_protection: bool,
+    /// Whether a restarted master with durable persistence counts at once
+    /// ([`RedlockBuilder::trust_durable_restarts`]).
+    pub(crate) trust_durable_restarts: bool,
     /// The owner of a reentrant handle ([`Redlock::reentrant`](crate::Redlock::reentrant)).
     pub(crate) owner: Option<crate::value::LockValue>,
     /// Whether waiting acquisitions are woken by releases ([`RedlockBuilder::notified_handoffs`]).
@@ -96,6 +99,7 @@ pub struct RedlockBuilder {
     fence_retention: Duration,
     max_ttl: Option<Duration>,
     restart_protection: bool,
+    trust_durable_restarts: bool,
     notified: bool,
 }
 
@@ -116,6 +120,7 @@ impl Default for RedlockBuilder {
             fence_retention: DEFAULT_FENCE_RETENTION,
             max_ttl: None,
             restart_protection: false,
+            trust_durable_restarts: false,
             notified: true,
         }
     }
@@ -252,12 +257,36 @@ impl RedlockBuilder {
     /// inside the acquire script: no extra round trip per lock.
     ///
     /// Availability cost: a restarted master is unusable for one max TTL, and a **brand-new
-    /// deployment looks exactly like that**: call [`Redlock::provision`](crate::Redlock::provision) once on masters known
-    /// to be fresh (it vouches for their current processes). Masters with `appendonly yes` and
-    /// `appendfsync always` (read with `CONFIG GET`) count at once after a restart. Requires
-    /// [`max_ttl`](Self::max_ttl). Defaults to `false`.
+    /// deployment looks exactly like that**: call [`Redlock::provision`](crate::Redlock::provision)
+    /// once on masters known to be fresh (it vouches for their current processes). This holds
+    /// whatever the masters' persistence: a master with `appendfsync always` that was restored
+    /// from a backup is indistinguishable from one that merely restarted, so it is quarantined
+    /// too (see [`trust_durable_restarts`](Self::trust_durable_restarts) to trade that away).
+    /// Requires [`max_ttl`](Self::max_ttl). Defaults to `false`.
     pub fn restart_protection(mut self, on: bool) -> Self {
         self.restart_protection = on;
+        self
+    }
+
+    /// **Weakens restart protection**: a restarted master whose persistence cannot lose an
+    /// acknowledged write (`appendonly yes` and `appendfsync always`, read with `CONFIG GET`;
+    /// where `CONFIG` is refused the master is not trusted) counts at once instead of sitting
+    /// out one max TTL.
+    ///
+    /// Sound only if no such master is ever brought back with data older than what it
+    /// acknowledged. **A master restored from a backup (an AOF or RDB copy taken earlier) then
+    /// breaks mutual exclusion**: it reloads an old epoch marker, has forgotten the locks it
+    /// granted since the backup, and votes at once, so a second client can gather a quorum
+    /// while the first still holds the lock. The same goes for a disk or volume snapshot rolled
+    /// back, or a data directory copied from another master. With this setting on, an operator
+    /// who restores a master must keep it out of service (unreachable to clients) for at least
+    /// the max TTL after it starts, or wait one max TTL with no lock held before calling
+    /// [`Redlock::provision`](crate::Redlock::provision); never restore a backup into a running
+    /// deployment otherwise. Leave it off unless a restarted master's quarantine costs more than
+    /// that discipline. Requires [`restart_protection`](Self::restart_protection). Defaults to
+    /// `false`.
+    pub fn trust_durable_restarts(mut self, on: bool) -> Self {
+        self.trust_durable_restarts = on;
         self
     }
 
@@ -320,6 +349,9 @@ impl RedlockBuilder {
             }
             None => MAX_TTL,
         };
+        if self.trust_durable_restarts && !self.restart_protection {
+            return Err(ConfigError::TrustDurableRestartsWithoutProtection);
+        }
         let mut seen = HashSet::new();
         let mut addresses = Vec::with_capacity(self.nodes.len());
         for url in &self.nodes {
@@ -345,6 +377,7 @@ impl RedlockBuilder {
             fence_retention: self.fence_retention,
             max_ttl,
             restart_protection: self.restart_protection,
+            trust_durable_restarts: self.trust_durable_restarts,
             owner: None,
             notified: self.notified,
         };

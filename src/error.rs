@@ -499,6 +499,11 @@ pub enum ConfigError {
         "restart protection needs max_ttl: a restarted node is kept out of quorums for that long"
     )]
     RestartProtectionWithoutMaxTtl,
+    /// Durable restarts can only be trusted under restart protection, which they weaken.
+    #[error(
+        "trust_durable_restarts needs restart_protection: without it every master counts at once"
+    )]
+    TrustDurableRestartsWithoutProtection,
     /// The maximum number of unanswered requests per node is zero.
     #[error("max_unanswered is zero: expected at least 1")]
     ZeroMaxUnanswered,

@@ -79,11 +79,11 @@
 //! * **Masters that restart and forget locks.** A master that crashes and comes back empty, or
 //!   with data older than its last grants (an RDB snapshot, Redis's default persistence; an
 //!   AOF whose unsynced tail a power loss took; a restored backup), can grant the lock again
-//!   while the old holder still counts on it. Either persist with `appendfsync always`, or keep
-//!   a restarted master out of service for longer than the maximum TTL in use ("delayed
-//!   restarts", which restart protection below enforces from the client). `SIGKILL` with
-//!   `appendfsync everysec` usually keeps the data (it is in the page cache); a power loss
-//!   does not.
+//!   while the old holder still counts on it. `appendfsync always` survives crashes but not a
+//!   restore from a backup; keep a restarted master out of service for longer than the maximum
+//!   TTL in use ("delayed restarts", which restart protection below enforces from the client,
+//!   whatever the persistence). `SIGKILL` with `appendfsync everysec` usually keeps the data
+//!   (it is in the page cache); a power loss does not.
 //!
 //! When correctness depends on the lock (not just efficiency), use fencing tokens, or a
 //! consensus system (etcd, ZooKeeper) whose leases carry them. When the lock only avoids
@@ -112,11 +112,15 @@
 //!   restart breaks every connection), so there is no extra round trip per lock. Each master
 //!   also carries an epoch marker, created by the acquire script (stamped with the master's
 //!   clock) when it is missing, which catches data lost without a restart (`FLUSHALL`,
-//!   eviction). Masters with `appendonly yes` and `appendfsync always` (read with `CONFIG GET`;
-//!   if `CONFIG` is unavailable, they are not trusted) count at once after a restart. The cost
-//!   is availability: a restarted master sits out one max TTL, and so does a brand-new
-//!   deployment until [`Redlock::provision`] vouches for its masters' current processes
-//!   ([`Redlock::master_uptimes`] tells which masters started recently). A master's uptime is
+//!   eviction). Every restart nobody vouched for is quarantined, whatever the persistence: a
+//!   master with `appendfsync always` restored from a backup reloads an old epoch marker and
+//!   looks exactly like one that merely restarted. The cost is availability: a restarted
+//!   master sits out one max TTL, and so does a brand-new deployment until
+//!   [`Redlock::provision`] vouches for its masters' current processes
+//!   ([`Redlock::master_uptimes`] tells which masters started recently).
+//!   [`RedlockBuilder::trust_durable_restarts`] lets durable masters count at once after a
+//!   restart, and then a restore from a backup breaks mutual exclusion unless the operator
+//!   keeps the restored master out for one max TTL (its docs say how). A master's uptime is
 //!   read from its wall clock: a clock stepped forward on a master shortens its quarantine, as
 //!   it shortens its keys' TTLs.
 //! * **Reentrancy** ([`Redlock::reentrant`] with an [`Owner`]): the same owner may acquire

@@ -11,13 +11,16 @@
 //! always breaks every connection: no round trip per lock) and the master's votes count only
 //! once the quarantine has passed **since the restart**.
 //!
-//! Two exceptions count at once:
-//! * a master whose persistence cannot lose an acknowledged write (`appendonly yes` and
-//!   `appendfsync always`, read with `CONFIG GET`; where `CONFIG` is unavailable, as on managed
-//!   services, the master is treated as able to lose writes);
-//! * the very life that [`Redlock::provision`](crate::Redlock::provision) vouched for (its
-//!   `run_id` is recorded on the master; a snapshot reloaded by a later life carries the old
-//!   `run_id`, which no longer matches).
+//! Only the very life that [`Redlock::provision`](crate::Redlock::provision) vouched for counts
+//! at once (its `run_id` is recorded on the master; a snapshot reloaded by a later life carries
+//! the old `run_id`, which no longer matches). Durable persistence (`appendonly yes` and
+//! `appendfsync always`) is no exception by default: such a master cannot lose an acknowledged
+//! write in a crash, but one restored from a backup comes back with an older AOF, an old epoch
+//! marker and no trace of the locks it granted since, and nothing on the master tells that
+//! restore from a plain restart. Only the opt-in
+//! [`trust_durable_restarts`](crate::RedlockBuilder::trust_durable_restarts) lets such a master
+//! count at once (where `CONFIG` is unavailable, as on managed services, it is not trusted), at
+//! the price its docs spell out.
 //!
 //! Uptime is what the master reports: the difference of two whole-second wall-clock readings,
 //! so up to a second more than the truth. The restart is taken to be as late as that allows,
@@ -34,6 +37,7 @@ use crate::scripts::{LuaScript, MASTER_LIFE};
 use crate::transport::connection::Connection;
 use crate::transport::reply::{shown, unexpected};
 use crate::transport::resp::{Command, Reply};
+use crate::transport::slot::LifeCheck;
 
 /// One life of a master (one `redis-server` process), as a connection saw it when it opened.
 #[derive(Debug, Clone)]
@@ -44,7 +48,7 @@ pub(crate) struct MasterLife {
     uptime: Duration,
     /// When the connection read it.
     read_at: Instant,
-    /// Whether this life counts at once: durable persistence, or provisioned in this life.
+    /// Whether this life counts at once: provisioned in this life, or (opted in) durable.
     trusted: bool,
 }
 
@@ -69,7 +73,7 @@ impl MasterLife {
     }
 
     /// Reads the life of the master behind `conn` (set-up of a connection under restart
-    /// protection). `record_key` is the provisioning record.
+    /// protection), as `check` says: its provisioning record, and whether durability counts.
     ///
     /// # Errors
     ///
@@ -77,10 +81,10 @@ impl MasterLife {
     /// as just restarted (and the reason traced), never as trusted.
     pub(crate) async fn read(
         conn: &Connection,
-        record_key: &str,
-        node: &str,
+        check: &LifeCheck,
     ) -> Result<Arc<Self>, NodeErrorKind> {
-        let life = match script(conn, &MASTER_LIFE, &[record_key.as_bytes()]).await? {
+        let node = &check.node;
+        let life = match script(conn, &MASTER_LIFE, &[check.record_key.as_bytes()]).await? {
             Reply::Array(items) => match items.as_slice() {
                 [run_id, Reply::Int(uptime), Reply::Int(vouched)] => Some((
                     text(run_id),
@@ -103,13 +107,14 @@ impl MasterLife {
                 trusted: false,
             }));
         };
-        let durable = durable(conn).await?;
-        tracing::debug!(%node, ?run_id, ?uptime, vouched, durable, "master life");
+        // Asked only when it can matter: one round trip less per connection otherwise.
+        let trusted_durable = check.trust_durable && durable(conn).await?;
+        tracing::debug!(%node, ?run_id, ?uptime, vouched, trusted_durable, "master life");
         Ok(Arc::new(Self {
             run_id,
             uptime,
             read_at,
-            trusted: vouched || durable,
+            trusted: vouched || trusted_durable,
         }))
     }
 }

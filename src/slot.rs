@@ -95,7 +95,8 @@
 //!   grants do not count for one max TTL, which covers live **claims** (their TTL is at most
 //!   the max TTL) but not **records**, which live for the retention: a completion older than
 //!   the quarantine can still be forgotten by a master that lost it. For records that outlive
-//!   any restart, run the masters with `appendonly yes` and `appendfsync always`.
+//!   any crash, run the masters with `appendonly yes` and `appendfsync always` (a master
+//!   restored from a backup still forgets what it recorded since).
 //! * A master's answers that a slot was claimed, completed or abandoned are facts about the
 //!   past, which no restart makes untrue: they count from every master, quarantined or not.
 //!   Only its grants (it saw nothing) are discounted.

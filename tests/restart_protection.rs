@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{MasterOptions, Persistence, RedisCluster};
+use quorumlock::testing::{Backup, MasterOptions, Persistence, RedisCluster};
 use quorumlock::{
     ConfigError, InvalidArgument, LockError, NodeErrorKind, Redlock, DEFAULT_DRIFT_FACTOR, MAX_TTL,
 };
@@ -295,17 +295,25 @@ async fn a_new_deployment_without_provisioning_waits_one_max_ttl() {
     guard.release().await.expect("release");
 }
 
-/// `appendfsync always` masters keep their epoch marker across a restart, unlike empty ones.
+/// A durable (`appendfsync always`) master that restarted keeps its epoch marker, yet sits out
+/// its quarantine like any unvouched restart; only a manager that opted into
+/// `trust_durable_restarts` counts it at once (and still quarantines one restarted empty).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn durable_masters_keep_their_epoch_marker_across_a_restart() {
+async fn durable_restarts_count_at_once_only_when_trusted() {
     const RESOURCE: &str = "durable";
-    // Long, so that only a kept marker can explain a grant within the test's patience.
+    // Long, so that only a trusted restart can explain a grant within the test's patience.
     let max_ttl = Duration::from_secs(60);
     let mut cluster =
         RedisCluster::start_with(5, MasterOptions::new().persistence(Persistence::AofAlways))
             .expect("start redis masters");
-    let locks = protected(&cluster, max_ttl);
-    provision(&locks).await;
+    let safe = protected(&cluster, max_ttl);
+    let trusting = patient(&cluster)
+        .max_ttl(max_ttl)
+        .restart_protection(true)
+        .trust_durable_restarts(true)
+        .build()
+        .expect("build manager");
+    provision(&safe).await;
     let markers: Vec<Option<String>> = cluster.iter().map(|m| get(m, &epoch_key())).collect();
 
     for i in 0..3 {
@@ -319,11 +327,23 @@ async fn durable_masters_keep_their_epoch_marker_across_a_restart() {
     }
     set_foreign(&cluster[3], RESOURCE);
     set_foreign(&cluster[4], RESOURCE);
+    // A grant needs all of masters 0, 1 and 2 (3 and 4 refuse): the round stops at the first
+    // restarted master that does not count.
+    let error = refused(&safe, RESOURCE, Duration::from_secs(10)).await;
+    assert!(
+        (0..3).any(|i| quarantined_on(&error, cluster[i].port())),
+        "{error}"
+    );
+    wait_until("the refused round's keys are released", PATIENCE, || {
+        (0..3).all(|i| get(&cluster[i], &key(RESOURCE)).is_none())
+    })
+    .await;
+
     let started = Instant::now();
-    let guard = locks
+    let guard = trusting
         .lock_until(RESOURCE, Duration::from_secs(10), started + PATIENCE)
         .await
-        .unwrap_or_else(|e| panic!("masters 0, 1 and 2 kept their markers: {e}"));
+        .unwrap_or_else(|e| panic!("masters 0, 1 and 2 are durable and trusted: {e}"));
     assert!(started.elapsed() < max_ttl);
     assert_held_on(&cluster, RESOURCE, &[0, 1, 2]);
     guard.release().await.expect("release");
@@ -333,7 +353,7 @@ async fn durable_masters_keep_their_epoch_marker_across_a_restart() {
     .await;
 
     cluster[0].restart_empty().expect("restart master 0 empty");
-    let error = refused(&locks, RESOURCE, Duration::from_secs(10)).await;
+    let error = refused(&trusting, RESOURCE, Duration::from_secs(10)).await;
     assert!(quarantined_on(&error, cluster[0].port()), "{error}");
 }
 
@@ -344,6 +364,16 @@ fn protection_settings_are_validated() {
     assert_eq!(
         base().restart_protection(true).build().err(),
         Some(ConfigError::RestartProtectionWithoutMaxTtl)
+    );
+    let trust_alone = base().trust_durable_restarts(true).build().err();
+    assert_eq!(
+        trust_alone,
+        Some(ConfigError::TrustDurableRestartsWithoutProtection)
+    );
+    let text = trust_alone.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        text.starts_with("trust_durable_restarts needs restart_protection"),
+        "{text}"
     );
     for bad in [
         Duration::ZERO,
@@ -613,5 +643,130 @@ async fn master_uptimes_see_a_restart() {
         } else {
             assert!(*uptime >= Duration::from_secs(2), "{name}: {uptime:?}");
         }
+    }
+}
+
+/// Long enough that neither the holder's lock nor a leader's lease needs renewing while
+/// masters are restarted and restored on a loaded box; never waited out.
+const BACKUP_MAX_TTL: Duration = Duration::from_secs(20);
+
+/// Three durable (`appendfsync always`), provisioned masters, a manager over them with
+/// `configure` applied, and a backup of master 0's AOF taken now; master 2 is down, so that
+/// what is granted next lands on masters 0 and 1 only.
+async fn durable_three_with_a_backup_of_master_0(
+    configure: impl Fn(quorumlock::RedlockBuilder) -> quorumlock::RedlockBuilder,
+) -> (RedisCluster, Redlock, Backup) {
+    let mut cluster =
+        RedisCluster::start_with(3, MasterOptions::new().persistence(Persistence::AofAlways))
+            .expect("start redis masters");
+    let locks = configure(
+        patient(&cluster)
+            .max_ttl(BACKUP_MAX_TTL)
+            .restart_protection(true),
+    )
+    .build()
+    .expect("build manager");
+    provision(&locks).await;
+    let backup = cluster[0].backup().expect("back up master 0");
+    cluster[2].kill().expect("crash master 2");
+    (cluster, locks, backup)
+}
+
+/// Master 2 comes back and is vouched for again (it missed the grant that `key` holds, so that
+/// is sound, and it leaves master 0 the only master in question); then master 0 crashes and
+/// is restored from `backup`, which predates that grant.
+async fn restore_master_0(cluster: &mut RedisCluster, locks: &Redlock, backup: &Backup, key: &str) {
+    cluster[2].restart().expect("restart master 2");
+    provision(locks).await;
+    assert!(get(&cluster[0], key).is_some(), "master 0 held {key}");
+    cluster[0]
+        .restore(backup)
+        .expect("restore master 0 from its backup");
+    assert!(
+        get(&cluster[0], &epoch_key()).is_some(),
+        "the backup carries master 0's epoch marker (not the restarted-empty case)"
+    );
+    assert_eq!(
+        get(&cluster[0], key),
+        None,
+        "the restored master 0 forgot {key}"
+    );
+}
+
+/// Regression: a durable, provisioned master restored from an AOF backup older than a grant
+/// reloads an old epoch marker; it is quarantined, so a second manager is refused while the
+/// holder is still valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_master_restored_from_a_backup_is_kept_out() {
+    const RESOURCE: &str = "backed-up";
+    let (mut cluster, first, backup) = durable_three_with_a_backup_of_master_0(|b| b).await;
+    let held = grant(&first, RESOURCE, BACKUP_MAX_TTL).await;
+    assert_held_on(&cluster, RESOURCE, &[0, 1]);
+    restore_master_0(&mut cluster, &first, &backup, &key(RESOURCE)).await;
+
+    let second = protected(&cluster, BACKUP_MAX_TTL);
+    let error = refused(&second, RESOURCE, BACKUP_MAX_TTL).await;
+    assert!(
+        held.is_valid(),
+        "the refusal must come while the holder is valid"
+    );
+    assert!(quarantined_on(&error, cluster[0].port()), "{error}");
+    assert!(
+        error.is_contended(),
+        "master 1 refuses (the holder's key): {error}"
+    );
+    assert_eq!(
+        error.node_errors().len(),
+        1,
+        "only master 0 failed: {error}"
+    );
+}
+
+/// Regression: the same restore under an election: while the first leader leads, a second
+/// campaigner is not elected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_master_restored_from_a_backup_elects_no_second_leader() {
+    const ELECTION: &str = "backed-up-election";
+    // No renewal while the test runs: a renewal would find master 0's key gone and end the
+    // first leadership, after which a second leader would be rightly elected.
+    let lease = quorumlock::LeaseOptions::new()
+        .ttl(BACKUP_MAX_TTL)
+        .renew_every(BACKUP_MAX_TTL * 3 / 4);
+    let (mut cluster, locks, backup) = durable_three_with_a_backup_of_master_0(|b| b).await;
+    let first = locks
+        .campaign(
+            ELECTION,
+            "host-a",
+            quorumlock::CampaignOptions::new()
+                .lease(lease)
+                .deadline(Instant::now() + PATIENCE),
+        )
+        .await
+        .expect("host-a elected");
+    assert_held_on(&cluster, ELECTION, &[0, 1]);
+    restore_master_0(&mut cluster, &locks, &backup, &key(ELECTION)).await;
+
+    let other = protected(&cluster, BACKUP_MAX_TTL);
+    let second = other
+        .campaign(
+            ELECTION,
+            "host-b",
+            quorumlock::CampaignOptions::new()
+                .lease(lease)
+                .deadline(Instant::now() + Duration::from_secs(2)),
+        )
+        .await;
+    let leading = first.is_held();
+    match second {
+        Ok(second) => panic!(
+            "host-b elected while host-a {} leads: {second:?}",
+            if leading { "still" } else { "no longer" }
+        ),
+        Err(LockError::DeadlinePassed { last, .. }) => {
+            assert!(leading, "host-a must still lead when host-b gives up");
+            let last = last.expect("a refused round");
+            assert!(quarantined_on(&last, cluster[0].port()), "{last}");
+        }
+        Err(other) => panic!("expected DeadlinePassed, got {other}"),
     }
 }

@@ -64,9 +64,10 @@ pub(crate) struct Connection {
     #[arg(long, global = true, default_value = "50ms", value_parser = duration::positive)]
     pub(crate) node_timeout: Duration,
 
-    /// Keep masters whose epoch marker is younger than this out of quorums (they may have
-    /// restarted without their data); no lock may be held longer than this without being
-    /// renewed. Run `quorumlock provision` once on a brand-new deployment.
+    /// Keep masters that restarted or lost their data less than this ago out of quorums
+    /// (whatever their persistence: empty, older data, a restored backup); no lock may be held
+    /// longer than this without being renewed. Run `quorumlock provision` once on a brand-new
+    /// deployment.
     #[arg(long, global = true, value_name = "MAX_TTL", value_parser = duration::positive)]
     pub(crate) restart_protection: Option<Duration>,
 }

@@ -297,6 +297,7 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
                     Restart::Snapshot,
                     Restart::PowerLoss,
                     Restart::Immediate,
+                    Restart::RestoredBackup,
                 ]
                 .into_iter()
                 .filter(|&r| {
@@ -385,7 +386,8 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
 
 /// A [`Fault::QuorumRestart`]: every client cut from a minority as large as the budget, then
 /// a master of the remaining bare quorum crashed and restarted with what it took since the
-/// step began lost (empty, from the step's snapshot, or its AOF cut back).
+/// step began lost (empty, from the step's snapshot, its AOF cut back, or, for a durable
+/// master, restored from a backup taken as the step began).
 fn quorum_restart(rng: &mut impl Rng, shape: &Shape) -> Option<Fault> {
     let n = shape.nodes;
     let budget = (n - 1) / 2;
@@ -401,6 +403,7 @@ fn quorum_restart(rng: &mut impl Rng, shape: &Shape) -> Option<Fault> {
         Restart::ImmediateEmpty,
         Restart::Snapshot,
         Restart::PowerLoss,
+        Restart::RestoredBackup,
     ]
     .into_iter()
     .filter(|&r| Fault::restart_fits(r, shape.persistence.get(node).copied().unwrap_or_default()))
@@ -457,6 +460,7 @@ mod tests {
             let shape = shape(nodes);
             let mut rng = rand::rngs::StdRng::seed_from_u64(nodes as u64);
             let mut kinds = BTreeSet::new();
+            let mut restored_under_a_bare_quorum = false;
             for _ in 0..2000 {
                 let s = step(&mut rng, Mix::Composed, &shape);
                 assert!((1..=3).contains(&s.faults.len()), "{s:?}");
@@ -481,7 +485,14 @@ mod tests {
                     // A bare majority each: nothing else may take a master away.
                     assert!(masters.is_empty(), "a ring with a master fault: {s:?}");
                 }
-                if let Some(Fault::QuorumRestart { cut, cut_for, .. }) = s.faults.first() {
+                if let Some(Fault::QuorumRestart {
+                    cut,
+                    cut_for,
+                    restart,
+                    ..
+                }) = s.faults.first()
+                {
+                    restored_under_a_bare_quorum |= *restart == Restart::RestoredBackup;
                     // Alone; the cut is a minority as large as the budget, the crash one
                     // master of the rest (not at once), and the step outlasts both.
                     assert_eq!(s.faults.len(), 1, "{s:?}");
@@ -504,9 +515,10 @@ mod tests {
             // persistence is an RDB snapshot).
             let expected = match nodes {
                 1 => 16,
-                _ => 20,
+                _ => 21,
             };
             assert_eq!(kinds.len(), expected, "N = {nodes}: {kinds:?}");
+            assert_eq!(restored_under_a_bare_quorum, nodes >= 3, "N = {nodes}");
         }
     }
 }

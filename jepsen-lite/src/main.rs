@@ -372,6 +372,10 @@ async fn controller(cmd: Cmd, out: PathBuf, clocks: Option<Clocks>) -> i32 {
                 eprintln!("jepsen-lite: unknown scenario {name:?}; see `jepsen-lite list`");
                 return 2;
             };
+            if let Some(why) = sc.mutant_unavailable() {
+                eprintln!("jepsen-lite: scenario {name}: {why}");
+                return 2;
+            }
             let seed = seed_or_random(seed);
             println!("jepsen-lite: scenario {name}, seed {seed}");
             let pb = spinner();
@@ -533,6 +537,15 @@ async fn soak(args: SoakArgs, out: &std::path::Path, clocks: Option<&Clocks>) ->
             }
         },
     };
+    if let Some(why) = mutation.and_then(|m| {
+        scenario::mutants_missing(
+            m,
+            &format!("scripts/jepsen.sh soak --minutes {minutes} --mutation {m}"),
+        )
+    }) {
+        eprintln!("jepsen-lite: soak: {why}");
+        return 2;
+    }
     let first = seed_or_random(seed);
     let scenarios: Vec<scenario::Scenario> = nodes
         .iter()

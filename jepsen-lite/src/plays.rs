@@ -9,6 +9,7 @@ use serde_json::json;
 
 use crate::client::{Command, CycleSpec};
 use crate::env::{Env, Error};
+use crate::nemesis::backup::Taken;
 use crate::nemesis::{aof_incr, restart_delay, Fault, Verb};
 use crate::scenario::{Restart, Script};
 
@@ -113,6 +114,14 @@ pub async fn play(env: &mut Env, notes: &mut Vec<String>) -> Result<(), Error> {
                 tokio::task::block_in_place(|| env.masters[2].command(&["SAVE"]))?;
                 env.nemesis.record(Verb::SaveSnapshot, json!({"node": 2}));
             }
+            // What node 2 will be restored from: everything before A's lock.
+            let backup = if restart == Restart::RestoredBackup {
+                let taken = tokio::task::block_in_place(|| Taken::from(&env.masters[2]))?;
+                env.nemesis.record(Verb::Backup, json!({"node": 2}));
+                Some(taken)
+            } else {
+                None
+            };
             env.phase("A acquires {0,1,2}");
             env.cycle(
                 0,
@@ -166,11 +175,21 @@ pub async fn play(env: &mut Env, notes: &mut Vec<String>) -> Result<(), Error> {
                 Restart::ImmediateEmpty | Restart::DelayedEmpty | Restart::UndelayedEmpty => {
                     tokio::task::block_in_place(|| env.masters[2].restart_empty())?;
                 }
+                Restart::RestoredBackup => {
+                    let taken = backup.as_ref().ok_or("node 2 has no backup to restore")?;
+                    tokio::task::block_in_place(|| taken.restore(&mut env.masters[2]))?;
+                }
             }
             let restarted_pid = env.masters[2].pid();
+            // A restored master must also show that it came back with the backup's data.
+            let restored = match &backup {
+                Some(taken) => tokio::task::block_in_place(|| taken.proof(&env.masters[2]))
+                    .map(|proof| format!(", {proof}")),
+                None => Ok(String::new()),
+            };
             let check = match (crashed_pid, restarted_pid) {
                 (Some(old), Some(new)) if killed && old != new => {
-                    Ok(format!("pid {old} killed, pid {new} serving"))
+                    restored.map(|proof| format!("pid {old} killed, pid {new} serving{proof}"))
                 }
                 (old, new) => Err(format!(
                     "crash not shown: killed {killed}, pid before {old:?}, after {new:?}"

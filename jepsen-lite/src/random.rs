@@ -126,7 +126,7 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         }
         if composed {
             env.with_nemesis(|n, t| {
-                n.begin_step(t);
+                n.begin_step(t, &step.faults);
                 Ok(())
             })?;
         }

@@ -82,6 +82,10 @@ pub async fn run(
     if needs_clock && clocks.is_none() {
         return Ok(skip("skipped: clock shim unavailable (no cc?)".into()));
     }
+    // Else its client would refuse the mutant and the run would fail waiting for it.
+    if let Some(why) = sc.mutant_unavailable() {
+        return Ok(skip(format!("skipped: {why}")));
+    }
     let mut env = Env::start(sc, seed, &dir, clocks, progress).await?;
     let mut notes = Vec::new();
     let duration = sc.duration_s.map_or(duration, Duration::from_secs);

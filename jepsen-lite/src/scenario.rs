@@ -73,6 +73,11 @@ pub enum Restart {
     /// At once, reloading an RDB snapshot taken (`SAVE`) before the lock was granted: Redis's
     /// default persistence after a crash. The epoch marker is in the snapshot.
     Snapshot,
+    /// At once, restored from a copy of its persistence files taken aside before the lock was
+    /// granted: an operator's restore from a backup. The copy holds the epoch marker and the
+    /// provisioning record; with `appendfsync always` nothing else tells it from a plain
+    /// restart.
+    RestoredBackup,
 }
 
 /// The script of a scenario.
@@ -297,6 +302,17 @@ pub fn catalog() -> Vec<Scenario> {
             )
         },
         Scenario {
+            about: "as crash-restart-fsync-always, but node 2 is restored from a backup of its AOF taken before the lock",
+            ttl_ms: 4000,
+            persistence: Persistence::AofAlways,
+            ..base(
+                "crash-restored-backup",
+                "crash",
+                Break,
+                Script::Crash(Restart::RestoredBackup),
+            )
+        },
+        Scenario {
             about:
                 "as crash-power-loss-everysec, but a plain SIGKILL: the page cache keeps the key",
             ttl_ms: 4000,
@@ -434,6 +450,18 @@ pub fn catalog() -> Vec<Scenario> {
             )
         },
         Scenario {
+            about: "as crash-restored-backup, with restart protection: the durable node 2 sits out one max TTL",
+            ttl_ms: 4000,
+            persistence: Persistence::AofAlways,
+            protection: true,
+            ..base(
+                "crash-restored-backup-protected",
+                "crash",
+                Hold,
+                Script::Crash(Restart::RestoredBackup),
+            )
+        },
+        Scenario {
             about: "as slow-cs, but A's lock is kept alive by a lease (auto-extension)",
             keep_alive: true,
             ..base("slow-cs-keepalive", "slow client", Hold, Script::SlowCs)
@@ -552,6 +580,18 @@ pub const COMPOSED_MUTANTS: [&str; 7] = [
     "reuse-after-timeout",
 ];
 
+/// Why this build cannot run library mutant `mutation`, if it cannot: the mutants exist only
+/// in a build with `--cfg quorumlock_mutants`, and a client of another build refuses them.
+/// `how` is the command that runs it from such a build.
+pub fn mutants_missing(mutation: &str, how: &str) -> Option<String> {
+    (!cfg!(quorumlock_mutants)).then(|| {
+        format!(
+            "the library mutant {mutation:?} is not in this build of jepsen-lite (built without \
+             RUSTFLAGS=\"--cfg quorumlock_mutants\"); run it with `{how}`, which builds with it"
+        )
+    })
+}
+
 /// What a scenario demands of a run before its observation counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Minimum {
@@ -562,6 +602,13 @@ pub struct Minimum {
 }
 
 impl Scenario {
+    /// Why this build cannot run the scenario, if it runs a library mutant the build lacks
+    /// (see [`mutants_missing`]).
+    pub fn mutant_unavailable(&self) -> Option<String> {
+        let how = format!("scripts/jepsen.sh run --scenario {}", self.name);
+        self.mutation.and_then(|m| mutants_missing(m, &how))
+    }
+
     /// The resources its clients lock (a composed run uses twelve; the register is protected
     /// by the first). A composed run's grants are bounded by how fast each resource changes
     /// hands, not by the CPU (a 30-minute soak on six resources kept the 1-minute load near
@@ -626,4 +673,30 @@ impl Scenario {
 /// A scenario by name.
 pub fn find(name: &str) -> Option<Scenario> {
     catalog().into_iter().find(|s| s.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A build without the mutants says so, and how to run the mutant, instead of starting
+    /// clients that refuse it; a scenario without a library mutant runs in any build.
+    #[test]
+    fn a_mutant_scenario_names_the_missing_build_flag() {
+        let mutant = find("mutant-zero-drift").expect("scenario");
+        let why = mutant.mutant_unavailable();
+        if cfg!(quorumlock_mutants) {
+            assert_eq!(why, None);
+        } else {
+            let why = why.expect("unavailable without the flag");
+            assert!(why.contains("--cfg quorumlock_mutants"), "{why}");
+            assert!(
+                why.contains("scripts/jepsen.sh run --scenario mutant-zero-drift"),
+                "{why}"
+            );
+        }
+        for plain in ["crash-restored-backup", "mutant-restart-at-once"] {
+            assert_eq!(find(plain).expect("scenario").mutant_unavailable(), None);
+        }
+    }
 }

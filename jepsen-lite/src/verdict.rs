@@ -45,15 +45,16 @@ pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
         };
     }
     let (client, text, what) = match sc.script {
-        Script::Crash(Restart::ImmediateEmpty | Restart::Snapshot | Restart::PowerLoss)
-            if sc.protection =>
-        {
-            (
-                1,
-                "restarted or lost its data",
-                "B refused because node 2 is quarantined",
-            )
-        }
+        Script::Crash(
+            Restart::ImmediateEmpty
+            | Restart::Snapshot
+            | Restart::PowerLoss
+            | Restart::RestoredBackup,
+        ) if sc.protection => (
+            1,
+            "restarted or lost its data",
+            "B refused because node 2 is quarantined",
+        ),
         Script::HeldReplies => (0, "validity exhausted", "A refused for lack of validity"),
         Script::SplitMinority => (0, "", "A, on a minority, refused"),
         _ => return Ok("no pivotal step".to_string()),

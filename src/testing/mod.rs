@@ -4,9 +4,11 @@
 //! A [`RedisMaster`] is one `redis-server` process on `127.0.0.1` and a free port, with its own
 //! temporary data directory. It can be killed (`SIGKILL`, a crash), stopped (`SIGTERM`),
 //! paused and resumed (`SIGSTOP`/`SIGCONT`, a GC pause), restarted on the same port with its
-//! data (as far as its [`Persistence`] kept it) or without it. A [`RedisCluster`] is `n`
-//! independent masters, as Redlock needs. Everything is synchronous, built on `std::process`
-//! and `std::net`, so it works from plain `#[test]`s, async tests and harness binaries alike.
+//! data (as far as its [`Persistence`] kept it) or without it, or restored from a [`Backup`] of
+//! its files taken earlier (then its data is older than what it acknowledged). A
+//! [`RedisCluster`] is `n` independent masters, as Redlock needs. Everything is synchronous,
+//! built on `std::process` and `std::net`, so it works from plain `#[test]`s, async tests and
+//! harness binaries alike.
 //!
 //! Servers start on free ports in parallel (a five-master cluster is up in a few tens of
 //! milliseconds), and a server that lost a race for its port is started again on another one.
@@ -37,6 +39,7 @@
 //! # }
 //! ```
 
+mod backup;
 mod cluster;
 mod error;
 mod master;
@@ -47,6 +50,7 @@ pub mod proxy;
 mod resp;
 mod startup;
 
+pub use backup::Backup;
 pub use cluster::RedisCluster;
 pub use error::TestingError;
 pub use master::RedisMaster;

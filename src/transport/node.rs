@@ -82,6 +82,7 @@ impl RedisNode {
         let life_check = config.restart_protection.then(|| LifeCheck {
             record_key: record_key(&config.key_prefix),
             node: Arc::from(address.display.as_str()),
+            trust_durable: config.trust_durable_restarts,
         });
         let connections = (0..config.connections_per_node)
             .map(|_| {

@@ -36,11 +36,14 @@ pub(crate) struct Opened {
 }
 
 /// What a connection reads about its master when it opens, under restart protection: the
-/// provisioning record's key, and the master's name for traces.
+/// provisioning record's key, the master's name for traces, and whether a durable restart is
+/// trusted.
 #[derive(Clone)]
 pub(crate) struct LifeCheck {
     pub(crate) record_key: Arc<str>,
     pub(crate) node: Arc<str>,
+    /// Whether a restart with durable persistence counts at once (an opt-in).
+    pub(crate) trust_durable: bool,
 }
 
 type ConnectFuture = Shared<BoxFuture<'static, Result<Opened, NodeErrorKind>>>;
@@ -290,7 +293,7 @@ async fn open(
         }
         let life = match life_check {
             Some(check) => Some(
-                MasterLife::read(&conn, &check.record_key, &check.node)
+                MasterLife::read(&conn, &check)
                     .await
                     .map_err(during_setup("reading the master's run_id: "))?,
             ),

@@ -8,6 +8,7 @@
 //! reading lands in the run's [`Evidence`], and a fault that did not take effect fails the run.
 //! Every fault also writes a nemesis event ([`Verb`]) into the history.
 
+pub mod backup;
 pub mod iptables;
 pub mod proven;
 mod verb;
@@ -214,6 +215,7 @@ impl Fault {
                 Restart::DelayedEmpty | Restart::UndelayedEmpty => "crash, delayed restart",
                 Restart::PowerLoss => "crash, AOF tail lost",
                 Restart::Snapshot => "crash, RDB snapshot",
+                Restart::RestoredBackup => "crash, restored backup",
             },
             Self::QuorumRestart { .. } => "crash under a bare quorum",
         }
@@ -328,10 +330,11 @@ impl Fault {
 
     /// Whether the restart kind `restart` can act on a master keeping `persistence`: a power
     /// loss needs an AOF fsynced every second, a snapshot reload needs no AOF, a plain restart
-    /// keeps the lock only with `appendfsync always`.
+    /// keeps the lock only with `appendfsync always`, and a restored backup is the way such a
+    /// durable master comes back with older data.
     pub fn restart_fits(restart: Restart, persistence: Persistence) -> bool {
         match restart {
-            Restart::Immediate => persistence == Persistence::AofAlways,
+            Restart::Immediate | Restart::RestoredBackup => persistence == Persistence::AofAlways,
             Restart::PowerLoss => persistence == Persistence::AofEverySec,
             Restart::Snapshot => persistence == Persistence::None,
             Restart::ImmediateEmpty | Restart::DelayedEmpty | Restart::UndelayedEmpty => true,
@@ -440,6 +443,9 @@ pub struct Nemesis {
     stopped_clients: Vec<usize>,
     /// The size of each AOF at the start of the current step (what a power loss returns to).
     aof_sizes: Vec<Option<(std::path::PathBuf, u64)>>,
+    /// The backups taken at the start of the current step, by master, for the step's restored
+    /// backups.
+    backups: Vec<Option<backup::Taken>>,
     /// Faults injected, by kind.
     pub counts: std::collections::BTreeMap<&'static str, usize>,
 }
@@ -483,6 +489,7 @@ impl Nemesis {
             pending: Vec::new(),
             stopped_clients: Vec::new(),
             aof_sizes: Vec::new(),
+            backups: Vec::new(),
             counts: std::collections::BTreeMap::new(),
         }
     }
@@ -504,8 +511,30 @@ impl Nemesis {
     }
 
     /// Before a random step: samples what a crash in it can fall back to (each AOF's size, a
-    /// fresh RDB snapshot on masters without an AOF).
-    pub fn begin_step(&mut self, t: &mut Targets<'_>) {
+    /// fresh RDB snapshot on masters without an AOF, a backup of the masters that `faults`
+    /// restore from one).
+    pub fn begin_step(&mut self, t: &mut Targets<'_>, faults: &[Fault]) {
+        self.backups = (0..t.masters.len()).map(|_| None).collect();
+        for fault in faults {
+            let (Fault::Crash {
+                node,
+                restart: Restart::RestoredBackup,
+            }
+            | Fault::QuorumRestart {
+                node,
+                restart: Restart::RestoredBackup,
+                ..
+            }) = fault
+            else {
+                continue;
+            };
+            // A failed backup is not fatal here: the restart's proof then fails the run.
+            let taken = tokio::task::block_in_place(|| backup::Taken::from(&t.masters[*node]));
+            if taken.is_ok() {
+                self.record(Verb::Backup, json!({"node": node}));
+            }
+            self.backups[*node] = taken.ok();
+        }
         self.aof_sizes = (0..t.masters.len())
             .map(|n| {
                 let m = &t.masters[n];
@@ -990,12 +1019,11 @@ impl Nemesis {
                     if !wait.is_zero() {
                         tokio::task::block_in_place(|| std::thread::sleep(wait));
                     }
-                    let truncated = self.restart(t, node, restart)?;
+                    let came_back = self.restart(t, node, restart)?;
                     let new_pid = t.masters[node].pid();
                     let check = match (old_pid, new_pid) {
-                        (Some(old), Some(new)) if killed && old != new => {
-                            Ok(format!("pid {old} killed, pid {new} serving{truncated}"))
-                        }
+                        (Some(old), Some(new)) if killed && old != new => came_back
+                            .map(|what| format!("pid {old} killed, pid {new} serving{what}")),
                         (old, new) => Err(format!(
                             "crash not shown: killed {killed}, pid before {old:?}, after {new:?}"
                         )),
@@ -1008,15 +1036,31 @@ impl Nemesis {
         Ok(())
     }
 
-    /// Restarts crashed master `n` as `restart` says; says what a power loss cut off.
+    /// Restarts crashed master `n` as `restart` says. Says what a power loss cut off, or
+    /// whether a restored master came back with its backup's data (`Err`: it did not, so the
+    /// fault did not take effect).
     fn restart(
         &mut self,
         t: &mut Targets<'_>,
         n: usize,
         restart: Restart,
-    ) -> Result<String, Error> {
+    ) -> Result<Result<String, String>, Error> {
         let mut what = String::new();
         match restart {
+            Restart::RestoredBackup => {
+                let Some(taken) = self.backups.get_mut(n).and_then(Option::take) else {
+                    tokio::task::block_in_place(|| t.masters[n].restart())?;
+                    self.record(Verb::Restart, json!({"node": n, "how": "Immediate"}));
+                    return Ok(Err("no backup was taken to restore from".to_string()));
+                };
+                tokio::task::block_in_place(|| taken.restore(&mut t.masters[n]))?;
+                self.record(
+                    Verb::Restart,
+                    json!({"node": n, "how": format!("{restart:?}")}),
+                );
+                return Ok(tokio::task::block_in_place(|| taken.proof(&t.masters[n]))
+                    .map(|proof| format!(", {proof}")));
+            }
             Restart::Immediate | Restart::Snapshot => {
                 tokio::task::block_in_place(|| t.masters[n].restart())?;
             }
@@ -1041,7 +1085,7 @@ impl Nemesis {
             Verb::Restart,
             json!({"node": n, "how": format!("{restart:?}")}),
         );
-        Ok(what)
+        Ok(Ok(what))
     }
 
     /// Lifts every fault still on (after reading what it did): links pass, rules go, paused

@@ -41,6 +41,8 @@ pub enum Verb {
     SaveSnapshot,
     /// An AOF's tail cut off (power loss).
     TruncateAof,
+    /// A master's persistence files copied aside, to be restored later.
+    Backup,
     /// Lock keys deleted by hand.
     ExpireKeys,
     /// Every fault lifted; the clients are owed liveness from here.
@@ -49,7 +51,7 @@ pub enum Verb {
 
 impl Verb {
     /// Every verb.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::Partition,
         Self::PartitionEnd,
         Self::Pause,
@@ -68,6 +70,7 @@ impl Verb {
         Self::ClockStrobe,
         Self::SaveSnapshot,
         Self::TruncateAof,
+        Self::Backup,
         Self::ExpireKeys,
         Self::Heal,
     ];
@@ -93,6 +96,7 @@ impl Verb {
             Self::ClockStrobe => "clock-strobe",
             Self::SaveSnapshot => "save-snapshot",
             Self::TruncateAof => "truncate-aof",
+            Self::Backup => "backup",
             Self::ExpireKeys => "expire-keys",
             Self::Heal => "heal",
         }

@@ -256,6 +256,7 @@ fn restart_text(kind: &str) -> &str {
         "UndelayedEmpty" => "empty at once, mutant",
         "PowerLoss" => "AOF tail lost",
         "Snapshot" => "from RDB snapshot",
+        "RestoredBackup" => "restored from an older backup",
         other => other,
     }
 }
@@ -299,9 +300,12 @@ fn ranges(nums: &[u64]) -> String {
 /// replies yellow, clocks cyan, the rest green.
 pub fn colour(verb: Verb) -> &'static str {
     match verb {
-        Verb::Kill | Verb::Restart | Verb::CrashClient | Verb::TruncateAof | Verb::SaveSnapshot => {
-            "#E9A4A0"
-        }
+        Verb::Kill
+        | Verb::Restart
+        | Verb::CrashClient
+        | Verb::TruncateAof
+        | Verb::SaveSnapshot
+        | Verb::Backup => "#E9A4A0",
         Verb::Pause | Verb::PauseClient => "#A0B1E9",
         Verb::Partition | Verb::Hold => "#E9DCA0",
         Verb::ClockBump | Verb::ClockRate | Verb::ClockStrobe => "#A0E9E3",
