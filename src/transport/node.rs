@@ -577,7 +577,11 @@ impl Master for RedisNode {
                 args: &args,
             };
             self.request(request, false).await?
-        } else if let Some(companion) = &claim.companion {
+        } else if let Some(companion) = claim
+            .companion
+            .as_ref()
+            .filter(|_| self.mutation != Some(Mutation::SlotRecordNotRenewed))
+        {
             let keep = Decimal::new(millis(companion.keep));
             let keys = [key.as_bytes(), companion.key.as_bytes()];
             let args: [&[u8]; 3] = [value, ttl.as_bytes(), keep.as_bytes()];
