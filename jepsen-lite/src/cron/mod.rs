@@ -88,6 +88,10 @@ impl Options {
 /// after the most advanced one (clocks spread over 4 s, the fast one's 0.2 s, the deadline).
 const LONG_JOB: &str = "job-long";
 
+/// How long after its start a long run may still be on (cut at 2.7 s, its claim then valid
+/// for at most 0.5 s), with a margin, ns.
+const LONG_RUN_OPEN_NS: u64 = 4_000_000_000;
+
 fn jobs() -> Vec<JobSpec> {
     let mut jobs: Vec<JobSpec> = [("job-a", 1000), ("job-b", 1500), ("job-c", 2000)]
         .into_iter()
@@ -490,11 +494,21 @@ impl Env {
         while tokio::time::Instant::now() < deadline {
             let log = self.store.log();
             let now = now_ns();
-            // Not a long run: its early end would leave its record to expire while lagging
-            // workers still claim the slot (its retention assumes runs cut at their cap).
+            // Not a worker running a long run: its early end would leave its record to expire
+            // while lagging workers still claim the slot (its retention assumes runs cut at
+            // their cap, which end within LONG_RUN_OPEN of their start).
+            let running_long = |pid: u32| {
+                log.iter().any(|l| {
+                    l.req.kind == Kind::Begin
+                        && l.req.job == LONG_JOB
+                        && l.req.pid == pid
+                        && now.saturating_sub(l.time_ns) < LONG_RUN_OPEN_NS
+                })
+            };
             let open = log.iter().rev().find(|b| {
                 b.req.kind == Kind::Begin
                     && b.req.job != LONG_JOB
+                    && !running_long(b.req.pid)
                     && b.accepted
                     && now.saturating_sub(b.time_ns) < 150_000_000
                     && self
