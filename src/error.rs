@@ -213,11 +213,11 @@ pub enum InvalidArgument {
     /// runtime, where its renewal task cannot run.
     #[error("no tokio runtime for the lease's renewal task: expected keep_alive to be called inside one")]
     NoRuntime,
-    /// A slot claim's job or slot name is empty or too long
+    /// A slot claim's job, slot or runner name is empty or too long
     /// ([`MAX_SLOT_NAME`](crate::MAX_SLOT_NAME) bytes at most).
     #[error("{what} name is {len} bytes: expected 1 to {max}")]
     SlotName {
-        /// `"job"` or `"slot"`.
+        /// `"job"`, `"slot"` or `"runner"`.
         what: &'static str,
         /// Its length in bytes.
         len: usize,
@@ -237,6 +237,16 @@ pub enum InvalidArgument {
         ttl: Duration,
         /// The longest retention accepted.
         max: Duration,
+    },
+    /// A slot's minimum hold ([`SlotOptions::hold_at_least`](crate::SlotOptions::hold_at_least))
+    /// is longer than its record's retention: the claim would outlive the record that says
+    /// how its run ended.
+    #[error("slot record retention {retention:?} is shorter than the minimum hold {hold:?}: expected at least the hold")]
+    RetentionBelowHold {
+        /// The retention asked for.
+        retention: Duration,
+        /// The minimum hold asked for.
+        hold: Duration,
     },
     /// A minimum hold ([`LockGuard::release_holding`](crate::LockGuard::release_holding),
     /// [`SlotOptions::hold_at_least`](crate::SlotOptions::hold_at_least)) longer than the

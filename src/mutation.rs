@@ -41,6 +41,10 @@ pub enum Mutation {
     /// goes to the next request sent on it, and every reply after that to the request after
     /// its own. Pipelined (TCP and Unix socket) connections only.
     ReuseAfterTimeout,
+    /// A slot run's renewals extend only its claim, not the slot's record: a run longer than
+    /// the retention outlives its record, and once it ends (abandoned, crashed) the slot reads
+    /// free and a late host runs it again.
+    SlotRecordNotRenewed,
 }
 
 /// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error

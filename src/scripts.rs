@@ -44,7 +44,7 @@ mod restart;
 mod slot;
 
 pub(crate) use acquire::ACQUIRE;
-pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT};
+pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION};
 pub(crate) use fence::RAISE_FENCE;
 pub(crate) use hold::RELEASE_HOLDING;
 pub(crate) use multi::{ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE, MULTI_RELEASE};
@@ -56,8 +56,9 @@ pub(crate) use slot::{
 };
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
-pub(crate) fn all() -> [&'static LuaScript; 21] {
+pub(crate) fn all() -> [&'static LuaScript; 22] {
     [
+        &EXTEND_WITH_COMPANION,
         &COMPARE_AND_DELETE,
         &COMPARE_AND_PEXPIRE,
         &ACQUIRE,

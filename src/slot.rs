@@ -15,7 +15,12 @@
 //! Per slot, each master keeps a **running key** (a lock key holding the claim's random value,
 //! with the claim TTL, renewed by the run's [`Lease`](crate::Lease) and released like any
 //! lock) and a **record** kept for the [retention](SlotOptions::retention): claimed (by whom,
-//! which attempt, which fencing token), completed, or abandoned. One Lua script per master
+//! which attempt, which fencing token), completed, or abandoned. Every renewal of the running
+//! key keeps the record for the retention too, in the same script: a record never expires
+//! under a live run, however long the run lasts, so a slot whose running key holds a run's
+//! value never reads as free, and its run's end (completed, abandoned, or a crash) is
+//! remembered for the retention after it. A [minimum hold](SlotOptions::hold_at_least), which
+//! keeps the running key after the run's end, is at most the retention for the same reason. One Lua script per master
 //! reads both and claims atomically, so no claim can slip between the check and the write on
 //! a master.
 //!
@@ -27,7 +32,18 @@
 //!   answer.
 //! * **Claimed** when a quorum granted, with validity left (as for a lock: `ttl − elapsed −
 //!   drift`) and, without [`retry_abandoned`](SlotOptions::retry_abandoned), no master
-//!   reported an abandoned claim. The round is decided at the quorum-th grant, like a lock.
+//!   reported an abandoned claim. The round is decided at the quorum-th grant, like a lock:
+//!   a `Completed` or `Abandoned` answer that comes after it is not heard, and one that comes
+//!   before an otherwise winning quorum blocks the claim (`Abandoned` without
+//!   `retry_abandoned`), so with such answers on a minority the outcome depends on reply
+//!   order. Both outcomes are sound. A run that held the slot was granted by a quorum, and its
+//!   record (kept with its claim, then for the retention) is on every master of that quorum,
+//!   which shares a master with any granting quorum: that master answers with the record and
+//!   never grants. So a record on a minority only is the leftover of a claim that never won
+//!   (an undo that failed), or one at the very end of its retention, and granting over it
+//!   runs no slot twice; the blocking answer is the cautious one. A completion recorded on
+//!   fewer than a quorum ([`SlotRun::complete`] then returned an error) may be overruled
+//!   either way, as documented there.
 //! * Otherwise **running elsewhere** when one other live claim **stands on a quorum** of the
 //!   masters (or live claims and abandoned ones are both seen: a retry is in flight), and
 //!   **abandoned** when only abandoned claims are seen.
@@ -111,6 +127,7 @@ mod options;
 mod outcome;
 mod round;
 mod run;
+mod undo;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,6 +139,7 @@ use crate::guard::LockGuard;
 use crate::manager::Redlock;
 use crate::round::spec::round_spec;
 use crate::round::Grant;
+use crate::value::{Claim, Companion};
 pub use many::MAX_SLOT_BATCH;
 pub use options::{
     SlotOptions, DEFAULT_SLOT_RETENTION, DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
@@ -130,6 +148,7 @@ pub use outcome::{SlotClaim, SlotRecord, SlotStatus};
 use round::{ClaimSpec, RoundOutcome, Seen, SlotKeys};
 use run::RunInfo;
 pub use run::SlotRun;
+use undo::UndoClaim;
 
 impl Redlock {
     /// Claims slot `slot` of `job` once across the fleet; see the [module docs](crate::slot)
@@ -154,9 +173,11 @@ impl Redlock {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future mid-round undoes, in the background, whatever the round may have
-    /// claimed (on the same connections, behind the claims); a claim already handed over is a
-    /// [`SlotRun`], which abandons the slot when dropped.
+    /// Dropping the future undoes, in the background, whatever it may have claimed (on the
+    /// same connections, behind the claims), at every await point: mid-round, and while a won
+    /// claim's fencing token is written back. The slot can then be claimed again; it never
+    /// reads as abandoned. A claim the caller received is a [`SlotRun`], which abandons the
+    /// slot when dropped.
     ///
     /// # Examples
     ///
@@ -264,8 +285,9 @@ impl Redlock {
             // trip over its own.
             settle(cleanup, config.node_timeout).await;
         };
+        let route = Arc::clone(&keys.running);
         hand_over(
-            &shared, won, keys, resource, job, slot, &runner, opts, lease_opts,
+            &shared, won, keys, route, resource, job, slot, &runner, opts, lease_opts,
         )
         .await
     }
@@ -300,12 +322,15 @@ impl Redlock {
 }
 
 /// Makes a won claim a [`SlotRun`]: writes a token the granting masters did not all issue back
-/// to a quorum, then starts the claim's lease. A claim that cannot be handed over is undone.
+/// to a quorum, then starts the claim's lease, which also keeps the slot's record alive (see
+/// [`Companion`]). A claim that cannot be handed over is undone, and so is one whose future is
+/// dropped before it was. `route` is the key whose connection the claim travelled on.
 #[allow(clippy::too_many_arguments)] // one call site per entry point; a struct would only rename them
 async fn hand_over(
     shared: &Arc<crate::shared::Shared>,
     won: round::Won,
     keys: SlotKeys,
+    route: Arc<str>,
     resource: String,
     job: &str,
     slot: &str,
@@ -314,25 +339,35 @@ async fn hand_over(
     lease_opts: crate::lease::LeaseOptions,
 ) -> Result<SlotClaim, LockError> {
     let nodes = &shared.nodes;
+    let undo = UndoClaim::new(nodes, &keys, &route, &won);
     let timing = round_spec(&shared.config, opts.ttl)?;
     if let (Some(fence), Some(token), false) = (&keys.fence, won.token, won.token_on_quorum) {
         let retention = timing.fence_retention.max(timing.ttl);
-        let raised = crate::round::raise_fence(nodes, &resource, fence, token, retention).await;
-        if let Err(error) = raised {
-            round::revert_in_background(nodes, &keys, &won.claim.value, &won.holders.may_hold);
-            return Err(error);
-        }
+        // `undo` is armed across this await: a future dropped here undoes the claim, and so
+        // does a write-back that failed.
+        crate::round::raise_fence(nodes, &resource, fence, token, retention).await?;
     }
+    undo.disarm();
     let value = won.claim.value.clone();
     let may_hold = Arc::clone(&won.holders.may_hold);
     let attempt = won.attempt;
+    // Every renewal of the claim keeps the record for the retention, in the same script: a
+    // record that expired under a live run would let the slot read free once the run ends,
+    // and a late host run it again.
+    let claim = Claim {
+        companion: Some(Companion {
+            key: Arc::clone(&keys.record),
+            keep: opts.retention,
+        }),
+        ..won.claim
+    };
     let guard = LockGuard::new(
         Arc::clone(shared),
         resource.clone(),
         Arc::clone(&keys.running),
         timing.ttl,
         Grant {
-            claim: won.claim,
+            claim,
             valid_until: won.valid_until,
             holders: won.holders,
             token: won.token,
@@ -349,6 +384,7 @@ async fn hand_over(
                     info: Box::new(RunInfo {
                         shared: Arc::clone(shared),
                         keys,
+                        route,
                         value,
                         job: job.to_string(),
                         slot: slot.to_string(),
@@ -370,7 +406,7 @@ async fn hand_over(
             drift: timing.drift(),
         }
     };
-    round::revert_in_background(nodes, &keys, &value, &may_hold);
+    round::revert_routed_in_background(nodes, &route, &keys, &value, &may_hold);
     Err(failed)
 }
 

@@ -41,12 +41,23 @@ pub(crate) struct Reentry {
     pub(crate) acquisition: LockValue,
 }
 
+/// A key that must live at least as long as the lock key it goes with: each extension of the
+/// lock raises its TTL to at least `keep`, in the same script (a slot's record, which must
+/// outlive every run of the slot: see `crate::slot`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Companion {
+    pub(crate) key: Arc<str>,
+    pub(crate) keep: std::time::Duration,
+}
+
 /// What proves a key is ours: the value it must hold (random per attempt, or the owner's
 /// identity for a reentrant lock) and, for a reentrant lock, this acquisition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Claim {
     pub(crate) value: LockValue,
     pub(crate) reentry: Option<Reentry>,
+    /// A key kept alive with the lock key (never with a reentry).
+    pub(crate) companion: Option<Companion>,
 }
 
 impl Claim {
@@ -59,10 +70,12 @@ impl Claim {
                     holds_key: Arc::clone(holds_key),
                     acquisition: LockValue::random(),
                 }),
+                companion: None,
             },
             _ => Self {
                 value: LockValue::random(),
                 reentry: None,
+                companion: None,
             },
         }
     }

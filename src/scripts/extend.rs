@@ -29,3 +29,23 @@ if redis.call('pttl', KEYS[1]) < ttl then
 end
 return 1";
 }
+
+lua_script! {
+    /// Extend with a companion: sets a new TTL (`ARGV[2]` ms) on the lock key `KEYS[1]` if it
+    /// still holds `ARGV[1]`, and in the same call raises the TTL of `KEYS[2]` to at least
+    /// `ARGV[3]` ms (never lowers it, never gives a TTL to a key without one, never creates
+    /// it). Returns 1 if extended, else 0.
+    ///
+    /// A slot's record is such a companion: it must outlive every run of the slot, so every
+    /// renewal of the run's claim keeps it for the retention, atomically with the claim.
+    EXTEND_WITH_COMPANION = r"if redis.call('get', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+redis.call('pexpire', KEYS[1], ARGV[2])
+local keep = tonumber(ARGV[3])
+local left = redis.call('pttl', KEYS[2])
+if left >= 0 and left < keep then
+    redis.call('pexpire', KEYS[2], keep)
+end
+return 1";
+}

@@ -7,7 +7,17 @@
 //!
 //! The undo of the slots that did not win goes as one [`REVERT_SLOTS`] request per master, on
 //! the connection of the batch's claim (the first slot's running key picks it), behind it: a
-//! claim that reaches a master late is undone after it lands, as for a single claim.
+//! claim that reaches a master late is undone after it lands, as for a single claim. So does
+//! the undo of a slot that won but could not be handed over (its token not written back, its
+//! validity gone) or whose claim call was dropped before handing it over (`super::undo`): on
+//! the slot's own connection it could run on a slow master before the batch's late claim,
+//! which would then stand there and read as an abandoned run once it expired.
+//!
+//! A batch-won slot's run then uses its own connection (its lease's renewals and release, its
+//! ending). A late batch claim landing behind them is harmless: it carries the run's own value
+//! (a renewal finds it ours), it is refused over a completion, and over an abandonment without
+//! `retry_abandoned`; with `retry_abandoned` it may count one more attempt on that master and
+//! leave a claim that expires after its TTL, which reads as abandoned as the slot already did.
 
 use std::sync::Arc;
 

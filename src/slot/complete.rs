@@ -57,11 +57,6 @@ impl SlotRun {
     /// ```
     pub async fn complete_all(runs: Vec<SlotRun>) -> Vec<Result<(), LockError>> {
         let mut outcomes: Vec<Result<(), LockError>> = runs.iter().map(|_| Ok(())).collect();
-        // The endings delete the claims they release: a renewal after that would report them
-        // lost.
-        for run in runs.iter().filter(|run| run.releases_with_its_ending()) {
-            run.lease.stop_renewing();
-        }
         // Groups of runs of one manager (one set of masters), at most a batch each.
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for (j, run) in runs.iter().enumerate() {
@@ -76,7 +71,18 @@ impl SlotRun {
                 None => groups.push(vec![j]),
             }
         }
+        // Groups are completed one after another, each with its retries: a group's runs keep
+        // renewing their claims until its own turn comes, or a claim could expire (and its
+        // slot read as abandoned, or be claimed again under retry_abandoned) while the groups
+        // before it are completed.
         for group in groups {
+            // The endings delete the claims they release: a renewal after that would report
+            // them lost.
+            for run in group.iter().filter_map(|&j| runs.get(j)) {
+                if run.releases_with_its_ending() {
+                    run.lease.stop_renewing();
+                }
+            }
             let mut pending = group;
             for attempt in 0..ATTEMPTS {
                 let Some(shared) = pending.first().and_then(|&j| runs.get(j)) else {

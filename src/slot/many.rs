@@ -7,6 +7,7 @@ use super::batch::{claim_batch, BatchSlot};
 use super::options::SlotOptions;
 use super::outcome::SlotClaim;
 use super::round::{ClaimSpec, RoundOutcome, SlotKeys};
+use super::undo::UndoClaim;
 use super::{hand_over, settle, split_backoff};
 use crate::error::{InvalidArgument, LockError};
 use crate::manager::Redlock;
@@ -45,9 +46,11 @@ impl Redlock {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future mid-round undoes, in the background, whatever the round may have
-    /// claimed, on every master; runs already handed over are dropped with it, which abandons
-    /// their slots.
+    /// Dropping the future undoes, in the background, whatever it may have claimed, on every
+    /// master, at every await point: mid-round, while a won slot's fencing token is written
+    /// back, and after some slots were handed over while others wait for another round (runs
+    /// the caller never received are undone, not abandoned). Every slot it did not return can
+    /// be claimed again.
     ///
     /// # Examples
     ///
@@ -107,8 +110,9 @@ impl Redlock {
                 .get(j)
                 .map(|(job, slot)| (job.as_ref(), slot.as_ref()))
         };
-        let mut results: Vec<Option<Result<SlotClaim, LockError>>> =
-            slots.iter().map(|_| None).collect();
+        // Runs handed over are undone, not abandoned, if this future is dropped before they
+        // reach the caller: nobody ran them.
+        let mut results = Undelivered(slots.iter().map(|_| None).collect());
         let mut pending: Vec<usize> = (0..slots.len()).collect();
         let mut retries_left = config.retry_count;
         let mut splits = 0u32;
@@ -125,7 +129,23 @@ impl Redlock {
             let started = crate::clock::now();
             let (outcomes, cleanup) = claim_batch(nodes, &batch, spec).await;
             let (mut again, mut settled) = (Vec::new(), false);
-            for ((j, slot), outcome) in pending.iter().copied().zip(batch).zip(outcomes) {
+            // The connection of the batch's claim, which the first slot's running key picks.
+            let Some(route) = batch.first().map(|first| Arc::clone(&first.keys.running)) else {
+                break;
+            };
+            // Every won slot's undo is armed before the first hand-over awaits, on the batch's
+            // connection, behind the batch's claim: a future dropped while one slot is handed
+            // over undoes those not handed over yet.
+            let undos: Vec<Option<UndoClaim>> = outcomes
+                .iter()
+                .zip(&batch)
+                .map(|(outcome, slot)| match outcome {
+                    RoundOutcome::Won(won) => Some(UndoClaim::new(nodes, &slot.keys, &route, won)),
+                    _ => None,
+                })
+                .collect();
+            let each = pending.iter().copied().zip(batch).zip(outcomes).zip(undos);
+            for (((j, slot), outcome), undo) in each {
                 let (job, slot_name) = name(j).unwrap_or_default();
                 let result = match outcome {
                     RoundOutcome::Won(won) => {
@@ -133,6 +153,7 @@ impl Redlock {
                             &shared,
                             won,
                             slot.keys,
+                            Arc::clone(&route),
                             slot.resource,
                             job,
                             slot_name,
@@ -140,7 +161,12 @@ impl Redlock {
                             opts,
                             lease_opts,
                         );
-                        handed.await
+                        let result = handed.await;
+                        // Handed over, or undone by the hand-over itself.
+                        if let Some(undo) = undo {
+                            undo.disarm();
+                        }
+                        result
                     }
                     RoundOutcome::Completed(r) => Ok(SlotClaim::Completed(r)),
                     RoundOutcome::Running(r) => Ok(SlotClaim::RunningElsewhere(r)),
@@ -159,7 +185,7 @@ impl Redlock {
                     }
                 };
                 settled |= !matches!(result, Ok(SlotClaim::Claimed(_)));
-                if let Some(place) = results.get_mut(j) {
+                if let Some(place) = results.0.get_mut(j) {
                     *place = Some(result);
                 }
             }
@@ -179,10 +205,24 @@ impl Redlock {
             tokio::time::sleep(delay).await;
             settle(cleanup, config.node_timeout).await;
         }
-        Ok(results
+        Ok(std::mem::take(&mut results.0)
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(LockError::InvalidArgument(InvalidArgument::NoSlots))))
             .collect())
+    }
+}
+
+/// The outcomes of a batch not yet returned to the caller: the runs among them are undone if
+/// they are dropped here (the call's future was dropped), since nobody received them.
+struct Undelivered(Vec<Option<Result<SlotClaim, LockError>>>);
+
+impl Drop for Undelivered {
+    fn drop(&mut self) {
+        for outcome in self.0.drain(..) {
+            if let Some(Ok(SlotClaim::Claimed(run))) = outcome {
+                run.undo();
+            }
+        }
     }
 }
 

@@ -77,8 +77,12 @@ impl SlotOptions {
     }
 
     /// How long the slot's record (claimed, completed, abandoned) is kept on the masters after
-    /// its last change: a host that fires this late still sees "completed". At least the claim
-    /// TTL, at most [`MAX_SLOT_RETENTION`]. Defaults to [`DEFAULT_SLOT_RETENTION`] (24 h).
+    /// its last change or the last renewal of its run: a host that fires this late after the
+    /// run ended still sees "completed" (or "abandoned"). A run longer than the retention keeps
+    /// the record alive with its claim (each renewal keeps it for the retention), so a record
+    /// never expires under a live run. At least the claim TTL and the
+    /// [minimum hold](Self::hold_at_least), at most [`MAX_SLOT_RETENTION`]. Defaults to
+    /// [`DEFAULT_SLOT_RETENTION`] (24 h).
     #[must_use]
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
@@ -106,8 +110,8 @@ impl SlotOptions {
     /// Keeps the running claim until `d` after it was granted when the run completes or is
     /// abandoned sooner (as [`LockGuard::release_holding`](crate::LockGuard::release_holding)):
     /// with [`retry_abandoned`](Self::retry_abandoned), a run that failed fast is not retried
-    /// before then. At most the manager's [`max_ttl`](crate::RedlockBuilder::max_ttl).
-    /// Defaults to none.
+    /// before then. At most the manager's [`max_ttl`](crate::RedlockBuilder::max_ttl) and the
+    /// [retention](Self::retention) (the record must outlive the claim). Defaults to none.
     #[must_use]
     pub fn hold_at_least(mut self, d: Duration) -> Self {
         self.hold_at_least = Some(d);
@@ -116,14 +120,14 @@ impl SlotOptions {
 
     /// The runner's name recorded with the slot (shown by
     /// [`slot_status`](crate::Redlock::slot_status) and in [`SlotRecord`](crate::SlotRecord)).
-    /// Defaults to the host name and process id, `host:pid`.
+    /// 1 to [`MAX_SLOT_NAME`] bytes (a longer name is refused when claiming: it would be stored
+    /// with every record). Defaults to the host name and process id, `host:pid`.
     #[must_use]
     pub fn runner(mut self, name: impl Into<String>) -> Self {
         self.runner = Some(name.into());
         self
     }
 
-    /// The runner name to record.
     /// The lease options a claim's run keeps its slot with (its hold-at-least folded in),
     /// checked for `ttl` against the manager's settings, before any master is
     /// asked.
@@ -142,6 +146,7 @@ impl SlotOptions {
         Ok(lease_opts)
     }
 
+    /// The runner name to record.
     pub(crate) fn runner_name(&self) -> String {
         self.runner.clone().unwrap_or_else(default_runner)
     }
@@ -149,6 +154,15 @@ impl SlotOptions {
     /// Checks what does not need a manager: the retention, and the names.
     pub(crate) fn check(&self, job: &str, slot: &str) -> Result<(), InvalidArgument> {
         check_names(job, slot)?;
+        if let Some(runner) = &self.runner {
+            check_name("runner", runner)?;
+        }
+        if let Some(hold) = self.hold_at_least.filter(|hold| *hold > self.retention) {
+            return Err(InvalidArgument::RetentionBelowHold {
+                retention: self.retention,
+                hold,
+            });
+        }
         if self.retention.is_zero() {
             return Err(InvalidArgument::ZeroRetention);
         }
@@ -165,14 +179,18 @@ impl SlotOptions {
 
 /// Checks a job and a slot name: not empty, not too long.
 pub(crate) fn check_names(job: &str, slot: &str) -> Result<(), InvalidArgument> {
-    for (what, name) in [("job", job), ("slot", slot)] {
-        if name.is_empty() || name.len() > MAX_SLOT_NAME {
-            return Err(InvalidArgument::SlotName {
-                what,
-                len: name.len(),
-                max: MAX_SLOT_NAME,
-            });
-        }
+    check_name("job", job)?;
+    check_name("slot", slot)
+}
+
+/// Checks one name (`what` says which): not empty, not too long.
+fn check_name(what: &'static str, name: &str) -> Result<(), InvalidArgument> {
+    if name.is_empty() || name.len() > MAX_SLOT_NAME {
+        return Err(InvalidArgument::SlotName {
+            what,
+            len: name.len(),
+            max: MAX_SLOT_NAME,
+        });
     }
     Ok(())
 }
@@ -225,5 +243,27 @@ mod tests {
             "{runner}"
         );
         assert_eq!(SlotOptions::new().runner("a").runner_name(), "a");
+        for bad in [String::new(), "r".repeat(MAX_SLOT_NAME + 1)] {
+            assert!(matches!(
+                SlotOptions::new().runner(bad).check("j", "s"),
+                Err(InvalidArgument::SlotName { what: "runner", .. })
+            ));
+        }
+        // The record must outlive a claim kept until a minimum hold.
+        let held = SlotOptions::new()
+            .ttl(Duration::from_secs(1))
+            .retention(Duration::from_secs(2));
+        assert!(held
+            .clone()
+            .hold_at_least(Duration::from_secs(2))
+            .check("j", "s")
+            .is_ok());
+        assert_eq!(
+            held.hold_at_least(Duration::from_secs(3)).check("j", "s"),
+            Err(InvalidArgument::RetentionBelowHold {
+                retention: Duration::from_secs(2),
+                hold: Duration::from_secs(3)
+            })
+        );
     }
 }

@@ -26,7 +26,7 @@ use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
 use crate::round::timing::{quorum, validity};
 use crate::round::{Holders, Nodes};
-use crate::scripts::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, SLOT_STATUS};
+use crate::scripts::{CLAIM_SLOT, FINISH_SLOT, REVERT_SLOT, REVERT_SLOTS, SLOT_STATUS};
 use crate::transport::node::RedisNode;
 use crate::transport::reply::{flag_reply, unexpected};
 use crate::transport::resp::{Decimal, Reply};
@@ -440,6 +440,9 @@ pub(crate) async fn claim(
         .collect();
     // A win is decided at once (the stragglers' grants are ours, and stay). Anything else waits
     // for every master: a refusal costs no undo, and where the other claims stand is known.
+    // A straggler's `Completed` or `Abandoned` is then not heard: sound, since a run that held
+    // the slot left its record on a quorum, which shares a master with this granting quorum
+    // (see "Which answer wins" in `crate::slot`).
     while !slot.won() && answered < n {
         let Some((i, reply)) = requests.next().await else {
             break;
@@ -503,6 +506,42 @@ pub(crate) fn revert_in_background(
                 let keys = [running.as_bytes(), record.as_bytes()];
                 let args = [value.as_str().as_bytes()];
                 let result = node.run_script(&REVERT_SLOT, &keys, &args, true).await;
+                if let Err(error) = result {
+                    use crate::round::master::Master;
+                    tracing::debug!(node = %node.name(), %error, "undoing a slot claim failed; its key expires after its ttl, and its record reads as abandoned");
+                }
+            }
+        })
+        .collect();
+    crate::round::finish_in_background(requests)
+}
+
+/// Undoes the claim `value` on `holders` in a background task like [`revert_in_background`],
+/// but on the connection `route` picks (the connection a batch's claim travelled on, so that
+/// the undo runs behind it; see [`REVERT_SLOTS`]).
+pub(crate) fn revert_routed_in_background(
+    nodes: &Nodes<RedisNode>,
+    route: &Arc<str>,
+    keys: &SlotKeys,
+    value: &LockValue,
+    holders: &[bool],
+) -> Option<JoinHandle<()>> {
+    if **route == *keys.running {
+        return revert_in_background(nodes, keys, value, holders);
+    }
+    let requests: FuturesUnordered<_> = nodes
+        .iter()
+        .zip(holders)
+        .filter(|(_, holds)| **holds)
+        .map(|(node, _)| {
+            let node = Arc::clone(node);
+            let route = Arc::clone(route);
+            let (running, record) = (Arc::clone(&keys.running), Arc::clone(&keys.record));
+            let value = value.clone();
+            async move {
+                let keys = [route.as_bytes(), running.as_bytes(), record.as_bytes()];
+                let args = [value.as_str().as_bytes()];
+                let result = node.run_script(&REVERT_SLOTS, &keys, &args, true).await;
                 if let Err(error) = result {
                     use crate::round::master::Master;
                     tracing::debug!(node = %node.name(), %error, "undoing a slot claim failed; its key expires after its ttl, and its record reads as abandoned");

@@ -36,6 +36,9 @@ pub struct SlotRun {
 pub(crate) struct RunInfo {
     pub(crate) shared: Arc<Shared>,
     pub(crate) keys: SlotKeys,
+    /// The key that picked the connection of the claim (the first slot's running key for a
+    /// batch): an undo goes on it, behind the claim.
+    pub(crate) route: Arc<str>,
     pub(crate) value: LockValue,
     pub(crate) job: String,
     pub(crate) slot: String,
@@ -170,6 +173,18 @@ impl SlotRun {
             release: self.releases_with_its_ending(),
         };
         round::finish(&self.info.shared.nodes, &self.info.keys, spec).await
+    }
+
+    /// Undoes a run that its caller never received (a batch claim whose future was dropped
+    /// after handing it over): the claim is deleted and the record restored as before it, so
+    /// that the slot can be claimed again, instead of reading as abandoned.
+    pub(crate) fn undo(self) {
+        let nodes = &self.info.shared.nodes;
+        let all: Vec<bool> = nodes.iter().map(|_| true).collect();
+        let info = &self.info;
+        round::revert_routed_in_background(nodes, &info.route, &info.keys, &info.value, &all);
+        // The lease's own release deletes the claim too, wherever it lands first.
+        drop(self.lease);
     }
 
     /// Whether the script that records how the run ended also releases its claim: yes, unless

@@ -578,6 +578,20 @@ impl Master for RedisNode {
                 args: &args,
             };
             self.request(request, false).await?
+        } else if let Some(companion) = claim
+            .companion
+            .as_ref()
+            .filter(|_| self.mutation != Some(Mutation::SlotRecordNotRenewed))
+        {
+            let keep = Decimal::new(millis(companion.keep));
+            let keys = [key.as_bytes(), companion.key.as_bytes()];
+            let args: [&[u8]; 3] = [value, ttl.as_bytes(), keep.as_bytes()];
+            let request = Request::Script {
+                script: &scripts::EXTEND_WITH_COMPANION,
+                keys: &keys,
+                args: &args,
+            };
+            self.request(request, false).await?
         } else {
             let script = match self.mutation {
                 Some(Mutation::ExtendRecreates) => &scripts::EXTEND_RECREATES,

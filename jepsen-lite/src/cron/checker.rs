@@ -4,7 +4,8 @@
 //! An **execution** is one runner's attempt at one slot: its `begin` and `write` with the same
 //! worker process and token. It **ran** when the fenced store accepted its write. For every due
 //! slot:
-//! * at most one execution ran (more is a **double run**);
+//! * at most one execution ran (more is a **double run**); for a job whose long runs are cut
+//!   before they write (at most once), an execution ran once it began;
 //! * one ran, and started within the slot's starting deadline, unless no quorum was reachable
 //!   while the fleet could start it (else a **miss**). "Within the deadline" is judged on the
 //!   host's true clock: due + starting deadline + how far the most lagging worker's clock runs
@@ -29,6 +30,9 @@ pub struct DueSlot {
     pub slot_ms: i64,
     /// Its due instant on the host's monotonic clock.
     pub due_ns: u64,
+    /// Its job runs at most once, with long runs cut before they write: an execution counts
+    /// as a run once the store accepted its `begin` (a second start is a double run).
+    pub at_most_once: bool,
 }
 
 /// What the checker allows.
@@ -140,6 +144,7 @@ struct Execution {
     attempt: u32,
     start_ns: u64,
     own_lateness_ms: Option<f64>,
+    began: bool,
     wrote: bool,
 }
 
@@ -174,6 +179,7 @@ pub fn check(
                     attempt: r.attempt,
                     start_ns: a.time_ns,
                     own_lateness_ms: None,
+                    began: false,
                     wrote: false,
                 });
                 let last = list.len() - 1;
@@ -184,6 +190,7 @@ pub fn check(
             Kind::Begin => {
                 e.start_ns = e.start_ns.min(a.time_ns);
                 e.own_lateness_ms = r.own_lateness_ms;
+                e.began |= a.accepted;
             }
             Kind::Write => e.wrote |= a.accepted,
             Kind::Clock => {}
@@ -201,7 +208,11 @@ pub fn check(
             .map(Vec::as_slice)
             .unwrap_or_default();
         obs.unfinished += list.iter().filter(|e| !e.wrote).count();
-        let mut ran: Vec<&Execution> = list.iter().filter(|e| e.wrote).collect();
+        let ran = |e: &&Execution| match slot.at_most_once {
+            true => e.began,
+            false => e.wrote,
+        };
+        let mut ran: Vec<&Execution> = list.iter().filter(ran).collect();
         ran.sort_by_key(|e| e.start_ns);
         obs.retried_runs += ran.iter().filter(|e| e.attempt > 1).count();
         if ran.len() > 1 {
@@ -340,7 +351,32 @@ mod tests {
             job: "a".into(),
             slot_ms,
             due_ns: due_ms * MS,
+            at_most_once: false,
         }
+    }
+
+    #[test]
+    fn a_second_start_of_an_at_most_once_slot_is_a_double_run() {
+        // A long run cut at its cap (it never writes), then a lagging worker found the slot
+        // free and started it again.
+        let log = [
+            access(Kind::Begin, 0, 1, 10, 900, true),
+            access(Kind::Begin, 4, 1, 12, 3700, true),
+        ];
+        let long = DueSlot {
+            at_most_once: true,
+            ..slot(1, 1000)
+        };
+        let obs = check(std::slice::from_ref(&long), &log, &[], &LIMITS);
+        assert_eq!(obs.executed, 1);
+        assert_eq!(
+            obs.double_runs[0].runs,
+            [(0, Some(10), -100), (4, Some(12), 2700)]
+        );
+        // One start alone is one run, written or not.
+        let obs = check(&[long], &log[..1], &[], &LIMITS);
+        assert!(obs.double_runs.is_empty() && obs.misses.is_empty());
+        assert_eq!(obs.executed, 1);
     }
 
     #[test]

@@ -11,6 +11,11 @@
 //! new pid, the master's new pid, the rule's packet counter), and so is every worker's clock
 //! (its readings in the store). The [`checker`] judges the slots due in the measured window.
 //!
+//! A fourth job's runs last longer than its slots' retention and are cut at a cap, at most
+//! once: each slot must start once, however long after the claim the run ends
+//! (`--mutant record-not-renewed`, where the record expires under the run, must fail with
+//! double runs).
+//!
 //! `jepsen-lite cron --mutant release-at-end` runs workers that take a plain lock per slot and
 //! release it at the job's end: it must fail with double runs. `--mutant skip-abandoned` runs
 //! the scheduler without retrying abandoned slots: it must fail with misses (the killed
@@ -29,7 +34,7 @@ use serde::Serialize;
 
 use self::checker::{DueSlot, Limits, Minimum, Observation};
 use self::store::{Access, Kind, Store};
-use self::worker::{JobSpec, Mutant, WorkerConfig};
+use self::worker::{JobSpec, LongRun, Mutant, WorkerConfig};
 use crate::clock::now_ns;
 use crate::clockshim::Clocks;
 use crate::evidence::{self, Evidence};
@@ -76,14 +81,38 @@ impl Options {
     }
 }
 
+/// The job of long runs: every 3 s, each run cut at 2.7 s (it would work 10 s), records kept
+/// 2.5 s, at most once. A cut run ends 2.85 to 3.2 s after its claim, after its record's
+/// retention from the claim: only renewing the record with the claim keeps the end on record
+/// (until 5.3 s at least) while the workers whose clocks lag claim the slot, up to about 4.3 s
+/// after the most advanced one (clocks spread over 4 s, the fast one's 0.2 s, the deadline).
+const LONG_JOB: &str = "job-long";
+
+/// How long after its start a long run is spared by kills and pauses, ns: its record, renewed
+/// until the fault, then lives past 4.7 s after the claim, beyond the lagging workers' claims.
+const LONG_RUN_YOUNG_NS: u64 = 2_400_000_000;
+
 fn jobs() -> Vec<JobSpec> {
-    [("job-a", 1000), ("job-b", 1500), ("job-c", 2000)]
+    let mut jobs: Vec<JobSpec> = [("job-a", 1000), ("job-b", 1500), ("job-c", 2000)]
         .into_iter()
         .map(|(name, period_ms)| JobSpec {
             name: name.into(),
             period_ms,
+            long: None,
         })
-        .collect()
+        .collect();
+    jobs.push(JobSpec {
+        name: LONG_JOB.into(),
+        period_ms: 3000,
+        long: Some(LongRun {
+            work_ms: 10_000,
+            max_runtime_ms: 2700,
+            retention_ms: 2500,
+            claim_ttl_ms: 500,
+            deadline_ms: 300,
+        }),
+    });
+    jobs
 }
 
 /// The faults the nemesis cycles through.
@@ -178,6 +207,7 @@ pub async fn run(opts: Options, out: &Path) -> i32 {
     let name = match opts.mutant {
         Some(Mutant::ReleaseAtEnd) => format!("cron-release-at-end-{}", opts.seed),
         Some(Mutant::SkipAbandoned) => format!("cron-skip-abandoned-{}", opts.seed),
+        Some(Mutant::RecordNotRenewed) => format!("cron-record-not-renewed-{}", opts.seed),
         None => format!("cron-{}", opts.seed),
     };
     let dir = out.join(name);
@@ -197,12 +227,13 @@ pub async fn run(opts: Options, out: &Path) -> i32 {
 async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(dir)?;
     println!(
-        "jepsen-lite cron: {WORKERS} workers, jobs every 1/1.5/2 s, {MASTERS} masters, {} s, seed {}, fencing and restart protection on{}",
+        "jepsen-lite cron: {WORKERS} workers, jobs every 1/1.5/2 s and long runs every 3 s, {MASTERS} masters, {} s, seed {}, fencing and restart protection on{}",
         opts.duration.as_secs(),
         opts.seed,
         match opts.mutant {
             Some(Mutant::ReleaseAtEnd) => ", MUTANT release-at-end",
             Some(Mutant::SkipAbandoned) => ", MUTANT skip-abandoned",
+            Some(Mutant::RecordNotRenewed) => ", MUTANT record-not-renewed",
             None => "",
         }
     );
@@ -358,6 +389,7 @@ fn due_slots(jobs: &[JobSpec], base: &TimeBase, (from, to): (u64, u64)) -> Vec<D
                 job: job.name.clone(),
                 slot_ms: i64::try_from(slot).unwrap_or(0),
                 due_ns: base.mono_ns(slot * 1_000_000),
+                at_most_once: job.long.is_some(),
             });
             slot += period;
         }
@@ -431,6 +463,7 @@ impl Env {
             match self.mutant {
                 Some(Mutant::ReleaseAtEnd) => cmd.args(["--mutant", "release-at-end"]),
                 Some(Mutant::SkipAbandoned) => cmd.args(["--mutant", "skip-abandoned"]),
+                Some(Mutant::RecordNotRenewed) => cmd.args(["--mutant", "record-not-renewed"]),
                 None => cmd,
             };
             cmd.env("LD_PRELOAD", &self.shim).env(
@@ -461,8 +494,22 @@ impl Env {
         while tokio::time::Instant::now() < deadline {
             let log = self.store.log();
             let now = now_ns();
+            // Not a worker whose long run started less than LONG_RUN_YOUNG_NS ago: ending it
+            // then would let its record expire while lagging workers still claim the slot (the
+            // retention assumes runs that end late). One ended later keeps its record (renewed
+            // until then) past the last of them.
+            let running_long = |pid: u32| {
+                log.iter().any(|l| {
+                    l.req.kind == Kind::Begin
+                        && l.req.job == LONG_JOB
+                        && l.req.pid == pid
+                        && now.saturating_sub(l.time_ns) < LONG_RUN_YOUNG_NS
+                })
+            };
             let open = log.iter().rev().find(|b| {
                 b.req.kind == Kind::Begin
+                    && b.req.job != LONG_JOB
+                    && !running_long(b.req.pid)
                     && b.accepted
                     && now.saturating_sub(b.time_ns) < 150_000_000
                     && self

@@ -35,6 +35,28 @@ pub enum Mutant {
     /// The scheduler with [`OnAbandoned::Skip`] instead of `Retry`: a slot whose runner was
     /// killed or lost its claim is never run (at most once, not at least once).
     SkipAbandoned,
+    /// The library's `SlotRecordNotRenewed` mutant: a long run's renewals keep its claim but
+    /// not the slot's record, which expires under the run; once the run is cut, its slot
+    /// reads free and a lagging worker runs it a second time (only in a build with
+    /// `--cfg quorumlock_mutants`).
+    RecordNotRenewed,
+}
+
+/// A job whose runs last longer than its slots' retention and are cut by a cap, at most once:
+/// each run's end (abandoned at the cap) must still be on record when the workers whose clocks
+/// lag claim the slot, or they run it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LongRun {
+    /// How long a run would work if not cut, ms (longer than `max_runtime_ms`).
+    pub work_ms: u64,
+    /// The run's cap (its lease's max hold), ms.
+    pub max_runtime_ms: u64,
+    /// The slots' record retention, ms (shorter than a run).
+    pub retention_ms: u64,
+    /// The claims' TTL, ms.
+    pub claim_ttl_ms: u64,
+    /// The starting deadline, ms.
+    pub deadline_ms: u64,
 }
 
 /// One job: a name and a period (slots on the multiples of the period since the epoch).
@@ -44,6 +66,9 @@ pub struct JobSpec {
     pub name: String,
     /// Its period, ms.
     pub period_ms: u64,
+    /// Long runs, at most once, instead of the workload's short runs retried when abandoned.
+    #[serde(default)]
+    pub long: Option<LongRun>,
 }
 
 /// What the controller hands a worker.
@@ -141,17 +166,22 @@ pub async fn run(
     cfg: WorkerConfig,
     mutant: Option<Mutant>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let locks = process_env::worker_manager(
-        cfg.nodes.clone(),
-        Duration::from_millis(cfg.node_timeout_ms),
-        Duration::from_millis(cfg.max_ttl_ms),
-    )
-    .await?;
+    let locks = match mutant {
+        Some(Mutant::RecordNotRenewed) => record_not_renewed(&cfg).await?,
+        _ => {
+            process_env::worker_manager(
+                cfg.nodes.clone(),
+                Duration::from_millis(cfg.node_timeout_ms),
+                Duration::from_millis(cfg.max_ttl_ms),
+            )
+            .await?
+        }
+    };
     tokio::spawn(report_clock(cfg.store, cfg.id));
     let work = Duration::from_millis(cfg.work_ms);
     match mutant {
-        None | Some(Mutant::SkipAbandoned) => {
-            let on_abandoned = if mutant.is_some() {
+        None | Some(Mutant::SkipAbandoned) | Some(Mutant::RecordNotRenewed) => {
+            let on_abandoned = if mutant == Some(Mutant::SkipAbandoned) {
                 OnAbandoned::Skip
             } else {
                 OnAbandoned::Retry
@@ -159,6 +189,10 @@ pub async fn run(
             let mut builder = Scheduler::builder(&locks).worker(format!("w{}", cfg.id));
             for spec in &cfg.jobs {
                 let (store, worker, name) = (cfg.store, cfg.id, spec.name.clone());
+                let work = spec
+                    .long
+                    .as_ref()
+                    .map_or(work, |long| Duration::from_millis(long.work_ms));
                 let job = Job::every(
                     spec.name.clone(),
                     Duration::from_millis(spec.period_ms),
@@ -178,6 +212,15 @@ pub async fn run(
                 .starting_deadline(Duration::from_millis(cfg.deadline_ms))
                 .claim_ttl(Duration::from_millis(cfg.claim_ttl_ms))
                 .on_abandoned(on_abandoned);
+                let job = match &spec.long {
+                    None => job,
+                    Some(long) => job
+                        .starting_deadline(Duration::from_millis(long.deadline_ms))
+                        .claim_ttl(Duration::from_millis(long.claim_ttl_ms))
+                        .retention(Duration::from_millis(long.retention_ms))
+                        .max_runtime(Duration::from_millis(long.max_runtime_ms))
+                        .on_abandoned(OnAbandoned::Skip),
+                };
                 builder = builder.job(job);
             }
             let _scheduler = builder.start()?;
@@ -198,6 +241,28 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// The worker's manager under the library's `SlotRecordNotRenewed` mutant.
+#[cfg(quorumlock_mutants)]
+async fn record_not_renewed(cfg: &WorkerConfig) -> Result<Redlock, Box<dyn std::error::Error>> {
+    let locks =
+        process_env::fenced_manager(cfg.nodes.clone(), Duration::from_millis(cfg.max_ttl_ms))
+            .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
+            .mutation(quorumlock::Mutation::SlotRecordNotRenewed)
+            .build()?;
+    let _ = locks.connect().await;
+    Ok(locks)
+}
+
+/// Without the mutants flag the library mutant does not exist.
+#[cfg(not(quorumlock_mutants))]
+async fn record_not_renewed(_: &WorkerConfig) -> Result<Redlock, Box<dyn std::error::Error>> {
+    Err(
+        "mutant record-not-renewed needs jepsen-lite built with RUSTFLAGS=\"--cfg \
+         quorumlock_mutants\" (scripts/jepsen.sh builds it so)"
+            .into(),
+    )
 }
 
 /// The mutant's loop for one job: at each due time by this worker's clock, a plain lock on the
