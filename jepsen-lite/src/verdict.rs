@@ -372,6 +372,15 @@ pub fn judge(
             why: unproven.join("; "),
         };
     }
+    // A break seen where the scenario says nothing may break is a failure whatever else the
+    // run lacks: too little activity or a missing pivotal step can make a hold vacuous, never
+    // a break unseen.
+    if expected == Expect::Hold && observed == Expect::Break {
+        return Judgement {
+            verdict: Verdict::Fail,
+            why: "expected Hold, observed Break: a must-hold scenario observed a break".to_string(),
+        };
+    }
     let mut short = Vec::new();
     if evidence.proven() < minimum.faults {
         short.push(format!(
@@ -504,11 +513,48 @@ mod tests {
     }
 
     #[test]
-    fn too_few_claims_is_inconclusive_whatever_was_observed() {
-        for observed in [Expect::Hold, Expect::Break] {
-            let j = judge(Expect::Hold, observed, 0, &proven(3), NEEDS, &PIVOT_OK, ANY);
-            assert_eq!(j.verdict, Verdict::Inconclusive, "{observed:?}");
-            assert!(j.why.contains("0 claims"), "{}", j.why);
+    fn too_few_claims_make_a_hold_inconclusive() {
+        let j = judge(
+            Expect::Hold,
+            Expect::Hold,
+            0,
+            &proven(3),
+            NEEDS,
+            &PIVOT_OK,
+            ANY,
+        );
+        assert_eq!(j.verdict, Verdict::Inconclusive);
+        assert!(j.why.contains("0 claims"), "{}", j.why);
+        let j = judge(
+            Expect::Break,
+            Expect::Hold,
+            0,
+            &proven(3),
+            NEEDS,
+            &PIVOT_OK,
+            ANY,
+        );
+        assert_eq!(j.verdict, Verdict::Inconclusive);
+    }
+
+    /// A break observed in a must-hold scenario fails it, even when the run lacks its pivotal
+    /// step, its claims or its faults (a 201 ms claim overlap with a lost update once read as
+    /// "inconclusive: pivotal step not seen").
+    #[test]
+    fn an_observed_break_of_a_must_hold_scenario_always_fails() {
+        let missing = Err("pivotal step not seen: B refused".to_string());
+        for (claims, faults, pivot) in [(10, 1, &missing), (0, 1, &PIVOT_OK), (10, 0, &PIVOT_OK)] {
+            let j = judge(
+                Expect::Hold,
+                Expect::Break,
+                claims,
+                &proven(faults),
+                NEEDS,
+                pivot,
+                ANY,
+            );
+            assert_eq!(j.verdict, Verdict::Fail, "{claims} {faults} {pivot:?}");
+            assert!(j.why.contains("observed a break"), "{}", j.why);
         }
     }
 
