@@ -41,6 +41,9 @@ pub enum Mutation {
     /// goes to the next request sent on it, and every reply after that to the request after
     /// its own. Pipelined (TCP and Unix socket) connections only.
     ReuseAfterTimeout,
+    /// An extension's validity counts from the moment its quorum confirmed instead of from the
+    /// start of its round: it overstates by as long as the extension round took.
+    ExtendFromQuorum,
 }
 
 /// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error

@@ -387,7 +387,12 @@ pub(crate) async fn extend<M: Master>(
         if now >= valid_until && !timing.mutant(Mutation::LateExtend) {
             return Err(not_held(resource, NotHeldReason::Expired));
         }
-        return validity(timing.ttl, timing.counted(elapsed), drift)
+        let counted = if timing.mutant(Mutation::ExtendFromQuorum) {
+            Duration::ZERO
+        } else {
+            timing.counted(elapsed)
+        };
+        return validity(timing.ttl, counted, drift)
             .and_then(|v| now.checked_add(v))
             .ok_or_else(|| LockError::ValidityExhausted {
                 resource: resource.to_string(),

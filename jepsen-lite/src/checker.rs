@@ -94,6 +94,11 @@ pub struct ClaimReport {
     /// own report is not trusted for that.
     #[serde(default)]
     pub overstated: Vec<String>,
+    /// Extensions whose reported validity ran past what the algorithm allows: the extension
+    /// round's start (read before the call; for a lease's renewal, when the client read its
+    /// validity) + TTL − drift.
+    #[serde(default)]
+    pub overstated_extensions: Vec<String>,
     /// Extensions that succeeded although they were invoked after their claim had ended: a
     /// lapsed lock cannot be revived (another client may hold it by then).
     #[serde(default)]
@@ -185,6 +190,7 @@ impl Report {
     pub fn broke(&self) -> bool {
         !self.claims.overlaps.is_empty()
             || !self.claims.overstated.is_empty()
+            || !self.claims.overstated_extensions.is_empty()
             || !self.effects_unfenced.overlaps.is_empty()
             || self.lost_unfenced.lost_any()
     }
@@ -192,10 +198,11 @@ impl Report {
     /// A one-line summary.
     pub fn summary(&self) -> String {
         format!(
-            "claims {} (overlaps {}, overstated {}, suspect {}, min margin {}), effect overlaps {}, stale accesses {}, lost increments {}, lost elements {}",
+            "claims {} (overlaps {}, overstated {}, overstated extensions {}, suspect {}, min margin {}), effect overlaps {}, stale accesses {}, lost increments {}, lost elements {}",
             self.claims.claims,
             self.claims.overlaps.len(),
             self.claims.overstated.len(),
+            self.claims.overstated_extensions.len(),
             self.claims.suspects,
             self.claims
                 .min_margin_ms
@@ -228,7 +235,9 @@ pub fn check(
         }
     }
     let mut claim_report = check_claims(&claims, params.epsilon_ns);
-    claim_report.overstated = overstated(events, params.epsilon_ns.max(OVERSTATED_SLACK_NS));
+    let slack_ns = params.epsilon_ns.max(OVERSTATED_SLACK_NS);
+    claim_report.overstated = overstated(events, slack_ns);
+    claim_report.overstated_extensions = overstated_extensions(events, slack_ns);
     claim_report.revived = revived(events, params.epsilon_ns);
     Report {
         claims: claim_report,
@@ -258,15 +267,52 @@ pub fn overstated(events: &[Event], epsilon_ns: u64) -> Vec<String> {
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
         .filter_map(|e| {
-            let start = e.u64_field("t_start_ns")?;
-            let ttl_ns = e.u64_field("ttl_ms")?.saturating_mul(1_000_000);
-            let drift_ns = ttl_ns / 100 + 2_000_000;
-            let bound = start.saturating_add(ttl_ns).saturating_sub(drift_ns);
+            let bound = validity_bound(e.u64_field("t_start_ns")?, e.u64_field("ttl_ms")?);
             let reported = e.u64_field("valid_until_ns")?;
             (reported > bound.saturating_add(epsilon_ns)).then(|| {
                 format!(
                     "{} reported {:.1} ms of validity beyond the bound",
                     e.str_field("lease").unwrap_or("?"),
+                    (reported - bound) as f64 / 1e6
+                )
+            })
+        })
+        .collect()
+}
+
+/// The latest end of validity Redlock allows a round that started at `start_ns` with a TTL
+/// of `ttl_ms`: `start + ttl − drift` (drift: 1% of the TTL + 2 ms, the clients' setting).
+fn validity_bound(start_ns: u64, ttl_ms: u64) -> u64 {
+    let ttl_ns = ttl_ms.saturating_mul(1_000_000);
+    let drift_ns = ttl_ns / 100 + 2_000_000;
+    start_ns.saturating_add(ttl_ns).saturating_sub(drift_ns)
+}
+
+/// The extensions whose reported validity ends after the latest end Redlock allows, by more
+/// than `slack_ns`: the extension round started no earlier than its `t_start_ns` (read
+/// before the call), so its validity ends by `t_start + ttl − drift`. A lease's renewal (or a
+/// logged extension without a start) ran before the client logged it: its log time bounds the
+/// round's start, loosely. The TTL is the event's, else its grant's.
+pub fn overstated_extensions(events: &[Event], slack_ns: u64) -> Vec<String> {
+    let ttl_ms: HashMap<&str, u64> = events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter_map(|e| Some((e.str_field("lease")?, e.u64_field("ttl_ms")?)))
+        .collect();
+    events
+        .iter()
+        .filter(|e| e.f == "extend" && e.kind == Kind::Ok)
+        .filter_map(|e| {
+            let lease = e.str_field("lease")?;
+            let ttl = e
+                .u64_field("ttl_ms")
+                .or_else(|| ttl_ms.get(lease).copied())?;
+            let start = e.u64_field("t_start_ns").unwrap_or(e.time_ns);
+            let bound = validity_bound(start, ttl);
+            let reported = e.u64_field("valid_until_ns")?;
+            (reported > bound.saturating_add(slack_ns)).then(|| {
+                format!(
+                    "{lease} extended {:.1} ms beyond the bound",
                     (reported - bound) as f64 / 1e6
                 )
             })
@@ -374,11 +420,7 @@ pub fn claims(events: &[Event]) -> Vec<Claim> {
 fn round_start(e: &Event) -> Option<u64> {
     let logged = e.u64_field("t_start_ns");
     let implied = match (e.u64_field("valid_until_ns"), e.u64_field("ttl_ms")) {
-        (Some(until), Some(ttl_ms)) => {
-            let ttl_ns = ttl_ms.saturating_mul(1_000_000);
-            let drift_ns = ttl_ns / 100 + 2_000_000;
-            Some(until.saturating_sub(ttl_ns.saturating_sub(drift_ns)))
-        }
+        (Some(until), Some(ttl_ms)) => Some(until.saturating_sub(validity_bound(0, ttl_ms))),
         _ => None,
     };
     match (logged, implied) {
@@ -772,6 +814,65 @@ mod tests {
             rep.claims.overstated
         );
         assert!(rep.broke());
+    }
+
+    /// An extension whose reported validity runs past its round's start + TTL − drift is
+    /// flagged: from the start logged before the call, else (a lease's renewal) from when it
+    /// was logged, with the TTL of its grant when the extension does not say.
+    #[test]
+    fn extension_validity_beyond_its_rounds_bound_is_flagged() {
+        let mut h = Hist::new();
+        h.ev(
+            0,
+            0,
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "0-0", "resource": "r", "t_start_ns": m(0),
+                   "valid_until_ns": m(980), "ttl_ms": 1000}),
+        );
+        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms, and the slack 10 ms.
+        let extend = |start_ms: Option<u64>, until_ms: u64| {
+            let mut v = json!({"lease": "0-0", "valid_until_ns": m(until_ms), "ttl_ms": 1000});
+            if let Some(start) = start_ms {
+                v["t_start_ns"] = json!(m(start));
+            }
+            v
+        };
+        h.ev(520, 0, Kind::Ok, "extend", extend(Some(500), 1490));
+        assert!(h.check().claims.overstated_extensions.is_empty());
+        h.ev(600, 0, Kind::Ok, "extend", extend(Some(500), 1530));
+        let rep = h.check();
+        assert_eq!(
+            rep.claims.overstated_extensions,
+            vec!["0-0 extended 42.0 ms beyond the bound".to_string()]
+        );
+        assert!(rep.broke());
+        // A lease's renewal: bounded from when it was logged, the TTL from the grant.
+        let mut h = Hist::new();
+        h.ev(
+            0,
+            1,
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "1-0", "resource": "r", "t_start_ns": m(0),
+                   "valid_until_ns": m(980), "ttl_ms": 1000}),
+        );
+        h.ev(
+            700,
+            1,
+            Kind::Ok,
+            "extend",
+            json!({"lease": "1-0", "valid_until_ns": m(1680), "by": "keep_alive"}),
+        );
+        assert!(h.check().claims.overstated_extensions.is_empty());
+        h.ev(
+            800,
+            1,
+            Kind::Ok,
+            "extend",
+            json!({"lease": "1-0", "valid_until_ns": m(2800), "by": "keep_alive"}),
+        );
+        assert_eq!(h.check().claims.overstated_extensions.len(), 1);
     }
 
     /// Two clean cycles one after the other: nothing to report, margin measured.

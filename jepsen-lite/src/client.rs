@@ -328,6 +328,7 @@ fn mutation(name: &str) -> Option<quorumlock::Mutation> {
         "quarantine-ignored" => QuarantineIgnored,
         "no-cleanup" => NoCleanupOnFailure,
         "reuse-after-timeout" => ReuseAfterTimeout,
+        "extend-from-quorum" => ExtendFromQuorum,
         _ => return None,
     })
 }
@@ -838,6 +839,9 @@ impl Ctx {
         if spec.extend {
             self.log(Kind::Invoke, "extend", json!({"lease": lease}), None);
             let ttl = Duration::from_millis(self.cfg.ttl_ms);
+            // Read before the call: the extension round starts after it, so its validity ends
+            // by `t_start + ttl − drift` (a lease's renewal ran before it: looser, never wrong).
+            let t_start = now_ns();
             let extended = match &mut guard {
                 Held::Guard(g) => g.extend(ttl).await,
                 Held::Lease(_) => Ok(()),
@@ -848,7 +852,8 @@ impl Ctx {
                     self.log(
                         Kind::Ok,
                         "extend",
-                        json!({"lease": lease, "valid_until_ns": valid_until}),
+                        json!({"lease": lease, "t_start_ns": t_start,
+                               "valid_until_ns": valid_until, "ttl_ms": self.cfg.ttl_ms}),
                         None,
                     );
                     note("extended", true, "");
@@ -872,7 +877,8 @@ impl Ctx {
             self.log(
                 Kind::Ok,
                 "extend",
-                json!({"lease": lease, "valid_until_ns": v, "by": "keep_alive"}),
+                json!({"lease": lease, "valid_until_ns": v, "by": "keep_alive",
+                       "ttl_ms": self.cfg.ttl_ms}),
                 None,
             );
         }

@@ -542,7 +542,7 @@ pub fn catalog() -> Vec<Scenario> {
 }
 
 /// The library mutants the composed nemesis hunts (`soak --mutation NAME`), by name.
-pub const COMPOSED_MUTANTS: [&str; 7] = [
+pub const COMPOSED_MUTANTS: [&str; 8] = [
     "clock-after-first-reply",
     "late-extend",
     "min-token",
@@ -550,6 +550,7 @@ pub const COMPOSED_MUTANTS: [&str; 7] = [
     "quarantine-ignored",
     "no-cleanup",
     "reuse-after-timeout",
+    "extend-from-quorum",
 ];
 
 /// What a scenario demands of a run before its observation counts.
