@@ -259,7 +259,11 @@ pub(crate) async fn acquire_reporting<M: Master>(
     let holders = tally.may_hold();
     let error = if tally.won() {
         let valid_until = validity(timing.ttl, timing.counted(elapsed), drift)
-            .and_then(|v| t0.checked_add(v + elapsed));
+            .and_then(|v| t0.checked_add(v + elapsed))
+            .or_else(|| {
+                let exhausted = t0.checked_add(timing.ttl.saturating_sub(drift));
+                exhausted.filter(|_| timing.mutant(Mutation::GrantExhausted))
+            });
         let wants_token = keys.fence.is_some();
         match valid_until {
             Some(valid_until) if !wants_token || tally.max_token.is_some() => {

@@ -108,6 +108,11 @@ pub struct ClaimReport {
     /// use, so they take no part in the overlap and token checks.
     #[serde(default)]
     pub expired_on_arrival: usize,
+    /// Of those, the grants that arrived more than the overstated slack after their validity
+    /// ended while their client was not paused: the library returned a grant with nothing
+    /// left (see [`expired_unpaused`]).
+    #[serde(default)]
+    pub expired_unpaused: Vec<String>,
 }
 
 /// Effect check results for one register.
@@ -191,6 +196,7 @@ impl Report {
         !self.claims.overlaps.is_empty()
             || !self.claims.overstated.is_empty()
             || !self.claims.overstated_extensions.is_empty()
+            || !self.claims.expired_unpaused.is_empty()
             || !self.effects_unfenced.overlaps.is_empty()
             || self.lost_unfenced.lost_any()
     }
@@ -238,6 +244,7 @@ pub fn check(
     let slack_ns = params.epsilon_ns.max(OVERSTATED_SLACK_NS);
     claim_report.overstated = overstated(events, slack_ns);
     claim_report.overstated_extensions = overstated_extensions(events, slack_ns);
+    claim_report.expired_unpaused = expired_unpaused(events, slack_ns);
     claim_report.revived = revived(events, params.epsilon_ns);
     Report {
         claims: claim_report,
@@ -274,6 +281,63 @@ pub fn overstated(events: &[Event], epsilon_ns: u64) -> Vec<String> {
                     "{} reported {:.1} ms of validity beyond the bound",
                     e.str_field("lease").unwrap_or("?"),
                     (reported - bound) as f64 / 1e6
+                )
+            })
+        })
+        .collect()
+}
+
+/// The grants that reached their client more than `slack_ns` after their validity ended
+/// although the client was not paused (`pause-client` to its `resume-client` or the step's
+/// end) between its call's start (`t_start_ns`) and the grant: a correct library refuses a
+/// round that leaves no validity, so only a stopped client learns of a grant too late.
+/// Still lets through: an expired grant whose client was paused meanwhile.
+pub fn expired_unpaused(events: &[Event], slack_ns: u64) -> Vec<String> {
+    let mut nemesis: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.process == Process::nemesis())
+        .collect();
+    nemesis.sort_by_key(|e| e.time_ns);
+    // (client, from, to)
+    let mut paused: Vec<(u64, u64, u64)> = Vec::new();
+    let mut open: HashMap<u64, u64> = HashMap::new();
+    for e in nemesis {
+        match e.f.as_str() {
+            "pause-client" => {
+                if let Some(c) = e.u64_field("client") {
+                    open.entry(c).or_insert(e.time_ns);
+                }
+            }
+            "resume-client" => {
+                if let Some((c, from)) = e.u64_field("client").and_then(|c| open.remove_entry(&c)) {
+                    paused.push((c, from, e.time_ns));
+                }
+            }
+            "partition-end" | "heal" => {
+                paused.extend(open.drain().map(|(c, from)| (c, from, e.time_ns)));
+            }
+            _ => {}
+        }
+    }
+    paused.extend(open.into_iter().map(|(c, from)| (c, from, u64::MAX)));
+    events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter_map(|e| {
+            let until = e.u64_field("valid_until_ns")?;
+            let late = e.time_ns.checked_sub(until.saturating_add(slack_ns))?;
+            let Process::Client(client) = e.process else {
+                return None;
+            };
+            let from = e.u64_field("t_start_ns").unwrap_or(0);
+            let was_paused = paused
+                .iter()
+                .any(|&(c, a, b)| c == u64::from(client) && a <= e.time_ns && from <= b);
+            (!was_paused).then(|| {
+                format!(
+                    "{} arrived {:.1} ms after its validity ended",
+                    e.str_field("lease").unwrap_or("?"),
+                    (late + slack_ns) as f64 / 1e6
                 )
             })
         })
@@ -985,6 +1049,20 @@ mod tests {
             "acquire",
             json!({"lease": "0-0", "resource": "r"}),
         );
+        h.events.push(Event::at(
+            m(20),
+            Process::nemesis(),
+            Kind::Info,
+            "pause-client",
+            json!({"client": 0}),
+        ));
+        h.events.push(Event::at(
+            m(2570),
+            Process::nemesis(),
+            Kind::Info,
+            "resume-client",
+            json!({"client": 0}),
+        ));
         h.ev(2100, 1, Kind::Ok, "acquire", grant("1-0", 2100, 4078, 6));
         // Validity ended at 1978 ms, 597 ms before the client could log the grant.
         h.ev(2575, 0, Kind::Ok, "acquire", grant("0-0", 15, 1978, 5));
@@ -1007,6 +1085,60 @@ mod tests {
         h.ev(3000, 2, Kind::Ok, "acquire", grant("2-0", 3000, 3500, 7));
         let rep = h.check();
         assert_eq!(rep.claims.overlaps.len(), 1, "{:?}", rep.claims.overlaps);
+    }
+
+    /// A grant that arrived after its validity ended is judged: excused while its client was
+    /// paused (from `pause-client` to `resume-client` or the step's end), flagged otherwise.
+    #[test]
+    fn a_grant_expired_on_arrival_is_flagged_unless_its_client_was_paused() {
+        let grant = json!({"lease": "0-0", "resource": "r", "t_start_ns": m(15),
+                           "valid_until_ns": m(1978), "ttl_ms": 2000});
+        let nem = |t: u64, f: &str, client: u32| {
+            Event::at(
+                m(t),
+                Process::nemesis(),
+                Kind::Info,
+                f,
+                json!({"client": client}),
+            )
+        };
+        let mut h = Hist::new();
+        h.ev(2575, 0, Kind::Ok, "acquire", grant.clone());
+        let rep = h.check();
+        assert_eq!(rep.claims.expired_on_arrival, 1);
+        assert_eq!(
+            rep.claims.expired_unpaused,
+            vec!["0-0 arrived 597.0 ms after its validity ended".to_string()]
+        );
+        assert!(rep.broke());
+        // Its client paused meanwhile: excused, whether resumed or lifted at the step's end.
+        for end in ["resume-client", "partition-end"] {
+            let mut h = Hist::new();
+            h.events.push(nem(500, "pause-client", 0));
+            h.events.push(Event::at(
+                m(2500),
+                Process::nemesis(),
+                Kind::Info,
+                end,
+                json!({"client": 0}),
+            ));
+            h.ev(2575, 0, Kind::Ok, "acquire", grant.clone());
+            let rep = h.check();
+            assert!(rep.claims.expired_unpaused.is_empty(), "{end}");
+            assert!(!rep.broke(), "{end}");
+        }
+        // Another client's pause is no excuse, nor is one before the call.
+        for (client, from, to) in [(1, 500, 2500), (0, 0, 10)] {
+            let mut h = Hist::new();
+            h.events.push(nem(from, "pause-client", client));
+            h.events.push(nem(to, "resume-client", client));
+            h.ev(2575, 0, Kind::Ok, "acquire", grant.clone());
+            assert_eq!(
+                h.check().claims.expired_unpaused.len(),
+                1,
+                "{client} {from}"
+            );
+        }
     }
 
     /// A later claim with a lower token is told apart by when its winning round started:

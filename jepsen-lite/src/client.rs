@@ -329,6 +329,7 @@ fn mutation(name: &str) -> Option<quorumlock::Mutation> {
         "no-cleanup" => NoCleanupOnFailure,
         "reuse-after-timeout" => ReuseAfterTimeout,
         "extend-from-quorum" => ExtendFromQuorum,
+        "grant-exhausted" => GrantExhausted,
         _ => return None,
     })
 }

@@ -130,6 +130,7 @@ async fn finish(
     let claims_observed = if report.claims.overlaps.is_empty()
         && report.claims.overstated.is_empty()
         && report.claims.overstated_extensions.is_empty()
+        && report.claims.expired_unpaused.is_empty()
     {
         Expect::Hold
     } else {

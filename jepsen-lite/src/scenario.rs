@@ -542,7 +542,7 @@ pub fn catalog() -> Vec<Scenario> {
 }
 
 /// The library mutants the composed nemesis hunts (`soak --mutation NAME`), by name.
-pub const COMPOSED_MUTANTS: [&str; 8] = [
+pub const COMPOSED_MUTANTS: [&str; 9] = [
     "clock-after-first-reply",
     "late-extend",
     "min-token",
@@ -551,6 +551,7 @@ pub const COMPOSED_MUTANTS: [&str; 8] = [
     "no-cleanup",
     "reuse-after-timeout",
     "extend-from-quorum",
+    "grant-exhausted",
 ];
 
 /// What a scenario demands of a run before its observation counts.

@@ -317,6 +317,7 @@ pub fn composed_observation(
             "overstated extensions",
             report.claims.overstated_extensions.len(),
         ),
+        ("expired on arrival", report.claims.expired_unpaused.len()),
         ("revived", report.claims.revived.len()),
         ("effects", effects.overlaps.len()),
         ("lost", usize::from(lost.lost_any())),

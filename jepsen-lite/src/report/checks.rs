@@ -86,6 +86,7 @@ pub fn flags(
         .overstated
         .iter()
         .chain(&report.claims.overstated_extensions)
+        .chain(&report.claims.expired_unpaused)
         .chain(&report.claims.revived)
     {
         if let Some(lease) = text.split_whitespace().next() {
@@ -172,6 +173,7 @@ pub fn rows(sc: &Scenario, outcome: &Outcome) -> Vec<Row> {
     let claim_breaks = r.claims.overlaps.len()
         + r.claims.overstated.len()
         + r.claims.overstated_extensions.len()
+        + r.claims.expired_unpaused.len()
         + r.claims.revived.len();
     let margin = r
         .claims
@@ -189,6 +191,7 @@ pub fn rows(sc: &Scenario, outcome: &Outcome) -> Vec<Row> {
         let unexplained = violations("claims")
             + violations("overstated")
             + violations("overstated extensions")
+            + violations("expired on arrival")
             + violations("revived");
         Row {
             checker: "claims",
