@@ -240,9 +240,9 @@ enum Method {
     Rounds,
     /// The library's own `lock_until`.
     LockUntil,
-    /// `lock_until` on a reentrant handle.
+    /// Single `try_lock` rounds on a reentrant handle, retried by the client.
     Reentrant,
-    /// `lock_until` on a fenced handle.
+    /// Single `try_lock` rounds on a fenced handle, retried by the client.
     Fenced,
 }
 
@@ -627,18 +627,20 @@ impl Ctx {
         // One round per `try_lock`, retried here as `lock_until` would: so that `t_start` is the
         // start of the round that won, from which the checker bounds the reported validity
         // (`t_start + ttl − drift`) without trusting the library.
-        let (t_start, attempt) = if method == Method::Rounds {
-            self.rounds(spec, ttl, deadline).await
+        // Only the library's own `lock_until` hides which of its rounds won.
+        let (t_start, attempt) = if method == Method::LockUntil {
+            let attempt = self.locks.lock_until(&spec.resource, ttl, deadline).await;
+            // The winning round started before the call returned, at an unknown retry: a
+            // start read before the call would wrongly bound a later round's validity, so
+            // this bound is loose by the call, never wrong.
+            (now_ns(), attempt)
         } else {
             let locks = match method {
                 Method::Reentrant => self.locks.reentrant(self.owner.clone()),
                 Method::Fenced => self.locks.fenced(),
                 _ => self.locks.clone(),
             };
-            let attempt = locks.lock_until(&spec.resource, ttl, deadline).await;
-            // The winning round started before the call returned: bounding the validity from
-            // here is looser than from the round's start, never wrong.
-            (now_ns(), attempt)
+            self.rounds(&locks, spec, ttl, deadline).await
         };
         let guard = match attempt {
             Ok(g) => g,
@@ -728,13 +730,14 @@ impl Ctx {
     /// the start of the last round with its result.
     async fn rounds(
         &mut self,
+        locks: &Redlock,
         spec: &CycleSpec,
         ttl: Duration,
         deadline: Instant,
     ) -> (u64, Result<LockGuard, LockError>) {
         loop {
             let t_start = now_ns();
-            match self.locks.try_lock(&spec.resource, ttl).await {
+            match locks.try_lock(&spec.resource, ttl).await {
                 Err(e) if e.is_retryable() && Instant::now() < deadline => {
                     let bound = self.cfg.retry_delay_ms.max(1);
                     let jitter = Duration::from_millis(self.rng.random_range(0..bound));
