@@ -293,6 +293,38 @@ pub fn overstated(events: &[Event], epsilon_ns: u64) -> Vec<String> {
 /// round that leaves no validity, so only a stopped client learns of a grant too late.
 /// Still lets through: an expired grant whose client was paused meanwhile.
 pub fn expired_unpaused(events: &[Event], slack_ns: u64) -> Vec<String> {
+    let paused = client_pauses(events);
+    events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter_map(|e| {
+            let until = e.u64_field("valid_until_ns")?;
+            let late = e.time_ns.checked_sub(until.saturating_add(slack_ns))?;
+            let from = e.u64_field("t_start_ns").unwrap_or(0);
+            (!paused_between(&paused, e, from)).then(|| {
+                format!(
+                    "{} arrived {:.1} ms after its validity ended",
+                    e.str_field("lease").unwrap_or("?"),
+                    (late + slack_ns) as f64 / 1e6
+                )
+            })
+        })
+        .collect()
+}
+
+/// Whether the client of `e` was paused at some moment from `from` to `e`.
+fn paused_between(paused: &[(u64, u64, u64)], e: &Event, from: u64) -> bool {
+    let Process::Client(client) = e.process else {
+        return false;
+    };
+    paused
+        .iter()
+        .any(|&(c, a, b)| c == u64::from(client) && a <= e.time_ns && from <= b)
+}
+
+/// The windows in which the nemesis kept a client stopped: `(client, from, to)`, from its
+/// `pause-client` to its `resume-client` or the step's end (`partition-end`, `heal`).
+fn client_pauses(events: &[Event]) -> Vec<(u64, u64, u64)> {
     let mut nemesis: Vec<&Event> = events
         .iter()
         .filter(|e| e.process == Process::nemesis())
@@ -320,26 +352,40 @@ pub fn expired_unpaused(events: &[Event], slack_ns: u64) -> Vec<String> {
         }
     }
     paused.extend(open.into_iter().map(|(c, from)| (c, from, u64::MAX)));
+    paused
+}
+
+/// When each resource may have been granted, as far as the history can tell: a logged grant
+/// at its log time, or at its round's start if its client was paused before logging it; an
+/// acquisition whose client never said how it ended (killed meanwhile) at its invocation.
+/// Such a client may hold the lock unseen for a TTL.
+fn possible_grants(events: &[Event]) -> Vec<(&str, u64)> {
+    let paused = client_pauses(events);
+    let finished: std::collections::HashSet<&str> = events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind != Kind::Invoke)
+        .filter_map(|e| e.str_field("lease"))
+        .collect();
     events
         .iter()
-        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter(|e| e.f == "acquire")
         .filter_map(|e| {
-            let until = e.u64_field("valid_until_ns")?;
-            let late = e.time_ns.checked_sub(until.saturating_add(slack_ns))?;
-            let Process::Client(client) = e.process else {
-                return None;
-            };
-            let from = e.u64_field("t_start_ns").unwrap_or(0);
-            let was_paused = paused
-                .iter()
-                .any(|&(c, a, b)| c == u64::from(client) && a <= e.time_ns && from <= b);
-            (!was_paused).then(|| {
-                format!(
-                    "{} arrived {:.1} ms after its validity ended",
-                    e.str_field("lease").unwrap_or("?"),
-                    (late + slack_ns) as f64 / 1e6
-                )
-            })
+            let resource = e.str_field("resource")?;
+            match e.kind {
+                Kind::Ok => {
+                    let start = e.u64_field("t_start_ns").unwrap_or(e.time_ns);
+                    let at = if paused_between(&paused, e, start) {
+                        start.min(e.time_ns)
+                    } else {
+                        e.time_ns
+                    };
+                    Some((resource, at))
+                }
+                Kind::Invoke if !finished.contains(e.str_field("lease")?) => {
+                    Some((resource, e.time_ns))
+                }
+                _ => None,
+            }
         })
         .collect()
 }
@@ -691,13 +737,17 @@ pub struct CrashLiveness {
 /// For each `crash` event of a client (it exits holding a lock), the first later grant of the
 /// same resource must come within `bound_ns`. Only crashes for which `quiet(from, to)` says no
 /// fault was on from the crash to the bound are judged: a fault on a majority may rightly keep
-/// everyone out.
+/// everyone out. A grant counts from when it may have happened (see `possible_grants`): a
+/// client stopped or killed between the library's grant and its log holds the lock unseen.
+/// Still lets through: a lock kept too long after a crash when a client that began acquiring
+/// it was killed before it could say whether it won, or was paused while it did.
 pub fn crash_liveness(
     events: &[Event],
     bound_ns: u64,
     quiet: impl Fn(u64, u64) -> bool,
 ) -> CrashLiveness {
     let mut report = CrashLiveness::default();
+    let grants = possible_grants(events);
     for crash in events
         .iter()
         .filter(|e| e.f == "crash" && e.kind == Kind::Info)
@@ -709,15 +759,10 @@ pub fn crash_liveness(
         }
         report.checked += 1;
         let resource = crash.str_field("resource").unwrap_or_default();
-        let next = events
+        let next = grants
             .iter()
-            .filter(|e| {
-                e.f == "acquire"
-                    && e.kind == Kind::Ok
-                    && e.time_ns > t
-                    && e.str_field("resource") == Some(resource)
-            })
-            .map(|e| e.time_ns - t)
+            .filter(|&&(r, at)| at > t && r == resource)
+            .map(|&(_, at)| at - t)
             .min();
         let wait_ms = next.map(|d| ms(i128::from(d)));
         if let Some(w) = wait_ms {
@@ -1303,6 +1348,61 @@ mod tests {
         assert_eq!(never.late, vec![("0-1000".to_string(), None)]);
         let faulty = crash_liveness(&[crash(1000)], m(3000), |_, _| false);
         assert_eq!((faulty.checked, faulty.late.len()), (0, 0));
+        // A client killed in the middle of its acquisition may hold the lock unseen for a
+        // TTL: its invocation counts as a possible grant, a finished one does not.
+        let invoke = |t: u64, lease: &str| {
+            Event::at(
+                m(t),
+                Process::Client(2),
+                Kind::Invoke,
+                "acquire",
+                json!({"lease": lease, "resource": "r"}),
+            )
+        };
+        let killed = crash_liveness(
+            &[crash(1000), invoke(2900, "2-1"), grant(4900, "r")],
+            m(3000),
+            quiet,
+        );
+        assert_eq!(killed.late.len(), 0, "{killed:?}");
+        let mut refused = invoke(2950, "2-1");
+        refused.kind = Kind::Fail;
+        let finished = crash_liveness(
+            &[crash(1000), invoke(2900, "2-1"), refused, grant(4900, "r")],
+            m(3000),
+            quiet,
+        );
+        assert_eq!(finished.late.len(), 1, "{finished:?}");
+        // A grant logged after its client was paused counts from its round's start.
+        let nem = |t: u64, f: &str| {
+            Event::at(
+                m(t),
+                Process::nemesis(),
+                Kind::Info,
+                f,
+                json!({"client": 1}),
+            )
+        };
+        let late_log = Event::at(
+            m(4900),
+            Process::Client(1),
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "1-7", "resource": "r", "t_start_ns": m(2800)}),
+        );
+        let paused = crash_liveness(
+            &[
+                crash(1000),
+                nem(2810, "pause-client"),
+                nem(4890, "resume-client"),
+                late_log.clone(),
+            ],
+            m(3000),
+            quiet,
+        );
+        assert_eq!(paused.late.len(), 0, "{paused:?}");
+        let unpaused = crash_liveness(&[crash(1000), late_log], m(3000), quiet);
+        assert_eq!(unpaused.late.len(), 1, "{unpaused:?}");
     }
 
     /// An extension invoked after its claim ended and granted is a revival; one invoked before
