@@ -39,4 +39,8 @@ echo "== all checks passed"
 
 echo "== jepsen-lite smoke: the quick matrix (real redis-server, scripted faults, mutants; ~4 min)"
 scripts/jepsen.sh --quick
+echo "== jepsen-lite composed: two 60 s composed runs, N = 3 and 5, every fault kind (~3 min)"
+# Dense enough for the subtle bugs the quick matrix's short runs miss (an extension or a grant
+# whose validity is overstated or already over, tokens out of order under clock faults).
+scripts/jepsen.sh soak --minutes 10 --seeds 2 --nodes 3,5 --run-seconds 60
 echo "== jepsen-lite verdicts all as expected"

@@ -45,6 +45,12 @@ pub enum Mutation {
     /// the retention outlives its record, and once it ends (abandoned, crashed) the slot reads
     /// free and a late host runs it again.
     SlotRecordNotRenewed,
+    /// An extension's validity counts from the moment its quorum confirmed instead of from the
+    /// start of its round: it overstates by as long as the extension round took.
+    ExtendFromQuorum,
+    /// An acquire round that won its quorum too late to leave any validity still returns a
+    /// grant, valid until its round's start + TTL − drift: a moment already past.
+    GrantExhausted,
 }
 
 /// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error

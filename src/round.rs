@@ -264,7 +264,11 @@ pub(crate) async fn acquire_reporting<M: Master>(
     let holders = tally.may_hold();
     let error = if tally.won() {
         let valid_until = validity(timing.ttl, timing.counted(elapsed), drift)
-            .and_then(|v| t0.checked_add(v + elapsed));
+            .and_then(|v| t0.checked_add(v + elapsed))
+            .or_else(|| {
+                let exhausted = t0.checked_add(timing.ttl.saturating_sub(drift));
+                exhausted.filter(|_| timing.mutant(Mutation::GrantExhausted))
+            });
         let wants_token = keys.fence.is_some();
         match valid_until {
             Some(valid_until) if !wants_token || tally.max_token.is_some() => {
@@ -423,7 +427,12 @@ pub(crate) async fn extend<M: Master>(
         if now >= valid_until && !timing.mutant(Mutation::LateExtend) {
             return Err(not_held(resource, NotHeldReason::Expired));
         }
-        return validity(timing.ttl, timing.counted(elapsed), drift)
+        let counted = if timing.mutant(Mutation::ExtendFromQuorum) {
+            Duration::ZERO
+        } else {
+            timing.counted(elapsed)
+        };
+        return validity(timing.ttl, counted, drift)
             .and_then(|v| now.checked_add(v))
             .ok_or_else(|| LockError::ValidityExhausted {
                 resource: resource.to_string(),

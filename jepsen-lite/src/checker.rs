@@ -94,6 +94,11 @@ pub struct ClaimReport {
     /// own report is not trusted for that.
     #[serde(default)]
     pub overstated: Vec<String>,
+    /// Extensions whose reported validity ran past what the algorithm allows: the extension
+    /// round's start (read before the call; for a lease's renewal, when the client read its
+    /// validity) + TTL − drift.
+    #[serde(default)]
+    pub overstated_extensions: Vec<String>,
     /// Extensions that succeeded although they were invoked after their claim had ended: a
     /// lapsed lock cannot be revived (another client may hold it by then).
     #[serde(default)]
@@ -103,6 +108,11 @@ pub struct ClaimReport {
     /// use, so they take no part in the overlap and token checks.
     #[serde(default)]
     pub expired_on_arrival: usize,
+    /// Of those, the grants that arrived more than the overstated slack after their validity
+    /// ended while their client was not paused: the library returned a grant with nothing
+    /// left (see [`expired_unpaused`]).
+    #[serde(default)]
+    pub expired_unpaused: Vec<String>,
 }
 
 /// Effect check results for one register.
@@ -185,6 +195,8 @@ impl Report {
     pub fn broke(&self) -> bool {
         !self.claims.overlaps.is_empty()
             || !self.claims.overstated.is_empty()
+            || !self.claims.overstated_extensions.is_empty()
+            || !self.claims.expired_unpaused.is_empty()
             || !self.effects_unfenced.overlaps.is_empty()
             || self.lost_unfenced.lost_any()
     }
@@ -192,10 +204,11 @@ impl Report {
     /// A one-line summary.
     pub fn summary(&self) -> String {
         format!(
-            "claims {} (overlaps {}, overstated {}, suspect {}, min margin {}), effect overlaps {}, stale accesses {}, lost increments {}, lost elements {}",
+            "claims {} (overlaps {}, overstated {}, overstated extensions {}, suspect {}, min margin {}), effect overlaps {}, stale accesses {}, lost increments {}, lost elements {}",
             self.claims.claims,
             self.claims.overlaps.len(),
             self.claims.overstated.len(),
+            self.claims.overstated_extensions.len(),
             self.claims.suspects,
             self.claims
                 .min_margin_ms
@@ -228,7 +241,10 @@ pub fn check(
         }
     }
     let mut claim_report = check_claims(&claims, params.epsilon_ns);
-    claim_report.overstated = overstated(events, params.epsilon_ns.max(OVERSTATED_SLACK_NS));
+    let slack_ns = params.epsilon_ns.max(OVERSTATED_SLACK_NS);
+    claim_report.overstated = overstated(events, slack_ns);
+    claim_report.overstated_extensions = overstated_extensions(events, slack_ns);
+    claim_report.expired_unpaused = expired_unpaused(events, slack_ns);
     claim_report.revived = revived(events, params.epsilon_ns);
     Report {
         claims: claim_report,
@@ -258,15 +274,155 @@ pub fn overstated(events: &[Event], epsilon_ns: u64) -> Vec<String> {
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
         .filter_map(|e| {
-            let start = e.u64_field("t_start_ns")?;
-            let ttl_ns = e.u64_field("ttl_ms")?.saturating_mul(1_000_000);
-            let drift_ns = ttl_ns / 100 + 2_000_000;
-            let bound = start.saturating_add(ttl_ns).saturating_sub(drift_ns);
+            let bound = validity_bound(e.u64_field("t_start_ns")?, e.u64_field("ttl_ms")?);
             let reported = e.u64_field("valid_until_ns")?;
             (reported > bound.saturating_add(epsilon_ns)).then(|| {
                 format!(
                     "{} reported {:.1} ms of validity beyond the bound",
                     e.str_field("lease").unwrap_or("?"),
+                    (reported - bound) as f64 / 1e6
+                )
+            })
+        })
+        .collect()
+}
+
+/// The grants that reached their client more than `slack_ns` after their validity ended
+/// although the client was not paused (`pause-client` to its `resume-client` or the step's
+/// end) between its call's start (`t_start_ns`) and the grant: a correct library refuses a
+/// round that leaves no validity, so only a stopped client learns of a grant too late.
+/// Still lets through: an expired grant whose client was paused meanwhile.
+pub fn expired_unpaused(events: &[Event], slack_ns: u64) -> Vec<String> {
+    let paused = client_pauses(events);
+    events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter_map(|e| {
+            let until = e.u64_field("valid_until_ns")?;
+            let late = e.time_ns.checked_sub(until.saturating_add(slack_ns))?;
+            let from = e.u64_field("t_start_ns").unwrap_or(0);
+            (!paused_between(&paused, e, from)).then(|| {
+                format!(
+                    "{} arrived {:.1} ms after its validity ended",
+                    e.str_field("lease").unwrap_or("?"),
+                    (late + slack_ns) as f64 / 1e6
+                )
+            })
+        })
+        .collect()
+}
+
+/// Whether the client of `e` was paused at some moment from `from` to `e`.
+fn paused_between(paused: &[(u64, u64, u64)], e: &Event, from: u64) -> bool {
+    let Process::Client(client) = e.process else {
+        return false;
+    };
+    paused
+        .iter()
+        .any(|&(c, a, b)| c == u64::from(client) && a <= e.time_ns && from <= b)
+}
+
+/// The windows in which the nemesis kept a client stopped: `(client, from, to)`, from its
+/// `pause-client` to its `resume-client` or the step's end (`partition-end`, `heal`).
+fn client_pauses(events: &[Event]) -> Vec<(u64, u64, u64)> {
+    let mut nemesis: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.process == Process::nemesis())
+        .collect();
+    nemesis.sort_by_key(|e| e.time_ns);
+    // (client, from, to)
+    let mut paused: Vec<(u64, u64, u64)> = Vec::new();
+    let mut open: HashMap<u64, u64> = HashMap::new();
+    for e in nemesis {
+        match e.f.as_str() {
+            "pause-client" => {
+                if let Some(c) = e.u64_field("client") {
+                    open.entry(c).or_insert(e.time_ns);
+                }
+            }
+            "resume-client" => {
+                if let Some((c, from)) = e.u64_field("client").and_then(|c| open.remove_entry(&c)) {
+                    paused.push((c, from, e.time_ns));
+                }
+            }
+            "partition-end" | "heal" => {
+                paused.extend(open.drain().map(|(c, from)| (c, from, e.time_ns)));
+            }
+            _ => {}
+        }
+    }
+    paused.extend(open.into_iter().map(|(c, from)| (c, from, u64::MAX)));
+    paused
+}
+
+/// When each resource may have been granted, as far as the history can tell: a logged grant
+/// at its log time, or at its round's start if its client was paused before logging it; an
+/// acquisition whose client never said how it ended (killed meanwhile) at its invocation.
+/// Such a client may hold the lock unseen for a TTL.
+fn possible_grants(events: &[Event]) -> Vec<(&str, u64)> {
+    let paused = client_pauses(events);
+    let finished: std::collections::HashSet<&str> = events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind != Kind::Invoke)
+        .filter_map(|e| e.str_field("lease"))
+        .collect();
+    events
+        .iter()
+        .filter(|e| e.f == "acquire")
+        .filter_map(|e| {
+            let resource = e.str_field("resource")?;
+            match e.kind {
+                Kind::Ok => {
+                    let start = e.u64_field("t_start_ns").unwrap_or(e.time_ns);
+                    let at = if paused_between(&paused, e, start) {
+                        start.min(e.time_ns)
+                    } else {
+                        e.time_ns
+                    };
+                    Some((resource, at))
+                }
+                Kind::Invoke if !finished.contains(e.str_field("lease")?) => {
+                    Some((resource, e.time_ns))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The latest end of validity Redlock allows a round that started at `start_ns` with a TTL
+/// of `ttl_ms`: `start + ttl − drift` (drift: 1% of the TTL + 2 ms, the clients' setting).
+fn validity_bound(start_ns: u64, ttl_ms: u64) -> u64 {
+    let ttl_ns = ttl_ms.saturating_mul(1_000_000);
+    let drift_ns = ttl_ns / 100 + 2_000_000;
+    start_ns.saturating_add(ttl_ns).saturating_sub(drift_ns)
+}
+
+/// The extensions whose reported validity ends after the latest end Redlock allows, by more
+/// than `slack_ns`: the extension round started no earlier than its `t_start_ns` (read
+/// before the call), so its validity ends by `t_start + ttl − drift`. A lease's renewal (or a
+/// logged extension without a start) ran before the client logged it: its log time bounds the
+/// round's start, loosely. The TTL is the event's, else its grant's.
+pub fn overstated_extensions(events: &[Event], slack_ns: u64) -> Vec<String> {
+    let ttl_ms: HashMap<&str, u64> = events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter_map(|e| Some((e.str_field("lease")?, e.u64_field("ttl_ms")?)))
+        .collect();
+    events
+        .iter()
+        .filter(|e| e.f == "extend" && e.kind == Kind::Ok)
+        .filter_map(|e| {
+            let lease = e.str_field("lease")?;
+            let ttl = e
+                .u64_field("ttl_ms")
+                .or_else(|| ttl_ms.get(lease).copied())?;
+            let start = e.u64_field("t_start_ns").unwrap_or(e.time_ns);
+            let bound = validity_bound(start, ttl);
+            let reported = e.u64_field("valid_until_ns")?;
+            (reported > bound.saturating_add(slack_ns)).then(|| {
+                format!(
+                    "{lease} extended {:.1} ms beyond the bound",
                     (reported - bound) as f64 / 1e6
                 )
             })
@@ -374,11 +530,7 @@ pub fn claims(events: &[Event]) -> Vec<Claim> {
 fn round_start(e: &Event) -> Option<u64> {
     let logged = e.u64_field("t_start_ns");
     let implied = match (e.u64_field("valid_until_ns"), e.u64_field("ttl_ms")) {
-        (Some(until), Some(ttl_ms)) => {
-            let ttl_ns = ttl_ms.saturating_mul(1_000_000);
-            let drift_ns = ttl_ns / 100 + 2_000_000;
-            Some(until.saturating_sub(ttl_ns.saturating_sub(drift_ns)))
-        }
+        (Some(until), Some(ttl_ms)) => Some(until.saturating_sub(validity_bound(0, ttl_ms))),
         _ => None,
     };
     match (logged, implied) {
@@ -585,13 +737,17 @@ pub struct CrashLiveness {
 /// For each `crash` event of a client (it exits holding a lock), the first later grant of the
 /// same resource must come within `bound_ns`. Only crashes for which `quiet(from, to)` says no
 /// fault was on from the crash to the bound are judged: a fault on a majority may rightly keep
-/// everyone out.
+/// everyone out. A grant counts from when it may have happened (see `possible_grants`): a
+/// client stopped or killed between the library's grant and its log holds the lock unseen.
+/// Still lets through: a lock kept too long after a crash when a client that began acquiring
+/// it was killed before it could say whether it won, or was paused while it did.
 pub fn crash_liveness(
     events: &[Event],
     bound_ns: u64,
     quiet: impl Fn(u64, u64) -> bool,
 ) -> CrashLiveness {
     let mut report = CrashLiveness::default();
+    let grants = possible_grants(events);
     for crash in events
         .iter()
         .filter(|e| e.f == "crash" && e.kind == Kind::Info)
@@ -603,15 +759,10 @@ pub fn crash_liveness(
         }
         report.checked += 1;
         let resource = crash.str_field("resource").unwrap_or_default();
-        let next = events
+        let next = grants
             .iter()
-            .filter(|e| {
-                e.f == "acquire"
-                    && e.kind == Kind::Ok
-                    && e.time_ns > t
-                    && e.str_field("resource") == Some(resource)
-            })
-            .map(|e| e.time_ns - t)
+            .filter(|&&(r, at)| at > t && r == resource)
+            .map(|&(_, at)| at - t)
             .min();
         let wait_ms = next.map(|d| ms(i128::from(d)));
         if let Some(w) = wait_ms {
@@ -774,6 +925,65 @@ mod tests {
         assert!(rep.broke());
     }
 
+    /// An extension whose reported validity runs past its round's start + TTL − drift is
+    /// flagged: from the start logged before the call, else (a lease's renewal) from when it
+    /// was logged, with the TTL of its grant when the extension does not say.
+    #[test]
+    fn extension_validity_beyond_its_rounds_bound_is_flagged() {
+        let mut h = Hist::new();
+        h.ev(
+            0,
+            0,
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "0-0", "resource": "r", "t_start_ns": m(0),
+                   "valid_until_ns": m(980), "ttl_ms": 1000}),
+        );
+        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms, and the slack 10 ms.
+        let extend = |start_ms: Option<u64>, until_ms: u64| {
+            let mut v = json!({"lease": "0-0", "valid_until_ns": m(until_ms), "ttl_ms": 1000});
+            if let Some(start) = start_ms {
+                v["t_start_ns"] = json!(m(start));
+            }
+            v
+        };
+        h.ev(520, 0, Kind::Ok, "extend", extend(Some(500), 1490));
+        assert!(h.check().claims.overstated_extensions.is_empty());
+        h.ev(600, 0, Kind::Ok, "extend", extend(Some(500), 1530));
+        let rep = h.check();
+        assert_eq!(
+            rep.claims.overstated_extensions,
+            vec!["0-0 extended 42.0 ms beyond the bound".to_string()]
+        );
+        assert!(rep.broke());
+        // A lease's renewal: bounded from when it was logged, the TTL from the grant.
+        let mut h = Hist::new();
+        h.ev(
+            0,
+            1,
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "1-0", "resource": "r", "t_start_ns": m(0),
+                   "valid_until_ns": m(980), "ttl_ms": 1000}),
+        );
+        h.ev(
+            700,
+            1,
+            Kind::Ok,
+            "extend",
+            json!({"lease": "1-0", "valid_until_ns": m(1680), "by": "keep_alive"}),
+        );
+        assert!(h.check().claims.overstated_extensions.is_empty());
+        h.ev(
+            800,
+            1,
+            Kind::Ok,
+            "extend",
+            json!({"lease": "1-0", "valid_until_ns": m(2800), "by": "keep_alive"}),
+        );
+        assert_eq!(h.check().claims.overstated_extensions.len(), 1);
+    }
+
     /// Two clean cycles one after the other: nothing to report, margin measured.
     #[test]
     fn sequential_cycles_pass() {
@@ -884,6 +1094,20 @@ mod tests {
             "acquire",
             json!({"lease": "0-0", "resource": "r"}),
         );
+        h.events.push(Event::at(
+            m(20),
+            Process::nemesis(),
+            Kind::Info,
+            "pause-client",
+            json!({"client": 0}),
+        ));
+        h.events.push(Event::at(
+            m(2570),
+            Process::nemesis(),
+            Kind::Info,
+            "resume-client",
+            json!({"client": 0}),
+        ));
         h.ev(2100, 1, Kind::Ok, "acquire", grant("1-0", 2100, 4078, 6));
         // Validity ended at 1978 ms, 597 ms before the client could log the grant.
         h.ev(2575, 0, Kind::Ok, "acquire", grant("0-0", 15, 1978, 5));
@@ -906,6 +1130,60 @@ mod tests {
         h.ev(3000, 2, Kind::Ok, "acquire", grant("2-0", 3000, 3500, 7));
         let rep = h.check();
         assert_eq!(rep.claims.overlaps.len(), 1, "{:?}", rep.claims.overlaps);
+    }
+
+    /// A grant that arrived after its validity ended is judged: excused while its client was
+    /// paused (from `pause-client` to `resume-client` or the step's end), flagged otherwise.
+    #[test]
+    fn a_grant_expired_on_arrival_is_flagged_unless_its_client_was_paused() {
+        let grant = json!({"lease": "0-0", "resource": "r", "t_start_ns": m(15),
+                           "valid_until_ns": m(1978), "ttl_ms": 2000});
+        let nem = |t: u64, f: &str, client: u32| {
+            Event::at(
+                m(t),
+                Process::nemesis(),
+                Kind::Info,
+                f,
+                json!({"client": client}),
+            )
+        };
+        let mut h = Hist::new();
+        h.ev(2575, 0, Kind::Ok, "acquire", grant.clone());
+        let rep = h.check();
+        assert_eq!(rep.claims.expired_on_arrival, 1);
+        assert_eq!(
+            rep.claims.expired_unpaused,
+            vec!["0-0 arrived 597.0 ms after its validity ended".to_string()]
+        );
+        assert!(rep.broke());
+        // Its client paused meanwhile: excused, whether resumed or lifted at the step's end.
+        for end in ["resume-client", "partition-end"] {
+            let mut h = Hist::new();
+            h.events.push(nem(500, "pause-client", 0));
+            h.events.push(Event::at(
+                m(2500),
+                Process::nemesis(),
+                Kind::Info,
+                end,
+                json!({"client": 0}),
+            ));
+            h.ev(2575, 0, Kind::Ok, "acquire", grant.clone());
+            let rep = h.check();
+            assert!(rep.claims.expired_unpaused.is_empty(), "{end}");
+            assert!(!rep.broke(), "{end}");
+        }
+        // Another client's pause is no excuse, nor is one before the call.
+        for (client, from, to) in [(1, 500, 2500), (0, 0, 10)] {
+            let mut h = Hist::new();
+            h.events.push(nem(from, "pause-client", client));
+            h.events.push(nem(to, "resume-client", client));
+            h.ev(2575, 0, Kind::Ok, "acquire", grant.clone());
+            assert_eq!(
+                h.check().claims.expired_unpaused.len(),
+                1,
+                "{client} {from}"
+            );
+        }
     }
 
     /// A later claim with a lower token is told apart by when its winning round started:
@@ -1070,6 +1348,61 @@ mod tests {
         assert_eq!(never.late, vec![("0-1000".to_string(), None)]);
         let faulty = crash_liveness(&[crash(1000)], m(3000), |_, _| false);
         assert_eq!((faulty.checked, faulty.late.len()), (0, 0));
+        // A client killed in the middle of its acquisition may hold the lock unseen for a
+        // TTL: its invocation counts as a possible grant, a finished one does not.
+        let invoke = |t: u64, lease: &str| {
+            Event::at(
+                m(t),
+                Process::Client(2),
+                Kind::Invoke,
+                "acquire",
+                json!({"lease": lease, "resource": "r"}),
+            )
+        };
+        let killed = crash_liveness(
+            &[crash(1000), invoke(2900, "2-1"), grant(4900, "r")],
+            m(3000),
+            quiet,
+        );
+        assert_eq!(killed.late.len(), 0, "{killed:?}");
+        let mut refused = invoke(2950, "2-1");
+        refused.kind = Kind::Fail;
+        let finished = crash_liveness(
+            &[crash(1000), invoke(2900, "2-1"), refused, grant(4900, "r")],
+            m(3000),
+            quiet,
+        );
+        assert_eq!(finished.late.len(), 1, "{finished:?}");
+        // A grant logged after its client was paused counts from its round's start.
+        let nem = |t: u64, f: &str| {
+            Event::at(
+                m(t),
+                Process::nemesis(),
+                Kind::Info,
+                f,
+                json!({"client": 1}),
+            )
+        };
+        let late_log = Event::at(
+            m(4900),
+            Process::Client(1),
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "1-7", "resource": "r", "t_start_ns": m(2800)}),
+        );
+        let paused = crash_liveness(
+            &[
+                crash(1000),
+                nem(2810, "pause-client"),
+                nem(4890, "resume-client"),
+                late_log.clone(),
+            ],
+            m(3000),
+            quiet,
+        );
+        assert_eq!(paused.late.len(), 0, "{paused:?}");
+        let unpaused = crash_liveness(&[crash(1000), late_log], m(3000), quiet);
+        assert_eq!(unpaused.late.len(), 1, "{unpaused:?}");
     }
 
     /// An extension invoked after its claim ended and granted is a revival; one invoked before

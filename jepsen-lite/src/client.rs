@@ -240,9 +240,9 @@ enum Method {
     Rounds,
     /// The library's own `lock_until`.
     LockUntil,
-    /// `lock_until` on a reentrant handle.
+    /// Single `try_lock` rounds on a reentrant handle, retried by the client.
     Reentrant,
-    /// `lock_until` on a fenced handle.
+    /// Single `try_lock` rounds on a fenced handle, retried by the client.
     Fenced,
 }
 
@@ -328,6 +328,8 @@ fn mutation(name: &str) -> Option<quorumlock::Mutation> {
         "quarantine-ignored" => QuarantineIgnored,
         "no-cleanup" => NoCleanupOnFailure,
         "reuse-after-timeout" => ReuseAfterTimeout,
+        "extend-from-quorum" => ExtendFromQuorum,
+        "grant-exhausted" => GrantExhausted,
         _ => return None,
     })
 }
@@ -625,18 +627,20 @@ impl Ctx {
         // One round per `try_lock`, retried here as `lock_until` would: so that `t_start` is the
         // start of the round that won, from which the checker bounds the reported validity
         // (`t_start + ttl − drift`) without trusting the library.
-        let (t_start, attempt) = if method == Method::Rounds {
-            self.rounds(spec, ttl, deadline).await
+        // Only the library's own `lock_until` hides which of its rounds won.
+        let (t_start, attempt) = if method == Method::LockUntil {
+            let attempt = self.locks.lock_until(&spec.resource, ttl, deadline).await;
+            // The winning round started before the call returned, at an unknown retry: a
+            // start read before the call would wrongly bound a later round's validity, so
+            // this bound is loose by the call, never wrong.
+            (now_ns(), attempt)
         } else {
             let locks = match method {
                 Method::Reentrant => self.locks.reentrant(self.owner.clone()),
                 Method::Fenced => self.locks.fenced(),
                 _ => self.locks.clone(),
             };
-            let attempt = locks.lock_until(&spec.resource, ttl, deadline).await;
-            // The winning round started before the call returned: bounding the validity from
-            // here is looser than from the round's start, never wrong.
-            (now_ns(), attempt)
+            self.rounds(&locks, spec, ttl, deadline).await
         };
         let guard = match attempt {
             Ok(g) => g,
@@ -726,13 +730,14 @@ impl Ctx {
     /// the start of the last round with its result.
     async fn rounds(
         &mut self,
+        locks: &Redlock,
         spec: &CycleSpec,
         ttl: Duration,
         deadline: Instant,
     ) -> (u64, Result<LockGuard, LockError>) {
         loop {
             let t_start = now_ns();
-            match self.locks.try_lock(&spec.resource, ttl).await {
+            match locks.try_lock(&spec.resource, ttl).await {
                 Err(e) if e.is_retryable() && Instant::now() < deadline => {
                     let bound = self.cfg.retry_delay_ms.max(1);
                     let jitter = Duration::from_millis(self.rng.random_range(0..bound));
@@ -838,6 +843,9 @@ impl Ctx {
         if spec.extend {
             self.log(Kind::Invoke, "extend", json!({"lease": lease}), None);
             let ttl = Duration::from_millis(self.cfg.ttl_ms);
+            // Read before the call: the extension round starts after it, so its validity ends
+            // by `t_start + ttl − drift` (a lease's renewal ran before it: looser, never wrong).
+            let t_start = now_ns();
             let extended = match &mut guard {
                 Held::Guard(g) => g.extend(ttl).await,
                 Held::Lease(_) => Ok(()),
@@ -848,7 +856,8 @@ impl Ctx {
                     self.log(
                         Kind::Ok,
                         "extend",
-                        json!({"lease": lease, "valid_until_ns": valid_until}),
+                        json!({"lease": lease, "t_start_ns": t_start,
+                               "valid_until_ns": valid_until, "ttl_ms": self.cfg.ttl_ms}),
                         None,
                     );
                     note("extended", true, "");
@@ -872,7 +881,8 @@ impl Ctx {
             self.log(
                 Kind::Ok,
                 "extend",
-                json!({"lease": lease, "valid_until_ns": v, "by": "keep_alive"}),
+                json!({"lease": lease, "valid_until_ns": v, "by": "keep_alive",
+                       "ttl_ms": self.cfg.ttl_ms}),
                 None,
             );
         }

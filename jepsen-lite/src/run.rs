@@ -131,12 +131,15 @@ async fn finish(
     };
     let report = checker::check(&events, &accesses, &unfenced, &fenced, &params);
     let broke = report.broke() || !notes.is_empty();
-    let claims_observed =
-        if report.claims.overlaps.is_empty() && report.claims.overstated.is_empty() {
-            Expect::Hold
-        } else {
-            Expect::Break
-        };
+    let claims_observed = if report.claims.overlaps.is_empty()
+        && report.claims.overstated.is_empty()
+        && report.claims.overstated_extensions.is_empty()
+        && report.claims.expired_unpaused.is_empty()
+    {
+        Expect::Hold
+    } else {
+        Expect::Break
+    };
     let mut violations = Vec::new();
     let (observed, mut observed_text) = if sc.script == Script::Composed {
         let (observed, text, by_checker) = composed_observation(

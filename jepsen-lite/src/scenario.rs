@@ -570,7 +570,7 @@ pub fn catalog() -> Vec<Scenario> {
 }
 
 /// The library mutants the composed nemesis hunts (`soak --mutation NAME`), by name.
-pub const COMPOSED_MUTANTS: [&str; 7] = [
+pub const COMPOSED_MUTANTS: [&str; 9] = [
     "clock-after-first-reply",
     "late-extend",
     "min-token",
@@ -578,6 +578,8 @@ pub const COMPOSED_MUTANTS: [&str; 7] = [
     "quarantine-ignored",
     "no-cleanup",
     "reuse-after-timeout",
+    "extend-from-quorum",
+    "grant-exhausted",
 ];
 
 /// Why this build cannot run library mutant `mutation`, if it cannot: the mutants exist only

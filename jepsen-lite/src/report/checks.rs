@@ -85,6 +85,8 @@ pub fn flags(
         .claims
         .overstated
         .iter()
+        .chain(&report.claims.overstated_extensions)
+        .chain(&report.claims.expired_unpaused)
         .chain(&report.claims.revived)
     {
         if let Some(lease) = text.split_whitespace().next() {
@@ -168,20 +170,29 @@ pub fn rows(sc: &Scenario, outcome: &Outcome) -> Vec<Row> {
     };
     let mut rows = Vec::new();
 
-    let claim_breaks = r.claims.overlaps.len() + r.claims.overstated.len() + r.claims.revived.len();
+    let claim_breaks = r.claims.overlaps.len()
+        + r.claims.overstated.len()
+        + r.claims.overstated_extensions.len()
+        + r.claims.expired_unpaused.len()
+        + r.claims.revived.len();
     let margin = r
         .claims
         .min_margin_ms
         .map_or("n/a".to_string(), |m| format!("{m:.1} ms"));
     let claims_seen = format!(
-        "{} claims, {} overlaps, {} overstated, {} revived; min margin {margin}",
+        "{} claims, {} overlaps, {} overstated ({} extensions), {} revived; min margin {margin}",
         r.claims.claims,
         r.claims.overlaps.len(),
         r.claims.overstated.len(),
+        r.claims.overstated_extensions.len(),
         r.claims.revived.len()
     );
     rows.push(if composed {
-        let unexplained = violations("claims") + violations("overstated") + violations("revived");
+        let unexplained = violations("claims")
+            + violations("overstated")
+            + violations("overstated extensions")
+            + violations("expired on arrival")
+            + violations("revived");
         Row {
             checker: "claims",
             expected: "no overlap, but within a TTL of a clock fault".into(),
