@@ -227,3 +227,30 @@ async fn a_campaign_dropped_during_its_announcement_is_cleaned_up_silently() {
     // One in the set round, one at least in the announcement after it.
     assert!(swept.drops >= 2, "{} drops", swept.drops);
 }
+
+/// Waiters do not spin either when the third master is down instead of holding the lock:
+/// its refused connections add failures, not wake-ups, and the quarantined grants are free
+/// only when the quarantine ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_do_not_spin_with_one_master_down_and_two_quarantined() {
+    let (mut cluster, locks) = two_quarantined_and_one_held(&[]).await;
+    cluster[0].kill().expect("crash master 0");
+    let deadline = || Instant::now() + WATCH * 2;
+    let ttl = Duration::from_secs(5);
+    let ran = rounds_while(&locks, locks.lock_until("down", ttl, deadline())).await;
+    println!("lock_until: {ran} rounds in {WATCH:?}");
+    assert!(ran <= MAX_ROUNDS, "lock_until: {ran} rounds in {WATCH:?}");
+    let set = ["down-a", "down-b"];
+    let ran = rounds_while(&locks, locks.lock_all_until(&set, ttl, deadline())).await;
+    println!("lock_all_until: {ran} rounds in {WATCH:?}");
+    assert!(
+        ran <= MAX_ROUNDS,
+        "lock_all_until: {ran} rounds in {WATCH:?}"
+    );
+    let opts = CampaignOptions::new()
+        .lease(LeaseOptions::new().ttl(ttl))
+        .poll_every(RETRY_DELAY);
+    let ran = rounds_while(&locks, locks.campaign("down-leader", "host-b", opts)).await;
+    println!("campaign: {ran} rounds in {WATCH:?}");
+    assert!(ran <= MAX_ROUNDS, "campaign: {ran} rounds in {WATCH:?}");
+}
