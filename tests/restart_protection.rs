@@ -841,3 +841,36 @@ async fn a_master_reloading_an_older_copy_of_itself_in_place_is_not_detected() {
         "in-place reloads are detected now: make this test assert the refusal ({granted:?})"
     );
 }
+
+/// The restore under a set: while the first manager holds the set (on masters 0 and 1), a
+/// second manager's `try_lock_all` of an overlapping set is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_master_restored_from_a_backup_grants_no_overlapping_set() {
+    let (mut cluster, first, backup) = durable_three_with_a_backup_of_master_0(|b| b).await;
+    let held = first
+        .lock_all(&["set-a", "set-b"], BACKUP_MAX_TTL)
+        .await
+        .expect("the first manager locks the set");
+    assert_held_on(&cluster, "set-a", &[0, 1]);
+    restore_master_0(&mut cluster, &first, &backup, &key("set-a")).await;
+
+    let second = protected(&cluster, BACKUP_MAX_TTL);
+    let start = Instant::now();
+    let error = loop {
+        match second
+            .try_lock_all(&["set-b", "set-c"], BACKUP_MAX_TTL)
+            .await
+        {
+            Ok(granted) => {
+                panic!("an overlapping set was granted while the first is held: {granted:?}")
+            }
+            Err(error) if transient(&error) && start.elapsed() < PATIENCE => continue,
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        held.is_valid(),
+        "the refusal must come while the holder is valid"
+    );
+    assert!(quarantined_on(&error, cluster[0].port()), "{error}");
+}
