@@ -159,8 +159,9 @@ impl Redlock {
     ///   longer than [`MAX_IDENTITY_LEN`] or has control characters
     ///   ([`InvalidIdentity`](InvalidArgument::InvalidIdentity)), lease options that are
     ///   invalid (as [`LockGuard::keep_alive`](crate::LockGuard::keep_alive)), a zero poll
-    ///   interval ([`ZeroPollInterval`](InvalidArgument::ZeroPollInterval)); checked before
-    ///   any master is asked;
+    ///   interval ([`ZeroPollInterval`](InvalidArgument::ZeroPollInterval)), a minimum hold
+    ///   ([`HoldUnsupported`](InvalidArgument::HoldUnsupported)); checked before any master is
+    ///   asked;
     /// * [`LockError::DeadlinePassed`] when a deadline was set and passed;
     /// * errors that retrying cannot fix, at once.
     ///
@@ -193,6 +194,10 @@ impl Redlock {
         check_identity(identity)?;
         if opts.poll_every.is_zero() {
             return Err(InvalidArgument::ZeroPollInterval.into());
+        }
+        // A leadership's lease releases without a hold: refused rather than ignored.
+        if opts.lease.hold().is_some() {
+            return Err(InvalidArgument::HoldUnsupported.into());
         }
         let shared = self.shared();
         let mut config = shared.config.clone();

@@ -258,6 +258,10 @@ pub enum InvalidArgument {
         /// The manager's maximum TTL.
         max: Duration,
     },
+    /// A minimum hold ([`LeaseOptions::hold_at_least`](crate::LeaseOptions::hold_at_least))
+    /// asked of a leadership: a resignation hands over at once, and a hold would be ignored.
+    #[error("hold-at-least is not supported for a leadership: a resignation hands over at once")]
+    HoldUnsupported,
     /// [`Redlock::lock_all`](crate::Redlock::lock_all) was given no resource.
     #[error("no resources to lock: expected at least one name")]
     NoResources,

@@ -39,6 +39,9 @@ pub struct LockGuard {
     /// When the acquisition round started (`valid_until − (ttl − drift)` at the grant), on the
     /// lock clock: what [`release_holding`](Self::release_holding) counts from.
     granted: Instant,
+    /// When the hold of a [`release_holding`](Self::release_holding) under way ends: dropped
+    /// before its outcome is known, the guard keeps that hold rather than deleting the keys.
+    holding_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -67,6 +70,7 @@ impl LockGuard {
         let nodes = Arc::clone(&shared.nodes);
         Self {
             granted,
+            holding_until: None,
             held: Held::new(shared, nodes, resource, key, ttl, grant),
         }
     }
@@ -203,9 +207,11 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        // `held` releases the keys in the background when it is dropped right after this.
+        // `held` releases the keys in the background when it is dropped right after this,
+        // unless a dropped `release_holding` hands them to its hold.
         if !self.held.is_released() {
             self.leave_hold();
+            self.keep_hold_in_background();
         }
     }
 }

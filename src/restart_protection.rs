@@ -22,6 +22,13 @@
 //! count at once (where `CONFIG` is unavailable, as on managed services, it is not trusted), at
 //! the price its docs spell out.
 //!
+//! What it cannot see: a master whose data is replaced **while it runs** (a full
+//! resynchronisation as a replica of a copy, then `REPLICAOF NO ONE`; `DEBUG RELOAD` of an older
+//! file) keeps its process, its `run_id`, the provisioning record naming it and the copy's old
+//! epoch marker, and counts at once although it forgot every lock granted since the copy.
+//! Restore a master by restarting it on the restored files (then it is quarantined), never in
+//! place; and never make a lock master a replica.
+//!
 //! Uptime is what the master reports: the difference of two whole-second wall-clock readings,
 //! so up to a second more than the truth. The restart is taken to be as late as that allows,
 //! which only lengthens the quarantine. A master whose `INFO`

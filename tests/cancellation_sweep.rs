@@ -3,6 +3,11 @@
 //! each drop nothing is held or lost (the resource is lockable again by another client, and
 //! every key left on a master expires).
 //!
+//! Covered: `try_lock`, `lock`, `lock_until` (reentrant too), `try_lock_all`, `lock_all`,
+//! `lock_all_until`, `campaign`, `run_exclusive`; `LockGuard::{release, extend,
+//! release_holding}`, `MultiLockGuard::{release, extend}`, `Lease::{release, release_holding}`,
+//! `Leadership::resign`; the acquisitions again beside a paused master.
+//!
 //! Fencing is on, so a grant that did not come with one token from a quorum adds its
 //! write-back round: more await points than a plain round.
 
@@ -13,9 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quorumlock::testing::RedisCluster;
-use quorumlock::{CampaignOptions, LeaseOptions, LockError, LockGuard, Owner, Redlock};
+use quorumlock::{
+    CampaignOptions, Leadership, Lease, LeaseOptions, LockError, LockGuard, Owner, Redlock,
+};
 use support::sweep::cancellation_sweep;
-use support::{cluster, manager, our_keys, pttl, wait_until_async, warm_up, PATIENCE};
+use support::{
+    cluster, key, manager, our_keys, pttl, wait_until, wait_until_async, warm_up, PATIENCE,
+};
 
 /// Long against [`PATIENCE`]: a key leaked by a dropped future would still block the other
 /// client when the check gives up, instead of expiring in time to hide the leak.
@@ -192,6 +201,10 @@ async fn acquisitions_beside_a_paused_master_leave_nothing_when_dropped() {
         boxed(locks.lock("p", TTL).await)
     })
     .await;
+    sweep_acquire(&cluster, &other, &["pu"], || async {
+        boxed(locks.lock_until("pu", TTL, Instant::now() + PATIENCE).await)
+    })
+    .await;
     let set = ["pa", "pb"];
     sweep_acquire(&cluster, &other, &set, || async {
         boxed(locks.lock_all(&set, TTL).await)
@@ -338,4 +351,176 @@ async fn releases_and_extensions_leave_nothing_when_dropped() {
         .await
         .expect("release");
     nothing_held(&cluster, &other, &set, 0).await;
+}
+
+/// Sweeps `end` (a release of some kind) over fresh grants: `grant` takes the next one (after
+/// each drop, once `after_drop` found nothing held), `end` consumes it.
+async fn sweep_end<G, Grant, GrantFut, End, EndFut>(
+    mut grant: Grant,
+    mut end: End,
+    mut after_drop: impl AsyncFnMut(usize),
+) -> usize
+where
+    Grant: FnMut() -> GrantFut,
+    GrantFut: Future<Output = G>,
+    End: FnMut(G) -> EndFut,
+    EndFut: Future<Output = Result<(), LockError>>,
+{
+    let next: Arc<Mutex<Option<G>>> = Arc::default();
+    let take =
+        |next: &Arc<Mutex<Option<G>>>| next.lock().expect("unpoisoned").take().expect("a grant");
+    *next.lock().expect("unpoisoned") = Some(grant().await);
+    let swept = cancellation_sweep(
+        || end(take(&next)),
+        async |k| {
+            after_drop(k).await;
+            *next.lock().expect("unpoisoned") = Some(grant().await);
+        },
+        MAX_POLLS,
+    )
+    .await;
+    swept.output.expect("the completed run ends the grant");
+    swept.drops
+}
+
+/// A lease of `resource`, renewed in the background.
+async fn lease(locks: &Redlock, resource: &str) -> Lease {
+    locks
+        .lock(resource, TTL)
+        .await
+        .expect("lock")
+        .keep_alive(LeaseOptions::new().ttl(TTL))
+        .expect("keep alive")
+}
+
+/// `Lease::release` and `Leadership::resign`: the renewal task owns the keys, so a dropped
+/// release still releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_releases_and_resignations_leave_nothing_when_dropped() {
+    let (cluster, locks, other) = setup().await;
+    let drops = sweep_end(
+        || lease(&locks, "lease"),
+        Lease::release,
+        async |k| nothing_held(&cluster, &other, &["lease"], k).await,
+    )
+    .await;
+    println!("Lease::release: {drops} drops");
+    nothing_held(&cluster, &other, &["lease"], 0).await;
+
+    let opts = || CampaignOptions::new().lease(LeaseOptions::new().ttl(TTL));
+    let drops = sweep_end(
+        || async {
+            locks
+                .campaign("chair", "host-a", opts())
+                .await
+                .expect("elected")
+        },
+        Leadership::resign,
+        async |k| nothing_held(&cluster, &other, &["chair"], k).await,
+    )
+    .await;
+    println!("Leadership::resign: {drops} drops");
+    nothing_held(&cluster, &other, &["chair"], 0).await;
+}
+
+/// How long the `release_holding` sweeps keep a lock after its grant: long enough to be seen
+/// held after a drop on a loaded box, short against [`PATIENCE`].
+const HOLD: Duration = Duration::from_secs(2);
+
+/// How long before the hold's end the keys are no longer required to be held when checked.
+const HOLD_MARGIN: Duration = Duration::from_millis(1000);
+
+/// After a `release_holding` of a lock granted at `granted` (dropped at poll `k`, or
+/// completed): the hold it asked for is kept (the keys on the masters expire within [`HOLD`]
+/// of the grant, and none was deleted: a dropped hold must not turn into a plain release),
+/// and once the hold is over the resource is free.
+async fn held_until_the_hold_ends(
+    cluster: &RedisCluster,
+    other: &Redlock,
+    resource: &str,
+    granted: Instant,
+    k: usize,
+) {
+    let hold_ms = i64::try_from(HOLD.as_millis()).expect("a short hold");
+    let ttls = || -> Vec<i64> { cluster.iter().map(|m| pttl(m, &key(resource))).collect() };
+    // Requests still in flight after a drop may not have run yet: wait until the hold (or a
+    // delete) replaced the TTL everywhere.
+    let what = format!("{resource}'s hold applied after a drop at poll {k}");
+    wait_until(&what, PATIENCE, || ttls().iter().all(|&ttl| ttl <= hold_ms)).await;
+    let now = ttls();
+    // Not judged when the box was so slow that the hold may be over anyway.
+    if granted.elapsed() + HOLD_MARGIN < HOLD {
+        let holding = now.iter().filter(|&&ttl| ttl > 0).count();
+        assert!(
+            holding >= 2,
+            "{resource} released before its hold ended, after a drop at poll {k}: PTTL {now:?}"
+        );
+    }
+    nothing_held(cluster, other, &[resource], k).await;
+}
+
+/// `LockGuard::release_holding` and `Lease::release_holding`: a drop keeps the hold asked for
+/// (the lock is not released before it ends), and leaves nothing once it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_holding_keep_the_hold_when_dropped() {
+    let (cluster, locks, other) = setup().await;
+    let granted: Arc<Mutex<Instant>> = Arc::new(Mutex::new(Instant::now()));
+    let mark = || *granted.lock().expect("unpoisoned") = Instant::now();
+    let at = || *granted.lock().expect("unpoisoned");
+    let drops = sweep_end(
+        || async {
+            let guard = locks.lock("held", TTL).await.expect("lock");
+            mark();
+            guard
+        },
+        |guard| guard.release_holding(HOLD),
+        async |k| held_until_the_hold_ends(&cluster, &other, "held", at(), k).await,
+    )
+    .await;
+    println!("LockGuard::release_holding: {drops} drops");
+    held_until_the_hold_ends(&cluster, &other, "held", at(), drops + 1).await;
+
+    let drops = sweep_end(
+        || async {
+            let lease = lease(&locks, "lease-held").await;
+            mark();
+            lease
+        },
+        |lease| lease.release_holding(HOLD),
+        async |k| held_until_the_hold_ends(&cluster, &other, "lease-held", at(), k).await,
+    )
+    .await;
+    println!("Lease::release_holding: {drops} drops");
+    held_until_the_hold_ends(&cluster, &other, "lease-held", at(), drops + 1).await;
+}
+
+/// `run_exclusive`: dropped while acquiring, while working or while releasing, it leaves the
+/// resource free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_exclusive_run_leaves_nothing() {
+    let (cluster, locks, other) = setup().await;
+    let opts = || LeaseOptions::new().ttl(TTL);
+    let mut drops = 0;
+    for _ in 0..SWEEPS {
+        let swept = cancellation_sweep(
+            || {
+                locks.run_exclusive("exclusive", opts(), |_lease| async {
+                    // One await point inside the work.
+                    tokio::task::yield_now().await;
+                    7
+                })
+            },
+            async |k| nothing_held(&cluster, &other, &["exclusive"], k).await,
+            MAX_POLLS,
+        )
+        .await;
+        assert_eq!(swept.output.expect("the completed run ran"), 7);
+        nothing_held(&cluster, &other, &["exclusive"], swept.drops + 1).await;
+        drops += swept.drops;
+        if drops >= MIN_DROPS {
+            break;
+        }
+    }
+    println!("run_exclusive: {drops} drops");
+    assert!(drops >= 1, "no await point was swept");
 }

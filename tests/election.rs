@@ -246,6 +246,13 @@ async fn bad_identities_and_names_are_refused() {
         Err(LockError::InvalidArgument(InvalidArgument::ZeroPollInterval)) => {}
         other => panic!("expected a zero poll interval error, got {other:?}"),
     }
+    // A resignation hands over at once: a minimum hold would be silently ignored.
+    let hold = CampaignOptions::new()
+        .lease(quorumlock::LeaseOptions::new().hold_at_least(Duration::from_secs(5)));
+    match locks.campaign("scheduler", "host-a", hold).await {
+        Err(LockError::InvalidArgument(InvalidArgument::HoldUnsupported)) => {}
+        other => panic!("expected a hold-unsupported error, got {other:?}"),
+    }
     assert!(locks.observe("").is_err());
     wait_until("nothing was written", PATIENCE, || {
         cluster.iter().all(|m| support::our_keys(m).is_empty())

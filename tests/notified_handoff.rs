@@ -532,3 +532,91 @@ async fn a_user_without_channel_permissions_releases_and_waiters_poll() {
         "found after {waited:?}"
     );
 }
+
+/// How a holder gives up the lock in [`every_kind_of_release_wakes_the_waiter`].
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    LeaseReleased,
+    LeaseDropped,
+    SetReleased,
+    SetDropped,
+    LeadershipDropped,
+}
+
+/// Holds `resource` as `ending` says, and returns what gives it up.
+async fn hold(holder: &Redlock, resource: &str, ending: Ending) -> Box<dyn FnOnce() + Send> {
+    use quorumlock::{CampaignOptions, LeaseOptions};
+    let lease = || LeaseOptions::new().ttl(TTL);
+    match ending {
+        Ending::LeaseReleased | Ending::LeaseDropped => {
+            let lease = holder
+                .lock(resource, TTL)
+                .await
+                .expect("holder")
+                .keep_alive(lease())
+                .expect("keep alive");
+            if matches!(ending, Ending::LeaseDropped) {
+                return Box::new(move || drop(lease));
+            }
+            Box::new(move || {
+                tokio::spawn(async move { lease.release().await.expect("release") });
+            })
+        }
+        Ending::SetReleased | Ending::SetDropped => {
+            let set = holder
+                .lock_all(&[resource, "other"], TTL)
+                .await
+                .expect("holder");
+            if matches!(ending, Ending::SetDropped) {
+                return Box::new(move || drop(set));
+            }
+            Box::new(move || {
+                tokio::spawn(async move { set.release().await.expect("release") });
+            })
+        }
+        Ending::LeadershipDropped => {
+            let opts = CampaignOptions::new().lease(lease());
+            let leadership = holder
+                .campaign(resource, "host-a", opts)
+                .await
+                .expect("elected");
+            Box::new(move || drop(leadership))
+        }
+    }
+}
+
+/// Every release of a held lock wakes the waiter at once, whatever held it (a lease, a set, a
+/// leadership) and however it ended (released, or dropped): none is mistaken for a failed
+/// round's cleanup, which announces nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_release_wakes_the_waiter() {
+    let cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = waiting_manager(&cluster);
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    for ending in [
+        Ending::LeaseReleased,
+        Ending::LeaseDropped,
+        Ending::SetReleased,
+        Ending::SetDropped,
+        Ending::LeadershipDropped,
+    ] {
+        let resource = format!("{ending:?}");
+        let end = hold(&holder, &resource, ending).await;
+        let task = spawn_waiter(&waiter, &resource);
+        wait_subscribers(&cluster, &resource, 1).await;
+        // Let the waiter settle into waiting after its first attempt.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let ended = Instant::now();
+        end();
+        let handoff = task
+            .await
+            .expect("waiter task")
+            .saturating_duration_since(ended);
+        assert!(
+            handoff < PROMPT,
+            "{ending:?}: the hand-off took {handoff:?} (retry delay {RETRY_DELAY:?})"
+        );
+    }
+}

@@ -770,3 +770,107 @@ async fn a_durable_master_restored_from_a_backup_elects_no_second_leader() {
         Err(other) => panic!("expected DeadlinePassed, got {other}"),
     }
 }
+
+/// Whether `master`'s replication link to its master is up (`INFO replication`).
+fn replica_synced(master: &quorumlock::testing::RedisMaster) -> bool {
+    master
+        .command(&["INFO", "replication"])
+        .expect("INFO replication")
+        .contains("master_link_status:up")
+}
+
+/// Makes `master` load `source`'s data in place (a full resynchronisation as its replica), then
+/// a master again: its process, `run_id` and uptime are unchanged.
+async fn reload_in_place(
+    master: &quorumlock::testing::RedisMaster,
+    source: &quorumlock::testing::RedisMaster,
+) {
+    // A diskless full sync otherwise waits 5 s for more replicas to join.
+    source
+        .command(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"])
+        .expect("CONFIG SET");
+    let port = source.port().to_string();
+    master
+        .command(&["REPLICAOF", "127.0.0.1", &port])
+        .expect("REPLICAOF");
+    wait_until("the in-place reload synced", PATIENCE, || {
+        replica_synced(master)
+    })
+    .await;
+    master
+        .command(&["REPLICAOF", "NO", "ONE"])
+        .expect("REPLICAOF NO ONE");
+}
+
+/// The hazard, documented (see the module docs of restart protection): a master whose data is
+/// replaced **while it runs** by an older copy of itself (here a full resynchronisation from a
+/// copy taken after provisioning) keeps its process, its `run_id`, the provisioning record
+/// naming that `run_id` and an old epoch marker: nothing tells it from a master that never
+/// lost a lock, and a second manager is granted a lock a live holder counts on. Operators must
+/// restart a master to restore it, never replace its data in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_reloading_an_older_copy_of_itself_in_place_is_not_detected() {
+    const RESOURCE: &str = "in-place";
+    let mut cluster = cluster(4);
+    // Master 3 is no lock master: it keeps the copy.
+    let urls: Vec<String> = cluster.urls().into_iter().take(3).collect();
+    let build = || {
+        patient_builder(&urls)
+            .max_ttl(BACKUP_MAX_TTL)
+            .restart_protection(true)
+            .build()
+            .expect("build manager")
+    };
+    let first = build();
+    provision(&first).await;
+    reload_in_place(&cluster[3], &cluster[0]).await;
+    // Master 2 is down while the lock is granted, on masters 0 and 1.
+    cluster[2].kill().expect("crash master 2");
+    let held = grant(&first, RESOURCE, BACKUP_MAX_TTL).await;
+    assert_held_on(&cluster, RESOURCE, &[0, 1]);
+    cluster[2].restart().expect("restart master 2");
+    provision(&first).await;
+    reload_in_place(&cluster[0], &cluster[3]).await;
+    assert_eq!(get(&cluster[0], &key(RESOURCE)), None, "master 0 forgot it");
+
+    let second = build();
+    let granted = second.try_lock(RESOURCE, BACKUP_MAX_TTL).await;
+    assert!(held.is_valid(), "the holder is still valid");
+    assert!(
+        granted.is_ok(),
+        "in-place reloads are detected now: make this test assert the refusal ({granted:?})"
+    );
+}
+
+/// The restore under a set: while the first manager holds the set (on masters 0 and 1), a
+/// second manager's `try_lock_all` of an overlapping set is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_master_restored_from_a_backup_grants_no_overlapping_set() {
+    let (mut cluster, first, backup) = durable_three_with_a_backup_of_master_0(|b| b).await;
+    let held = first
+        .lock_all(&["set-a", "set-b"], BACKUP_MAX_TTL)
+        .await
+        .expect("the first manager locks the set");
+    assert_held_on(&cluster, "set-a", &[0, 1]);
+    restore_master_0(&mut cluster, &first, &backup, &key("set-a")).await;
+
+    let second = protected(&cluster, BACKUP_MAX_TTL);
+    let start = Instant::now();
+    let error = loop {
+        match second
+            .try_lock_all(&["set-b", "set-c"], BACKUP_MAX_TTL)
+            .await
+        {
+            Ok(granted) => {
+                panic!("an overlapping set was granted while the first is held: {granted:?}")
+            }
+            Err(error) if transient(&error) && start.elapsed() < PATIENCE => continue,
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        held.is_valid(),
+        "the refusal must come while the holder is valid"
+    );
+    assert!(quarantined_on(&error, cluster[0].port()), "{error}");
+}

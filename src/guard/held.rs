@@ -236,6 +236,12 @@ impl<M: Master> Held<M> {
         self.quiet = quiet;
     }
 
+    /// Marks the keys handed to requests that finish in the background (a dropped release
+    /// holding's hold): `Drop` sends nothing, and no release is counted.
+    pub(crate) fn hand_over(&mut self) {
+        self.released = true;
+    }
+
     /// Whether the keys were handed to a release already.
     pub(crate) fn is_released(&self) -> bool {
         self.released

@@ -2,6 +2,7 @@
 //! after its grant (ShedLock's `lockAtLeastFor`), for jobs that must not run again within that
 //! time even when they finish early.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use futures::stream::FuturesUnordered;
 
 use super::LockGuard;
 use crate::clock;
-use crate::error::{InvalidArgument, LockError, NotHeldReason};
+use crate::error::{InvalidArgument, LockError, NodeErrorKind, NotHeldReason};
 use crate::round::tally::Tally;
 use crate::round::timing::quorum;
 use crate::scripts::RELEASE_HOLDING;
@@ -43,8 +44,8 @@ impl LockGuard {
     /// # Cancel safety
     ///
     /// The guard is consumed. If the future is dropped before the outcome is known, the
-    /// requests already written still run on the masters; if none was written, the guard's
-    /// `Drop` releases the lock at once instead (without the hold).
+    /// guard's `Drop` sends the hold again in the background (a second one is harmless), so
+    /// that the lock is still kept until `at_least` after its grant, never deleted sooner.
     ///
     /// # Examples
     ///
@@ -76,6 +77,8 @@ impl LockGuard {
             return self.release().await;
         }
         self.leave_hold();
+        // From here a drop keeps the hold instead of deleting the keys (see `Drop`).
+        self.holding_until = clock::now().checked_add(keep);
         let still_valid = self.is_valid();
         let span = tracing::debug_span!(
             "release",
@@ -96,9 +99,41 @@ impl LockGuard {
         let holders = &held.holders;
         let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
             .with_confirmed(&holders.confirmed);
-        let mut requests: FuturesUnordered<_> = nodes
+        let mut requests = self.hold_requests(keep_ms);
+        tally.collect(&mut requests).await;
+        crate::round::finish_in_background(requests);
+        tracing::debug!(
+            resource = %held.label,
+            held = tally.yes,
+            not_ours = tally.no,
+            failed = tally.failed,
+            "release holding decided"
+        );
+        if !still_valid {
+            return Err(LockError::NotHeld {
+                resource: held.label.clone(),
+                reason: NotHeldReason::Expired,
+            });
+        }
+        if tally.won() {
+            return Ok(());
+        }
+        Err(tally.holder_error(nodes, &held.label))
+    }
+}
+
+impl LockGuard {
+    /// The hold script's request to every master that may hold the key, keeping it `keep_ms`
+    /// more: each answers `(master index, whether it held this lock)`.
+    fn hold_requests(
+        &self,
+        keep_ms: u64,
+    ) -> FuturesUnordered<impl Future<Output = (usize, Result<bool, NodeErrorKind>)> + Send + 'static>
+    {
+        let held = &self.held;
+        held.nodes
             .iter()
-            .zip(holders.may_hold.iter())
+            .zip(held.holders.may_hold.iter())
             .enumerate()
             .filter(|(_, (_, holds))| **holds)
             .map(|(i, (node, _))| {
@@ -126,25 +161,25 @@ impl LockGuard {
                     (i, result)
                 }
             })
-            .collect();
-        tally.collect(&mut requests).await;
-        crate::round::finish_in_background(requests);
-        tracing::debug!(
-            resource = %held.label,
-            held = tally.yes,
-            not_ours = tally.no,
-            failed = tally.failed,
-            "release holding decided"
-        );
-        if !still_valid {
-            return Err(LockError::NotHeld {
-                resource: held.label.clone(),
-                reason: NotHeldReason::Expired,
-            });
+            .collect()
+    }
+
+    /// A [`release_holding`](Self::release_holding) dropped before its outcome was known: its
+    /// hold is sent again in the background (a second one sets the same expiry, or finds the
+    /// acquisition gone) and the keys are handed to it, so that the drop does not delete them
+    /// before the hold ends. Returns whether it did; `false` when no hold was asked for or it
+    /// is over (the drop then releases as usual).
+    pub(super) fn keep_hold_in_background(&mut self) -> bool {
+        let Some(until) = self.holding_until else {
+            return false;
+        };
+        let keep = until.saturating_duration_since(clock::now());
+        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+        if keep_ms == 0 {
+            return false;
         }
-        if tally.won() {
-            return Ok(());
-        }
-        Err(tally.holder_error(nodes, &held.label))
+        crate::round::finish_in_background(self.hold_requests(keep_ms));
+        self.held.hand_over();
+        true
     }
 }
