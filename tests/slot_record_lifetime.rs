@@ -236,3 +236,18 @@ fn a_run_crashed_before_its_first_renewal_is_remembered() {
         Duration::from_millis(1500) + PATIENCE,
     );
 }
+
+/// A run whose renewals reach only a bare quorum (one master paused from the start), longer
+/// than its first record, then crashed; the paused master resumes with nothing of the run left:
+/// the two that renewed still say running, then abandoned, and the slot never reads free.
+#[test]
+fn a_crashed_run_renewed_on_a_bare_quorum_is_remembered() {
+    let mut cluster = cluster(3);
+    let opts = SlotOptions::new()
+        .ttl(Duration::from_secs(1))
+        .retention(Duration::from_secs(1));
+    cluster[0].pause().expect("pause");
+    claim_then_crash(&cluster, "c4", &opts, Duration::from_millis(2500));
+    cluster[0].resume().expect("resume");
+    crashed_slot_is_never_free(&cluster, "c4", &opts, Duration::from_secs(1) + PATIENCE);
+}
