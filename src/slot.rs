@@ -15,14 +15,16 @@
 //! Per slot, each master keeps a **running key** (a lock key holding the claim's random value,
 //! with the claim TTL, renewed by the run's [`Lease`](crate::Lease) and released like any
 //! lock) and a **record** kept for the [retention](SlotOptions::retention): claimed (by whom,
-//! which attempt, which fencing token), completed, or abandoned. Every renewal of the running
-//! key keeps the record for the retention too, in the same script: a record never expires
-//! under a live run, however long the run lasts, so a slot whose running key holds a run's
-//! value never reads as free, and its run's end (completed, abandoned, or a crash) is
-//! remembered for the retention after it. A [minimum hold](SlotOptions::hold_at_least), which
-//! keeps the running key after the run's end, is at most the retention for the same reason. One Lua script per master
-//! reads both and claims atomically, so no claim can slip between the check and the write on
-//! a master.
+//! which attempt, which fencing token), completed, or abandoned. The claim sets the record for
+//! its TTL plus the retention, and every renewal of the running key keeps it for the renewed
+//! TTL plus the retention, in the same script: a record never expires under a live run,
+//! however long the run lasts, so a slot whose running key holds a run's value never reads as
+//! free, and its run's end is remembered for the retention after it: a completion or an
+//! abandonment from when it is written, a crash from when its claim runs out (one TTL after
+//! its last renewal). A [minimum hold](SlotOptions::hold_at_least), which keeps the running
+//! key after the run's end, is at most the retention for the same reason. One Lua script per
+//! master reads both and claims atomically, so no claim can slip between the check and the
+//! write on a master.
 //!
 //! # Which answer wins
 //!
@@ -351,13 +353,15 @@ async fn hand_over(
     let value = won.claim.value.clone();
     let may_hold = Arc::clone(&won.holders.may_hold);
     let attempt = won.attempt;
-    // Every renewal of the claim keeps the record for the retention, in the same script: a
-    // record that expired under a live run would let the slot read free once the run ends,
-    // and a late host run it again.
+    // Every renewal of the claim keeps the record for the renewed TTL plus the retention, in
+    // the same script: a runner that dies after a renewal leaves a claim that runs out one
+    // lease TTL later, and the record must still say "abandoned" for the retention after that
+    // (a record that expired with or under the claim would let the slot read free, and a late
+    // host run it again).
     let claim = Claim {
         companion: Some(Companion {
             key: Arc::clone(&keys.record),
-            keep: opts.retention,
+            keep: opts.retention.saturating_add(lease_opts.ttl_or(timing.ttl)),
         }),
         ..won.claim
     };

@@ -79,8 +79,8 @@ lua_script! {
     /// the epoch marker (unused keys are passed as `KEYS[1]`); `ARGV[1]` the claim's value,
     /// `ARGV[2]` claim TTL (ms), `ARGV[3]` `"1"` for a fencing token, `ARGV[4]` `"1"` for the
     /// epoch check, `ARGV[5]` fence counter retention (ms), `ARGV[6]` proposed token, `ARGV[7]`
-    /// how far (µs) a proposal may lead this master's clock, `ARGV[8]` record retention (ms),
-    /// `ARGV[9]` runner name, `ARGV[10]` `"1"` to claim a slot whose last claim ended without
+    /// how far (µs) a proposal may lead this master's clock, `ARGV[8]` how long (ms) a claim
+    /// keeps the record (the claim TTL plus the retention), `ARGV[9]` runner name, `ARGV[10]` `"1"` to claim a slot whose last claim ended without
     /// completion.
     ///
     /// Returns `{code, token, epoch_age_ms, attempts, record_token, runner, updated_us, holder}`,

@@ -77,10 +77,13 @@ impl SlotOptions {
     }
 
     /// How long the slot's record (claimed, completed, abandoned) is kept on the masters after
-    /// its last change or the last renewal of its run: a host that fires this late after the
-    /// run ended still sees "completed" (or "abandoned"). A run longer than the retention keeps
-    /// the record alive with its claim (each renewal keeps it for the retention), so a record
-    /// never expires under a live run. At least the claim TTL and the
+    /// its run ended: after its completion or abandonment was written, or, for a runner that
+    /// died, after its claim ran out (one lease TTL after its last renewal). A host that fires
+    /// this late after the run ended still sees "completed" (or "abandoned"): with workers
+    /// whose clocks differ, longer than the time between the first claim of a slot and the
+    /// last (skew plus how late a worker may start it). A run longer than the retention keeps
+    /// the record alive with its claim (each renewal keeps it for the renewed TTL plus the
+    /// retention), so a record never expires under a live run. At least the claim TTL and the
     /// [minimum hold](Self::hold_at_least), at most [`MAX_SLOT_RETENTION`]. Defaults to
     /// [`DEFAULT_SLOT_RETENTION`] (24 h).
     #[must_use]

@@ -169,7 +169,9 @@ impl ClaimArgs {
             fence_retention: Decimal::new(millis(timing.fence_retention.max(timing.ttl))),
             proposal: Decimal::new(if fencing { timing.fence_proposal() } else { 0 }),
             cap: Decimal::new(u64::try_from(timing.fence_cap().as_micros()).unwrap_or(u64::MAX)),
-            retention: Decimal::new(millis(spec.retention)),
+            // A claim's record outlives the claim by the retention: a runner that dies at once
+            // leaves a claim that runs out one TTL later, and its end is remembered from there.
+            retention: Decimal::new(millis(spec.retention.saturating_add(timing.ttl))),
             fencing,
             epoch_check,
         }

@@ -81,16 +81,26 @@ impl Options {
     }
 }
 
-/// The job of long runs: every 3 s, each run cut at 2.7 s (it would work 10 s), records kept
-/// 2.5 s, at most once. A cut run ends 2.85 to 3.2 s after its claim, after its record's
-/// retention from the claim: only renewing the record with the claim keeps the end on record
-/// (until 5.3 s at least) while the workers whose clocks lag claim the slot, up to about 4.3 s
-/// after the most advanced one (clocks spread over 4 s, the fast one's 0.2 s, the deadline).
+/// The job of long runs: every 3 s, each run cut at 2.9 s (it would work 10 s), claim TTL
+/// 0.5 s, records kept 2 s, at most once. The claim keeps its record for its TTL plus the
+/// retention, 2.5 s; a cut run ends 3.05 to 3.4 s after its claim, after that: only renewing
+/// the record with the claim keeps the end on record (until 5.05 s at least) while the workers
+/// whose clocks lag claim the slot, up to about 4.3 s after the most advanced one (clocks
+/// spread over 4 s, the fast one's 0.2 s, the deadline).
+///
+/// This retention is deliberately shorter than the span of the slot's claims (the library's
+/// bound, see `SlotOptions::retention`), or the mutant that does not renew records would go
+/// unseen: a run that ends early is forgotten before the lagging workers claim its slot, by
+/// configuration. Hence [`LONG_RUN_YOUNG_NS`].
 const LONG_JOB: &str = "job-long";
 
 /// How long after its start a long run is spared by kills and pauses, ns: its record, renewed
-/// until the fault, then lives past 4.7 s after the claim, beyond the lagging workers' claims.
+/// until the fault (at most a third of the claim TTL before it), then outlives the claim's end
+/// by the retention: past 4.7 s after the claim, beyond the lagging workers' claims.
 const LONG_RUN_YOUNG_NS: u64 = 2_400_000_000;
+
+/// How long the kill waits for a worker holding a slot that it may end.
+const KILL_TARGET_WITHIN: Duration = Duration::from_secs(9);
 
 fn jobs() -> Vec<JobSpec> {
     let mut jobs: Vec<JobSpec> = [("job-a", 1000), ("job-b", 1500), ("job-c", 2000)]
@@ -106,8 +116,8 @@ fn jobs() -> Vec<JobSpec> {
         period_ms: 3000,
         long: Some(LongRun {
             work_ms: 10_000,
-            max_runtime_ms: 2700,
-            retention_ms: 2500,
+            max_runtime_ms: 2900,
+            retention_ms: 2000,
             claim_ttl_ms: 500,
             deadline_ms: 300,
         }),
@@ -556,10 +566,14 @@ impl Env {
     }
 
     async fn kill_worker(&mut self) {
-        let Some((w, job, slot, token)) = self.holder(Duration::from_secs(5)).await else {
+        // The worker furthest ahead holds nearly every slot, and is a target only in the last
+        // 0.6 s of each 3 s long run (LONG_RUN_YOUNG_NS): look through three of them.
+        let Some((w, job, slot, token)) = self.holder(KILL_TARGET_WITHIN).await else {
             self.evidence.record(
                 "kill -9 worker holding a slot",
-                Err("no worker was found holding a slot within 5 s".into()),
+                Err(format!(
+                    "no worker was found holding a slot within {KILL_TARGET_WITHIN:?}"
+                )),
             );
             return;
         };
