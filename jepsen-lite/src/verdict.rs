@@ -158,6 +158,83 @@ fn within_reach(windows: &[(u64, u64)], at: u64, reach: u64) -> bool {
         .any(|&(a, b)| a <= at && at <= b.saturating_add(reach))
 }
 
+/// The windows in which a master was out of the clients' reach, as liveness after a crash
+/// sees it: `(from, to, Some(node))`, or `None` for a ring, which leaves each client a bare
+/// majority and so spends every master a quorum can spare. A crashed master is out from its
+/// kill until one max TTL (the TTL here) after its restart (restart protection keeps it
+/// quarantined that long); a master cut, paused, delayed, holding replies or with a faulted
+/// clock (its keys may outlive their TTL) until the step's faults are lifted. A client pause,
+/// the slow client network (`"nodes": "all"` delays of a few tens of ms), clocks running fast
+/// (keys expire early) and packet loss (judged apart) take no master out.
+fn masters_out(events: &[Event], ttl_ns: u64, nodes: usize) -> Vec<(u64, u64, Option<usize>)> {
+    let mut out = Vec::new();
+    let mut killed: Vec<(u64, u64)> = Vec::new();
+    for e in events.iter().filter(|e| e.process == Process::nemesis()) {
+        let node = e.u64_field("node").unwrap_or(u64::MAX);
+        match Verb::parse(&e.f) {
+            Some(Verb::Kill) => killed.push((node, e.time_ns)),
+            Some(Verb::Restart) => {
+                if let Some(i) = killed.iter().position(|&(n, _)| n == node) {
+                    let (_, at) = killed.remove(i);
+                    let to = e.time_ns.saturating_add(ttl_ns);
+                    out.push((at, to, usize::try_from(node).ok()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(
+        killed
+            .iter()
+            .map(|&(node, at)| (at, u64::MAX, usize::try_from(node).ok())),
+    );
+    let takes_out = |verb: Verb, e: &Event| match verb {
+        Verb::Kill | Verb::PauseClient | Verb::ClockRate | Verb::Loss => false,
+        Verb::Delay => e.str_field("nodes") != Some("all"),
+        _ => true,
+    };
+    let ring = |e: &Event| e.value.get("ring").is_some();
+    for (a, b) in fault_windows(events, |verb, e| takes_out(verb, e) && ring(e)) {
+        out.push((a, b, None));
+    }
+    for n in 0..nodes {
+        let windows = fault_windows(events, |verb, e| {
+            takes_out(verb, e) && !ring(e) && faults_master(e, n)
+        });
+        out.extend(windows.into_iter().map(|(a, b)| (a, b, Some(n))));
+    }
+    out
+}
+
+/// Whether at some moment from `from` to `to` more than `spare` of the `nodes` masters were
+/// out (see [`masters_out`]). The count only grows at a window's start, so those moments (and
+/// `from`) are the ones to look at.
+fn too_many_out(
+    out: &[(u64, u64, Option<usize>)],
+    from: u64,
+    to: u64,
+    spare: usize,
+    nodes: usize,
+) -> bool {
+    let moments = std::iter::once(from).chain(
+        out.iter()
+            .map(|&(a, _, _)| a)
+            .filter(|&a| from <= a && a <= to),
+    );
+    moments.into_iter().any(|t| {
+        let on: Vec<Option<usize>> = out
+            .iter()
+            .filter(|&&(a, b, _)| a <= t && t <= b)
+            .map(|&(_, _, node)| node)
+            .collect();
+        let masters: std::collections::BTreeSet<usize> = on.iter().flatten().copied().collect();
+        let ring = if on.contains(&None) { spare } else { 0 };
+        // An event that names a master this run does not have counts as all of them.
+        let unknown = masters.iter().any(|&m| m >= nodes);
+        unknown || masters.len() + ring > spare
+    })
+}
+
 /// How soon lock keys must be gone after a composed run's clients finished: far above a
 /// cleanup's round trip on a loaded machine (5-12 ms measured), far below the TTL.
 pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
@@ -285,8 +362,10 @@ fn counter_losses(events: &[Event]) -> Vec<u64> {
 /// * a lower token after one issued more than a second above the usual token-to-time line
 ///   near a clock fault, on one master or after a restart that may have lost a counter. Still
 ///   lets through: a floor that ignores a fast clock's tokens there;
-/// * no liveness owed after a crash while a master is down or quarantined, under packet loss,
-///   or on a single master under any fault. Still lets through: a lock kept too long then.
+/// * no liveness owed after a crash while more masters are out of reach (down, quarantined,
+///   cut, paused, delayed, holding replies, with a faulted clock; a ring spends them all) than
+///   a quorum can spare, under packet loss, or on a single master under any fault. Still lets
+///   through: a lock kept too long then.
 pub fn composed_observation(
     report: &Report,
     events: &[Event],
@@ -357,35 +436,23 @@ pub fn composed_observation(
         .iter()
         .filter(|o| !(in_flight_beside_clock(o) || inflated_then_lost(o)))
         .count();
-    // A master that crashed is out from its kill until one max TTL (the TTL here) after its
-    // restart, under restart protection; with the generator's minority budget, only then (or
-    // on a single master, under any fault) can a quorum be out of everyone's reach.
-    let mut down: Vec<(u64, u64)> = Vec::new();
-    let mut killed: Vec<(u64, u64)> = Vec::new();
-    for e in events.iter().filter(|e| e.process == Process::nemesis()) {
-        let node = e.u64_field("node").unwrap_or(u64::MAX);
-        match Verb::parse(&e.f) {
-            Some(Verb::Kill) => killed.push((node, e.time_ns)),
-            Some(Verb::Restart) => {
-                if let Some(i) = killed.iter().position(|&(n, _)| n == node) {
-                    let (_, at) = killed.remove(i);
-                    down.push((at, e.time_ns.saturating_add(ttl_ns)));
-                }
-            }
-            _ => {}
-        }
-    }
-    down.extend(killed.iter().map(|&(_, at)| (at, u64::MAX)));
+    // No liveness is owed while more masters are out of the clients' reach than a quorum can
+    // spare (see `masters_out`), on a single master under any fault, or under packet loss:
+    // TCP resends a lost request or reply after 200 ms, past the node timeout, so a round
+    // often hears from no quorum, and a waiter may rightly go without the lock for longer
+    // than the bound (the real library, seed 800 after the generator drew quorum restarts: a
+    // crash 1.3 s before a 2.8 s loss, the lock granted again 4.1 s later, 70 ms after the
+    // loss ended).
+    let out = masters_out(events, ttl_ns, nodes);
+    let spare = nodes.saturating_sub(nodes / 2 + 1);
+    let mut excused: Vec<(u64, u64)> = fault_windows(events, |verb, _| verb == Verb::Loss);
     if nodes == 1 {
-        down.extend(fault_windows(events, |_, _| true));
+        excused.extend(fault_windows(events, |_, _| true));
     }
-    // Packet loss on every master: TCP resends a lost request or reply after 200 ms, past the
-    // node timeout, so a round often hears from no quorum, and a waiter may rightly go without
-    // the lock for longer than the bound (the real library, seed 800 after the generator drew
-    // quorum restarts: a crash 1.3 s before a 2.8 s loss, the lock granted again 4.1 s later,
-    // 70 ms after the loss ended).
-    down.extend(fault_windows(events, |verb, _| verb == Verb::Loss));
-    let quiet = |from: u64, to: u64| !down.iter().any(|&(a, b)| a <= to && from <= b);
+    let quiet = |from: u64, to: u64| {
+        !excused.iter().any(|&(a, b)| a <= to && from <= b)
+            && !too_many_out(&out, from, to, spare, nodes)
+    };
     let liveness = checker::crash_liveness(events, liveness_bound_ns, quiet);
     let (effects, lost) = if fenced {
         (&report.effects_fenced, &report.lost_fenced)
@@ -1170,20 +1237,112 @@ mod tests {
         );
         assert_eq!(observed, Expect::Break);
         assert_eq!(violations, vec![("liveness after crash".to_string(), 1)]);
+        // One master down and two cut: no quorum can be reached, nothing is owed. One down
+        // and one cut: a quorum is left, and the lock is owed (see below).
         let down = [
             nem_at(500, "kill", serde_json::json!({"node": 1})),
-            crash,
+            crash.clone(),
+            nem_at(1200, "partition", serde_json::json!({"nodes": [2, 3]})),
             nem_at(2000, "restart", serde_json::json!({"node": 1})),
+            nem_at(2500, "partition-end", serde_json::json!({})),
         ];
         let (observed, _, _) = composed_observation(&clean, &down, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Hold);
         let lossy = [
-            down[1].clone(),
+            crash,
             nem_at(1500, "loss", serde_json::json!({"nodes": "all"})),
             nem_at(4000, "partition-end", serde_json::json!({})),
         ];
         let (observed, _, _) = composed_observation(&clean, &lossy, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Hold, "no liveness owed under packet loss");
+    }
+
+    /// Liveness after a crash is owed while no more masters are out of reach than a quorum
+    /// can spare: a killed master (out until a TTL after its restart) alone, or beside one
+    /// more cut of five, leaves a quorum; beside two more, or a ring, it does not. A slow
+    /// client network and a client pause take no master out.
+    #[test]
+    fn crash_liveness_is_owed_while_a_quorum_is_within_reach() {
+        let crash = Event::at(
+            1_000_000_000,
+            Process::Client(2),
+            Kind::Info,
+            "crash",
+            serde_json::json!({"lease": "2-9", "resource": "r"}),
+        );
+        let clean = Report {
+            claims: checker::ClaimReport {
+                claims: 100,
+                ..Default::default()
+            },
+            ..Report::default()
+        };
+        let judged = |nodes: usize, faults: &[Event]| {
+            let mut events = vec![crash.clone()];
+            events.extend_from_slice(faults);
+            events.sort_by_key(|e| e.time_ns);
+            let (_, text, _) = composed_observation(&clean, &events, TTL_NS, true, BOUND_NS, nodes);
+            assert!(text.contains("/1 crash recoveries judged"), "{text}");
+            text.contains("1/1 crash recoveries judged")
+        };
+        let kill = [
+            nem_at(500, "kill", serde_json::json!({"node": 1})),
+            nem_at(2000, "restart", serde_json::json!({"node": 1})),
+        ];
+        let step = |f: &str, value: serde_json::Value| {
+            [
+                nem_at(1200, f, value),
+                nem_at(2500, "partition-end", serde_json::json!({})),
+            ]
+        };
+        let with = |extra: [Event; 2]| [kill.clone(), extra].concat();
+        assert!(judged(5, &kill));
+        assert!(judged(3, &kill));
+        assert!(judged(
+            5,
+            &with(step("pause", serde_json::json!({"node": 3})))
+        ));
+        assert!(judged(
+            3,
+            &with(step(
+                "delay",
+                serde_json::json!({"clients": [0, 1], "nodes": "all", "ms": 30})
+            ))
+        ));
+        assert!(judged(
+            3,
+            &with(step("pause-client", serde_json::json!({"client": 0})))
+        ));
+        assert!(!judged(
+            5,
+            &with(step("partition", serde_json::json!({"nodes": [2, 3]})))
+        ));
+        assert!(!judged(
+            3,
+            &with(step(
+                "clock-bump",
+                serde_json::json!({"node": 2, "delta_ms": -3000})
+            ))
+        ));
+        // The quarantine after the restart still counts.
+        let after_restart = [
+            nem_at(0, "kill", serde_json::json!({"node": 1})),
+            nem_at(800, "restart", serde_json::json!({"node": 1})),
+            nem_at(2500, "pause", serde_json::json!({"node": 2})),
+            nem_at(2600, "partition-end", serde_json::json!({})),
+        ];
+        assert!(!judged(3, &after_restart));
+        let ring = step(
+            "partition",
+            serde_json::json!({"clients": "all", "ring": true}),
+        );
+        assert!(judged(5, &ring));
+        assert!(!judged(5, &with(ring.clone())));
+        // What it still lets through: a lock kept too long on a single master under any fault.
+        assert!(!judged(
+            1,
+            &step("delay", serde_json::json!({"nodes": "all", "ms": 30}))
+        ));
     }
 
     /// Lock keys left after the clients of a composed run finished fail it past the grace,
