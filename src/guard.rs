@@ -121,6 +121,24 @@ impl LockGuard {
         self.held.fence
     }
 
+    /// The masters whose grant made up the quorum of this lock's acquisition round, ascending,
+    /// by their index in the order the builder was given them ([`RedlockBuilder::node`],
+    /// [`RedlockBuilder::nodes`]): at least a quorum.
+    ///
+    /// A master whose answer came after the round was decided is not among them, though it
+    /// may hold the key too; extensions do not change them. For diagnostics and fault-injection
+    /// checks (which master's clock or data a grant rested on), not for deciding who holds the
+    /// lock.
+    ///
+    /// [`RedlockBuilder::node`]: crate::RedlockBuilder::node
+    /// [`RedlockBuilder::nodes`]: crate::RedlockBuilder::nodes
+    pub fn granted_by(&self) -> impl Iterator<Item = usize> + '_ {
+        let confirmed = self.held.holders.confirmed.iter();
+        confirmed
+            .enumerate()
+            .filter_map(|(index, &granted)| granted.then_some(index))
+    }
+
     /// The TTL of the last successful acquire or extend.
     pub fn ttl(&self) -> Duration {
         self.held.ttl

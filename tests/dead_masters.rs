@@ -26,6 +26,9 @@ async fn minority_down_still_grants() {
             .await
             .unwrap_or_else(|e| panic!("round {round}: 3 of 5 masters are up, yet: {e}"));
         assert!(guard.is_valid());
+        // A quorum of 3 needs every live master, and only those.
+        let granted_by: Vec<usize> = guard.granted_by().collect();
+        assert_eq!(granted_by, [0, 2, 4], "round {round}");
         guard.release().await.expect("release");
     }
     wait_until("no key of ours is left", PATIENCE, || {

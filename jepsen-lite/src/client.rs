@@ -657,6 +657,8 @@ impl Ctx {
                 return false;
             }
         };
+        // By index in the node order, as the nemesis names the masters it faults.
+        let granted_by: Vec<usize> = guard.granted_by().collect();
         let guard = if spec.keep_alive {
             let margin = lease_margin(self.cfg.ttl_ms);
             match guard.keep_alive(LeaseOptions::new().safety_margin(margin)) {
@@ -674,7 +676,8 @@ impl Ctx {
             Kind::Ok,
             "acquire",
             json!({"lease": lease, "resource": spec.resource, "t_start_ns": t_start,
-                   "valid_until_ns": valid_until, "ttl_ms": self.cfg.ttl_ms, "token": guard.fence()}),
+                   "valid_until_ns": valid_until, "ttl_ms": self.cfg.ttl_ms, "token": guard.fence(),
+                   "granted_by": granted_by}),
             None,
         );
         if !looping {

@@ -6,6 +6,7 @@
 //! the test kit, the proxy's tasks aborted, paused processes resumed or killed, iptables rules
 //! deleted, clocks reset).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use crate::cluster::Masters;
 use crate::nemesis::{signal, Fault, Nemesis, Targets};
 use crate::resource::{self, Register};
 use crate::scenario::Scenario;
+use crate::verdict::KeyLifetimes;
 
 /// The error of a run that could not be carried out.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -340,45 +342,57 @@ impl Env {
         self.clients[c].wait(note, within).await
     }
 
-    /// The lock keys a run uses (fence counters and epoch markers live on purpose).
-    fn lock_keys(&self) -> Vec<String> {
+    /// The lock keys a run uses (fence counters and epoch markers live on purpose), with the
+    /// resource each locks.
+    fn lock_keys(&self) -> Vec<(String, String)> {
         self.sc
             .resources()
             .into_iter()
-            .map(|r| format!("quorumlock:{r}"))
-            .chain((0..self.clients.len()).map(|c| format!("quorumlock:warmup-{c}")))
+            .chain((0..self.clients.len()).map(|c| format!("warmup-{c}")))
+            .map(|r| (format!("quorumlock:{r}"), r))
             .collect()
     }
 
-    /// How many lock keys are still on the running, unpaused masters.
-    fn lock_keys_left(&self) -> usize {
+    /// How many of each resource's lock keys are still on the running, unpaused masters, for
+    /// the resources that have some.
+    fn lock_keys_left(&self) -> BTreeMap<String, usize> {
+        let mut left = BTreeMap::new();
         let keys = self.lock_keys();
-        self.masters
+        for m in self
+            .masters
             .iter()
             .filter(|m| m.is_running() && !m.is_paused())
-            .map(|m| {
-                keys.iter()
-                    .filter(|key| {
-                        m.command(&["EXISTS", key.as_str()])
-                            .is_ok_and(|reply| reply.trim() == "1")
-                    })
-                    .count()
-            })
-            .sum()
+        {
+            for (key, resource) in &keys {
+                if m.command(&["EXISTS", key.as_str()])
+                    .is_ok_and(|reply| reply.trim() == "1")
+                {
+                    *left.entry(resource.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        left
     }
 
-    /// After the faults healed: how long until no lock key is left on any master, polled for
-    /// at most one TTL and a grace of half a second (a key set by a late write, a cleanup that
-    /// never ran). `Err` with the keys left if some outlive that.
-    pub async fn orphan_lifetime(&self, healed: Instant) -> Result<Duration, usize> {
+    /// After the faults healed: how long until no lock key is left on any master, by resource
+    /// (when each resource's keys were last seen), polled for at most one TTL and a grace of
+    /// half a second (a key set by a late write, a cleanup that never ran). `Err` with the keys
+    /// left for a resource whose keys outlive that.
+    pub async fn orphan_lifetime(&self, healed: Instant) -> KeyLifetimes {
         let limit = self.ttl() + Duration::from_millis(500);
+        let mut lifetimes = KeyLifetimes::new();
         loop {
             let left = tokio::task::block_in_place(|| self.lock_keys_left());
-            if left == 0 {
-                return Ok(healed.elapsed());
+            if left.is_empty() {
+                return lifetimes;
             }
-            if healed.elapsed() > limit {
-                return Err(left);
+            let elapsed = healed.elapsed();
+            for (resource, n) in left {
+                let lifetime = if elapsed > limit { Err(n) } else { Ok(elapsed) };
+                lifetimes.insert(resource, lifetime);
+            }
+            if elapsed > limit {
+                return lifetimes;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -392,7 +406,7 @@ impl Env {
             if !m.is_running() || m.is_paused() {
                 continue;
             }
-            for key in &keys {
+            for (key, _) in &keys {
                 // -2: no key.
                 let pttl: i64 = m
                     .command(&["PTTL", key.as_str()])

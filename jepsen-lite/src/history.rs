@@ -9,7 +9,7 @@
 //!
 //! | `f` | type | value |
 //! |---|---|---|
-//! | `acquire` | `ok` | `lease`, `resource`, `t_start_ns`, `valid_until_ns`, `ttl_ms`, `token` (or null) |
+//! | `acquire` | `ok` | `lease`, `resource`, `t_start_ns`, `valid_until_ns`, `ttl_ms`, `token` (or null), `granted_by` (the masters of the granting quorum, by node index) |
 //! | `extend` | `ok` | `lease`, `valid_until_ns` |
 //! | `release` | `invoke` | `lease` (the claim ends here at the latest) |
 //! | `read` | `ok` | `lease`, `register`, `counter`, `set_len` |

@@ -15,7 +15,9 @@ use crate::history::{self, Event};
 use crate::nemesis::iptables;
 use crate::outcome::{Outcome, Verdict};
 use crate::scenario::{Expect, RandomFault, Scenario, Script};
-use crate::verdict::{composed_observation, judge, orphans_outlived_cleanup, pivot, ClaimsCheck};
+use crate::verdict::{
+    composed_observation, judge, orphans_outlived_cleanup, overall_lifetime, pivot, ClaimsCheck,
+};
 use crate::{plays, random};
 
 /// Runs one scenario and writes `history.jsonl`, `resource.jsonl` and `results.json` into a
@@ -112,7 +114,7 @@ async fn finish(
     let healed = Instant::now();
     let healed_ns = crate::clock::now_ns();
     env.phase("waiting for lock keys to expire");
-    let orphan_life = env.orphan_lifetime(healed).await;
+    let orphan_lives = env.orphan_lifetime(healed).await;
     let mut parts = Vec::new();
     for c in 0..env.clients.len() {
         env.clients[c].exit().await;
@@ -183,7 +185,8 @@ async fn finish(
     };
     // A composed run also owes prompt cleanup: see `orphans_outlived_cleanup`.
     let outlived_cleanup = sc.script == Script::Composed
-        && orphans_outlived_cleanup(&orphan_life, &events, healed_ns, ms(sc.ttl_ms));
+        && orphans_outlived_cleanup(&orphan_lives, &events, healed_ns, ms(sc.ttl_ms));
+    let orphan_life = overall_lifetime(&orphan_lives);
     if outlived_cleanup {
         violations.push(("orphan lifetime".to_string(), 1));
     }

@@ -120,32 +120,170 @@ pub fn out_of_model(verb: Verb, _event: &Event) -> bool {
     matches!(verb, Verb::ClockBump | Verb::ClockStrobe | Verb::ClockRate)
 }
 
+/// Whether a nemesis event faults master `node`: it names that node (`node`), lists it
+/// (`nodes`), or says `"nodes": "all"`. An event that names no master at all counts as faulting
+/// every one.
+pub fn faults_master(event: &Event, node: usize) -> bool {
+    let node = node as u64;
+    if let Some(n) = event.u64_field("node") {
+        return n == node;
+    }
+    match event.value.get("nodes") {
+        Some(serde_json::Value::Array(list)) => list.iter().any(|n| n.as_u64() == Some(node)),
+        Some(serde_json::Value::String(all)) => all == "all",
+        _ => true,
+    }
+}
+
+/// The masters that granted each lease (`granted_by` of its grant), by lease.
+fn granting_masters(events: &[Event]) -> std::collections::HashMap<&str, Vec<usize>> {
+    events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
+        .filter_map(|e| {
+            let masters = e.value.get("granted_by")?.as_array()?;
+            let masters = masters
+                .iter()
+                .filter_map(|n| usize::try_from(n.as_u64()?).ok())
+                .collect();
+            Some((e.str_field("lease")?, masters))
+        })
+        .collect()
+}
+
+/// Whether `at` falls in one of `windows` or within `reach` after its end.
+fn within_reach(windows: &[(u64, u64)], at: u64, reach: u64) -> bool {
+    windows
+        .iter()
+        .any(|&(a, b)| a <= at && at <= b.saturating_add(reach))
+}
+
+/// The windows in which a master was out of the clients' reach, as liveness after a crash
+/// sees it: `(from, to, Some(node))`, or `None` for a ring, which leaves each client a bare
+/// majority and so spends every master a quorum can spare. A crashed master is out from its
+/// kill until one max TTL (the TTL here) after its restart (restart protection keeps it
+/// quarantined that long); a master cut, paused, delayed, holding replies or with a faulted
+/// clock (its keys may outlive their TTL) until the step's faults are lifted. A client pause,
+/// the slow client network (`"nodes": "all"` delays of a few tens of ms), clocks running fast
+/// (keys expire early) and packet loss (judged apart) take no master out.
+fn masters_out(events: &[Event], ttl_ns: u64, nodes: usize) -> Vec<(u64, u64, Option<usize>)> {
+    let mut out = Vec::new();
+    let mut killed: Vec<(u64, u64)> = Vec::new();
+    for e in events.iter().filter(|e| e.process == Process::nemesis()) {
+        let node = e.u64_field("node").unwrap_or(u64::MAX);
+        match Verb::parse(&e.f) {
+            Some(Verb::Kill) => killed.push((node, e.time_ns)),
+            Some(Verb::Restart) => {
+                if let Some(i) = killed.iter().position(|&(n, _)| n == node) {
+                    let (_, at) = killed.remove(i);
+                    let to = e.time_ns.saturating_add(ttl_ns);
+                    out.push((at, to, usize::try_from(node).ok()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(
+        killed
+            .iter()
+            .map(|&(node, at)| (at, u64::MAX, usize::try_from(node).ok())),
+    );
+    let takes_out = |verb: Verb, e: &Event| match verb {
+        Verb::Kill | Verb::PauseClient | Verb::ClockRate | Verb::Loss => false,
+        Verb::Delay => e.str_field("nodes") != Some("all"),
+        _ => true,
+    };
+    let ring = |e: &Event| e.value.get("ring").is_some();
+    for (a, b) in fault_windows(events, |verb, e| takes_out(verb, e) && ring(e)) {
+        out.push((a, b, None));
+    }
+    for n in 0..nodes {
+        let windows = fault_windows(events, |verb, e| {
+            takes_out(verb, e) && !ring(e) && faults_master(e, n)
+        });
+        out.extend(windows.into_iter().map(|(a, b)| (a, b, Some(n))));
+    }
+    out
+}
+
+/// Whether at some moment from `from` to `to` more than `spare` of the `nodes` masters were
+/// out (see [`masters_out`]). The count only grows at a window's start, so those moments (and
+/// `from`) are the ones to look at.
+fn too_many_out(
+    out: &[(u64, u64, Option<usize>)],
+    from: u64,
+    to: u64,
+    spare: usize,
+    nodes: usize,
+) -> bool {
+    let moments = std::iter::once(from).chain(
+        out.iter()
+            .map(|&(a, _, _)| a)
+            .filter(|&a| from <= a && a <= to),
+    );
+    moments.into_iter().any(|t| {
+        let on: Vec<Option<usize>> = out
+            .iter()
+            .filter(|&&(a, b, _)| a <= t && t <= b)
+            .map(|&(_, _, node)| node)
+            .collect();
+        let masters: std::collections::BTreeSet<usize> = on.iter().flatten().copied().collect();
+        let ring = if on.contains(&None) { spare } else { 0 };
+        // An event that names a master this run does not have counts as all of them.
+        let unknown = masters.iter().any(|&m| m >= nodes);
+        unknown || masters.len() + ring > spare
+    })
+}
+
 /// How soon lock keys must be gone after a composed run's clients finished: far above a
 /// cleanup's round trip on a loaded machine (5-12 ms measured), far below the TTL.
 pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Whether a composed run's lock keys outlived their cleanup: `lifetime` is how long after the
-/// clients finished (at `finished_ns`) lock keys were still on the masters. The faults were
-/// lifted at least 3 s before, so a failed or abandoned round's keys were deleted as soon as it
-/// failed, and every held lock was released: a key still there after [`ORPHAN_GRACE`] was left
-/// to expire. Not judged when a client crashed holding a lock less than a TTL (and the grace)
-/// before the end: its keys rightly live out their TTL.
+/// How long after the clients finished each resource's lock keys were still on the masters,
+/// by resource: `Ok` with when they were last seen, `Err` with how many were still there when
+/// the polling gave up. A resource whose keys were already gone is absent.
+pub type KeyLifetimes = std::collections::BTreeMap<String, Result<std::time::Duration, usize>>;
+
+/// The lifetimes of every resource's lock keys taken together: the longest, or `Err` with the
+/// keys of every resource that outlived the polling.
+pub fn overall_lifetime(lifetimes: &KeyLifetimes) -> Result<std::time::Duration, usize> {
+    let left: usize = lifetimes.values().filter_map(|l| l.err()).sum();
+    if left > 0 {
+        return Err(left);
+    }
+    Ok(lifetimes
+        .values()
+        .filter_map(|l| l.ok())
+        .max()
+        .unwrap_or_default())
+}
+
+/// Whether a composed run's lock keys outlived their cleanup: `lifetimes` says how long after
+/// the clients finished (at `finished_ns`) each resource's lock keys were still on the
+/// masters. The faults were lifted at least 3 s before, so a failed or abandoned round's keys
+/// were deleted as soon as it failed, and every held lock was released: a key still there
+/// after [`ORPHAN_GRACE`] was left to expire. A resource's keys are not judged when a client
+/// crashed holding that resource's lock less than a TTL (and the grace) before the end: they
+/// rightly live out their TTL. Still lets through: a leak of that resource's keys then.
 pub fn orphans_outlived_cleanup(
-    lifetime: &Result<std::time::Duration, usize>,
+    lifetimes: &KeyLifetimes,
     events: &[Event],
     finished_ns: u64,
     ttl_ns: u64,
 ) -> bool {
     let grace_ns = u64::try_from(ORPHAN_GRACE.as_nanos()).unwrap_or(u64::MAX);
-    let crashed_late = events.iter().any(|e| {
-        e.f == "crash"
-            && e.kind == Kind::Info
-            && e.time_ns.saturating_add(ttl_ns + grace_ns) >= finished_ns
-    });
-    match lifetime {
-        Ok(lived) => *lived > ORPHAN_GRACE && !crashed_late,
+    let crashed_late = |resource: &str| {
+        events.iter().any(|e| {
+            e.f == "crash"
+                && e.kind == Kind::Info
+                && e.str_field("resource") == Some(resource)
+                && e.time_ns.saturating_add(ttl_ns + grace_ns) >= finished_ns
+        })
+    };
+    lifetimes.iter().any(|(resource, lifetime)| match lifetime {
+        Ok(lived) => *lived > ORPHAN_GRACE && !crashed_late(resource),
         Err(_) => true,
-    }
+    })
 }
 
 /// Client operations that failed because a master's reply did not fit the request (the
@@ -218,13 +356,16 @@ fn counter_losses(events: &[Event]) -> Vec<u64> {
 /// * claims overlapping within a TTL of a clock fault (outside Redlock's model). Still lets
 ///   through: any overlap there, a library bug's among them;
 /// * a later claim's lower token whose round was in flight while the earlier claim was held,
-///   within a TTL of a clock fault. Still lets through: such an inversion whatever its quorum
-///   (the library does not say which masters granted);
+///   granted by a quorum with a master whose clock was faulted within a TTL before. Still lets
+///   through: such an inversion whenever that master is in the quorum (any quorum under a
+///   clock-rate fault);
 /// * a lower token after one issued more than a second above the usual token-to-time line
 ///   near a clock fault, on one master or after a restart that may have lost a counter. Still
 ///   lets through: a floor that ignores a fast clock's tokens there;
-/// * no liveness owed after a crash while a master is down or quarantined, under packet loss,
-///   or on a single master under any fault. Still lets through: a lock kept too long then.
+/// * no liveness owed after a crash while more masters are out of reach (down, quarantined,
+///   cut, paused, delayed, holding replies, with a faulted clock; a ring spends them all) than
+///   a quorum can spare, under packet loss, or on a single master under any fault. Still lets
+///   through: a lock kept too long then.
 pub fn composed_observation(
     report: &Report,
     events: &[Event],
@@ -234,11 +375,7 @@ pub fn composed_observation(
     nodes: usize,
 ) -> (Expect, String, Vec<(String, usize)>) {
     let clock = fault_windows(events, out_of_model);
-    let explained = |at: u64| {
-        clock
-            .iter()
-            .any(|&(a, b)| a <= at && at <= b.saturating_add(ttl_ns))
-    };
+    let explained = |at: u64| within_reach(&clock, at, ttl_ns);
     let unexplained = report
         .claims
         .overlaps
@@ -251,7 +388,12 @@ pub fn composed_observation(
     // claim, and come back with the lower token after it ended (soak seed 898348, composed-n5:
     // 108 ms after a strobe on one master ended). Only that is excused: a lower token from a
     // round that began after the other claim ended is judged everywhere (the token mutants'
-    // kind), as is the store's order (no token accepted below one accepted before).
+    // kind), as is the store's order (no token accepted below one accepted before). And only
+    // where a master whose clock was faulted (within a TTL before) is in the later grant's
+    // quorum (`granted_by`): the excuse rests on that master letting go of the earlier claim's
+    // key early, which gives a quorum of masters with sound clocks no ground.
+    // Still let through: such an inversion whose later quorum has a master of a clock fault
+    // (any quorum under a clock-rate fault, which runs every master's clock fast).
     // And a token issued by a master whose clock ran ahead during a clock fault stays above
     // the tokens that master issues from its clock once it lost its counter (a restart): the
     // library's token floor assumes master clocks within the quarantine minus the proposal cap
@@ -270,41 +412,47 @@ pub fn composed_observation(
             nodes == 1 || losses.iter().any(|&at| granted <= at && at <= o.at_ns)
         })
     };
+    let granted_by = granting_masters(events);
+    let clock_on: Vec<Vec<(u64, u64)>> = (0..nodes)
+        .map(|n| {
+            fault_windows(events, |verb, e| {
+                out_of_model(verb, e) && faults_master(e, n)
+            })
+        })
+        .collect();
+    let in_flight_beside_clock = |o: &checker::Overlap| {
+        o.round_in_flight
+            && granted_by.get(o.second.as_str()).is_some_and(|masters| {
+                masters.iter().any(|&n| {
+                    clock_on
+                        .get(n)
+                        .is_some_and(|windows| within_reach(windows, o.at_ns, ttl_ns))
+                })
+            })
+    };
     let tokens_unexplained = report
         .tokens
         .order_violations
         .iter()
-        .filter(|o| !((o.round_in_flight && explained(o.at_ns)) || inflated_then_lost(o)))
+        .filter(|o| !(in_flight_beside_clock(o) || inflated_then_lost(o)))
         .count();
-    // A master that crashed is out from its kill until one max TTL (the TTL here) after its
-    // restart, under restart protection; with the generator's minority budget, only then (or
-    // on a single master, under any fault) can a quorum be out of everyone's reach.
-    let mut down: Vec<(u64, u64)> = Vec::new();
-    let mut killed: Vec<(u64, u64)> = Vec::new();
-    for e in events.iter().filter(|e| e.process == Process::nemesis()) {
-        let node = e.u64_field("node").unwrap_or(u64::MAX);
-        match Verb::parse(&e.f) {
-            Some(Verb::Kill) => killed.push((node, e.time_ns)),
-            Some(Verb::Restart) => {
-                if let Some(i) = killed.iter().position(|&(n, _)| n == node) {
-                    let (_, at) = killed.remove(i);
-                    down.push((at, e.time_ns.saturating_add(ttl_ns)));
-                }
-            }
-            _ => {}
-        }
-    }
-    down.extend(killed.iter().map(|&(_, at)| (at, u64::MAX)));
+    // No liveness is owed while more masters are out of the clients' reach than a quorum can
+    // spare (see `masters_out`), on a single master under any fault, or under packet loss:
+    // TCP resends a lost request or reply after 200 ms, past the node timeout, so a round
+    // often hears from no quorum, and a waiter may rightly go without the lock for longer
+    // than the bound (the real library, seed 800 after the generator drew quorum restarts: a
+    // crash 1.3 s before a 2.8 s loss, the lock granted again 4.1 s later, 70 ms after the
+    // loss ended).
+    let out = masters_out(events, ttl_ns, nodes);
+    let spare = nodes.saturating_sub(nodes / 2 + 1);
+    let mut excused: Vec<(u64, u64)> = fault_windows(events, |verb, _| verb == Verb::Loss);
     if nodes == 1 {
-        down.extend(fault_windows(events, |_, _| true));
+        excused.extend(fault_windows(events, |_, _| true));
     }
-    // Packet loss on every master: TCP resends a lost request or reply after 200 ms, past the
-    // node timeout, so a round often hears from no quorum, and a waiter may rightly go without
-    // the lock for longer than the bound (the real library, seed 800 after the generator drew
-    // quorum restarts: a crash 1.3 s before a 2.8 s loss, the lock granted again 4.1 s later,
-    // 70 ms after the loss ended).
-    down.extend(fault_windows(events, |verb, _| verb == Verb::Loss));
-    let quiet = |from: u64, to: u64| !down.iter().any(|&(a, b)| a <= to && from <= b);
+    let quiet = |from: u64, to: u64| {
+        !excused.iter().any(|&(a, b)| a <= to && from <= b)
+            && !too_many_out(&out, from, to, spare, nodes)
+    };
     let liveness = checker::crash_liveness(events, liveness_bound_ns, quiet);
     let (effects, lost) = if fenced {
         (&report.effects_fenced, &report.lost_fenced)
@@ -860,6 +1008,62 @@ mod tests {
         assert_eq!(run(3_774_000, true, 1, None), Expect::Hold);
     }
 
+    /// The grant of `lease` at 4.9 s, by the quorum `masters`.
+    fn granted_by(lease: &str, masters: &[usize]) -> Event {
+        Event::at(
+            4_900_000_000,
+            Process::Client(1),
+            Kind::Ok,
+            "acquire",
+            serde_json::json!({"lease": lease, "resource": "r", "granted_by": masters}),
+        )
+    }
+
+    /// An inversion whose later round was in flight near a clock fault is excused only when the
+    /// master whose clock was faulted is in the later grant's quorum (a clock-rate fault runs
+    /// every master's clock fast); a grant that does not say which masters granted it is not
+    /// excused.
+    #[test]
+    fn in_flight_inversions_are_excused_only_beside_a_faulted_master() {
+        let fault = |f: &str, value: serde_json::Value| {
+            vec![
+                nem_at(3000, f, value),
+                nem_at(4000, "partition-end", serde_json::json!({})),
+            ]
+        };
+        let bump = fault(
+            "clock-bump",
+            serde_json::json!({"node": 1, "delta_ms": 4000}),
+        );
+        let strobe = fault(
+            "clock-strobe",
+            serde_json::json!({"node": 4, "amplitude_ms": 900}),
+        );
+        let rate = fault(
+            "clock-rate",
+            serde_json::json!({"nodes": "all", "rate_ppm": 50_000}),
+        );
+        let observed = |faults: &[Event], grant: Option<Event>| {
+            let mut events = faults.to_vec();
+            events.extend(grant);
+            let report = token_inversion("3-740", "1-694", 5_000_000_000, true);
+            composed_observation(&report, &events, TTL_NS, true, BOUND_NS, 5).0
+        };
+        let quorum = |masters: &[usize]| Some(granted_by("1-694", masters));
+        assert_eq!(observed(&bump, quorum(&[0, 1, 2])), Expect::Hold);
+        assert_eq!(observed(&bump, quorum(&[0, 2, 3])), Expect::Break);
+        assert_eq!(observed(&strobe, quorum(&[2, 3, 4])), Expect::Hold);
+        assert_eq!(observed(&strobe, quorum(&[1, 2, 3])), Expect::Break);
+        assert_eq!(observed(&bump, None), Expect::Break);
+        // Another grant's quorum does not count.
+        assert_eq!(
+            observed(&bump, Some(granted_by("3-740", &[0, 1, 2]))),
+            Expect::Break
+        );
+        // What it still lets through: under a clock-rate fault, any quorum.
+        assert_eq!(observed(&rate, quorum(&[0, 2, 3])), Expect::Hold);
+    }
+
     /// A report of 100 claims where `second`, starting at `at_ns`, carries a lower token than
     /// `first`, which ended before it.
     fn token_inversion(first: &str, second: &str, at_ns: u64, round_in_flight: bool) -> Report {
@@ -939,20 +1143,29 @@ mod tests {
             composed_observation(&overlapping_at(5000), &back, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Hold);
         // A later claim with a lower token, whose winning round was in flight while the first
-        // claim was held: explained near the clock fault as an overlap is, not elsewhere. One
-        // whose round began after the first claim ended is never explained (what a token
-        // mutant produces), nor is a token the store accepted out of order.
+        // claim was held and whose quorum has the faulted master: explained near the clock
+        // fault as an overlap is, not elsewhere. One whose round began after the first claim
+        // ended is never explained (what a token mutant produces), nor is a token the store
+        // accepted out of order.
         let inverted = |at_ms: u64, in_flight: bool| {
             token_inversion("3-740", "1-694", at_ms * 1_000_000, in_flight)
         };
-        let (observed, text, _) =
-            composed_observation(&inverted(5000, true), &clock, TTL_NS, true, BOUND_NS, 5);
+        let mut clock_and_grant = clock.to_vec();
+        clock_and_grant.push(granted_by("1-694", &[1, 2, 3]));
+        let (observed, text, _) = composed_observation(
+            &inverted(5000, true),
+            &clock_and_grant,
+            TTL_NS,
+            true,
+            BOUND_NS,
+            5,
+        );
         assert_eq!(observed, Expect::Hold, "{text}");
         assert!(text.contains("1 token inversions within a TTL"), "{text}");
         for (at_ms, in_flight) in [(6500, true), (5000, false)] {
             let (observed, _, violations) = composed_observation(
                 &inverted(at_ms, in_flight),
-                &clock,
+                &clock_and_grant,
                 TTL_NS,
                 true,
                 BOUND_NS,
@@ -963,7 +1176,8 @@ mod tests {
         }
         let mut accepted = inverted(5000, true);
         accepted.tokens.accepted_decreases = 1;
-        let (observed, _, _) = composed_observation(&accepted, &clock, TTL_NS, true, BOUND_NS, 5);
+        let (observed, _, _) =
+            composed_observation(&accepted, &clock_and_grant, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Break);
         // A partition is no excuse.
         let partition = [
@@ -1023,15 +1237,19 @@ mod tests {
         );
         assert_eq!(observed, Expect::Break);
         assert_eq!(violations, vec![("liveness after crash".to_string(), 1)]);
+        // One master down and two cut: no quorum can be reached, nothing is owed. One down
+        // and one cut: a quorum is left, and the lock is owed (see below).
         let down = [
             nem_at(500, "kill", serde_json::json!({"node": 1})),
-            crash,
+            crash.clone(),
+            nem_at(1200, "partition", serde_json::json!({"nodes": [2, 3]})),
             nem_at(2000, "restart", serde_json::json!({"node": 1})),
+            nem_at(2500, "partition-end", serde_json::json!({})),
         ];
         let (observed, _, _) = composed_observation(&clean, &down, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Hold);
         let lossy = [
-            down[1].clone(),
+            crash,
             nem_at(1500, "loss", serde_json::json!({"nodes": "all"})),
             nem_at(4000, "partition-end", serde_json::json!({})),
         ];
@@ -1039,15 +1257,125 @@ mod tests {
         assert_eq!(observed, Expect::Hold, "no liveness owed under packet loss");
     }
 
+    /// Liveness after a crash is owed while no more masters are out of reach than a quorum
+    /// can spare: a killed master (out until a TTL after its restart) alone, or beside one
+    /// more cut of five, leaves a quorum; beside two more, or a ring, it does not. A slow
+    /// client network and a client pause take no master out.
+    #[test]
+    fn crash_liveness_is_owed_while_a_quorum_is_within_reach() {
+        let crash = Event::at(
+            1_000_000_000,
+            Process::Client(2),
+            Kind::Info,
+            "crash",
+            serde_json::json!({"lease": "2-9", "resource": "r"}),
+        );
+        let clean = Report {
+            claims: checker::ClaimReport {
+                claims: 100,
+                ..Default::default()
+            },
+            ..Report::default()
+        };
+        let judged = |nodes: usize, faults: &[Event]| {
+            let mut events = vec![crash.clone()];
+            events.extend_from_slice(faults);
+            events.sort_by_key(|e| e.time_ns);
+            let (_, text, _) = composed_observation(&clean, &events, TTL_NS, true, BOUND_NS, nodes);
+            assert!(text.contains("/1 crash recoveries judged"), "{text}");
+            text.contains("1/1 crash recoveries judged")
+        };
+        let kill = [
+            nem_at(500, "kill", serde_json::json!({"node": 1})),
+            nem_at(2000, "restart", serde_json::json!({"node": 1})),
+        ];
+        let step = |f: &str, value: serde_json::Value| {
+            [
+                nem_at(1200, f, value),
+                nem_at(2500, "partition-end", serde_json::json!({})),
+            ]
+        };
+        let with = |extra: [Event; 2]| [kill.clone(), extra].concat();
+        assert!(judged(5, &kill));
+        assert!(judged(3, &kill));
+        assert!(judged(
+            5,
+            &with(step("pause", serde_json::json!({"node": 3})))
+        ));
+        assert!(judged(
+            3,
+            &with(step(
+                "delay",
+                serde_json::json!({"clients": [0, 1], "nodes": "all", "ms": 30})
+            ))
+        ));
+        assert!(judged(
+            3,
+            &with(step("pause-client", serde_json::json!({"client": 0})))
+        ));
+        assert!(!judged(
+            5,
+            &with(step("partition", serde_json::json!({"nodes": [2, 3]})))
+        ));
+        assert!(!judged(
+            3,
+            &with(step(
+                "clock-bump",
+                serde_json::json!({"node": 2, "delta_ms": -3000})
+            ))
+        ));
+        // The quarantine after the restart still counts.
+        let after_restart = [
+            nem_at(0, "kill", serde_json::json!({"node": 1})),
+            nem_at(800, "restart", serde_json::json!({"node": 1})),
+            nem_at(2500, "pause", serde_json::json!({"node": 2})),
+            nem_at(2600, "partition-end", serde_json::json!({})),
+        ];
+        assert!(!judged(3, &after_restart));
+        let ring = step(
+            "partition",
+            serde_json::json!({"clients": "all", "ring": true}),
+        );
+        assert!(judged(5, &ring));
+        assert!(!judged(5, &with(ring.clone())));
+        // What it still lets through: a lock kept too long on a single master under any fault.
+        assert!(!judged(
+            1,
+            &step("delay", serde_json::json!({"nodes": "all", "ms": 30}))
+        ));
+    }
+
     /// Lock keys left after the clients of a composed run finished fail it past the grace,
     /// unless a client crashed holding a lock within a TTL before.
     #[test]
     fn orphans_that_outlive_their_cleanup() {
         let ms = |m: u64| std::time::Duration::from_millis(m);
+        let keys = |entries: &[(&str, Result<std::time::Duration, usize>)]| -> KeyLifetimes {
+            entries
+                .iter()
+                .map(|(r, l)| ((*r).to_string(), *l))
+                .collect()
+        };
         let end = 30_000_000_000;
-        assert!(!orphans_outlived_cleanup(&Ok(ms(12)), &[], end, TTL_NS));
-        assert!(orphans_outlived_cleanup(&Ok(ms(1400)), &[], end, TTL_NS));
-        assert!(orphans_outlived_cleanup(&Err(3), &[], end, TTL_NS));
+        assert!(!orphans_outlived_cleanup(&keys(&[]), &[], end, TTL_NS));
+        assert!(!orphans_outlived_cleanup(
+            &keys(&[("r", Ok(ms(12)))]),
+            &[],
+            end,
+            TTL_NS
+        ));
+        assert!(orphans_outlived_cleanup(
+            &keys(&[("r", Ok(ms(1400)))]),
+            &[],
+            end,
+            TTL_NS
+        ));
+        assert!(orphans_outlived_cleanup(
+            &keys(&[("r", Err(3))]),
+            &[],
+            end,
+            TTL_NS
+        ));
         let crash_at = |t: u64| {
             Event::at(
                 t,
@@ -1058,9 +1386,21 @@ mod tests {
             )
         };
         let late = [crash_at(end - 1_000_000_000)];
-        assert!(!orphans_outlived_cleanup(&Ok(ms(1400)), &late, end, TTL_NS));
+        let r_lived = keys(&[("r", Ok(ms(1400)))]);
+        assert!(!orphans_outlived_cleanup(&r_lived, &late, end, TTL_NS));
         let early = [crash_at(end - 5_000_000_000)];
-        assert!(orphans_outlived_cleanup(&Ok(ms(1400)), &early, end, TTL_NS));
+        assert!(orphans_outlived_cleanup(&r_lived, &early, end, TTL_NS));
+        // A late crash on `r` excuses only `r`'s keys: another resource's leak is judged.
+        let both = keys(&[("r", Ok(ms(1400))), ("s", Ok(ms(1400)))]);
+        assert!(orphans_outlived_cleanup(&both, &late, end, TTL_NS));
+        let s_lived = keys(&[("r", Ok(ms(12))), ("s", Ok(ms(1400)))]);
+        assert!(orphans_outlived_cleanup(&s_lived, &late, end, TTL_NS));
+        assert_eq!(overall_lifetime(&both), Ok(ms(1400)));
+        assert_eq!(
+            overall_lifetime(&keys(&[("r", Err(2)), ("s", Err(1))])),
+            Err(3)
+        );
+        assert_eq!(overall_lifetime(&keys(&[])), Ok(ms(0)));
     }
 
     /// A reply that did not fit its request (only a mispaired one, against real masters)
