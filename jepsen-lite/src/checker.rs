@@ -259,12 +259,12 @@ pub fn check(
 }
 
 /// How far past `t_start + ttl − drift` a reported validity may end before it counts as
-/// overstated. The client maps the library's `valid_until` onto the host clock with two clock
-/// reads, and a preemption between them makes the end late: on a loaded two-core box such
-/// gaps have been seen above 1 ms (a composed run flagged a correct grant 1.3 ms past the
-/// bound). A library that overstates does so by a round trip or more (the
-/// slow client network adds 15–45 ms), far beyond this.
-pub const OVERSTATED_SLACK_NS: u64 = 10_000_000;
+/// overstated. `t_start` is read just before the call, but the library starts a round's clock
+/// when the round begins, which may rightly be later: after the task was preempted, or after
+/// it waited for a connection to a master that a fault had cut. Under faults on a loaded
+/// two-core box correct grants have ended 14-20 ms past `t_start + ttl − drift`.
+/// Still lets through: a validity overstated by less than this slack.
+pub const OVERSTATED_SLACK_NS: u64 = 50_000_000;
 
 /// The grants whose reported validity ends after the latest end Redlock allows: the round
 /// started no earlier than the acquire call (`t_start_ns`), so its validity ends no later than
@@ -739,8 +739,10 @@ pub struct CrashLiveness {
 /// fault was on from the crash to the bound are judged: a fault on a majority may rightly keep
 /// everyone out. A grant counts from when it may have happened (see `possible_grants`): a
 /// client stopped or killed between the library's grant and its log holds the lock unseen.
+/// A crash is not judged when a client was stopped in the middle of an acquisition of the same
+/// resource (see [`stalled_mid_acquisition`]).
 /// Still lets through: a lock kept too long after a crash when a client that began acquiring
-/// it was killed before it could say whether it won, or was paused while it did.
+/// it was killed before it could say whether it won, or was paused or killed while it tried.
 pub fn crash_liveness(
     events: &[Event],
     bound_ns: u64,
@@ -754,11 +756,12 @@ pub fn crash_liveness(
     {
         report.crashes += 1;
         let t = crash.time_ns;
-        if !quiet(t, t.saturating_add(bound_ns)) {
+        let resource = crash.str_field("resource").unwrap_or_default();
+        let until = t.saturating_add(bound_ns);
+        if !quiet(t, until) || stalled_mid_acquisition(events, resource, t, until, bound_ns) {
             continue;
         }
         report.checked += 1;
-        let resource = crash.str_field("resource").unwrap_or_default();
         let next = grants
             .iter()
             .filter(|&&(r, at)| at > t && r == resource)
@@ -775,6 +778,48 @@ pub fn crash_liveness(
         }
     }
     report
+}
+
+/// Whether a client was paused or killed by the nemesis, from `bound_ns` before `from` until
+/// `to`, while it had an acquisition of `resource` in flight. Its round's keys then stay on
+/// the masters it reached until they expire (up to a quorum of them, when the round was
+/// decided only after the client woke), and with one more master out of reach, nobody can
+/// gather a quorum for that long: a wait the library rightly imposes.
+fn stalled_mid_acquisition(
+    events: &[Event],
+    resource: &str,
+    from: u64,
+    to: u64,
+    bound_ns: u64,
+) -> bool {
+    let stops = events.iter().filter(|e| {
+        e.process == Process::nemesis()
+            && (e.f == "pause-client" || e.f == "crash-client")
+            && from.saturating_sub(bound_ns) <= e.time_ns
+            && e.time_ns <= to
+    });
+    stops.into_iter().any(|stop| {
+        let Some(client) = stop.u64_field("client").and_then(|c| u32::try_from(c).ok()) else {
+            return false;
+        };
+        let at = stop.time_ns;
+        let ended = |lease: &str| {
+            events.iter().any(|e| {
+                e.f == "acquire"
+                    && e.kind != Kind::Invoke
+                    && e.time_ns <= at
+                    && e.str_field("lease") == Some(lease)
+            })
+        };
+        events.iter().any(|e| {
+            e.process == Process::Client(client)
+                && e.f == "acquire"
+                && e.kind == Kind::Invoke
+                && e.time_ns <= at
+                && e.str_field("resource") == Some(resource)
+                && e.str_field("lease").is_some_and(|lease| !ended(lease))
+        })
+    })
 }
 
 #[cfg(test)]
@@ -905,11 +950,11 @@ mod tests {
             json!({"lease": lease, "resource": "r", "t_start_ns": m(start_ms),
                    "valid_until_ns": m(until_ms), "ttl_ms": 1000})
         };
-        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms, and the slack 10 ms.
+        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms, and the slack 50 ms.
         h.ev(100, 0, Kind::Ok, "acquire", grant("0-0", 100, 1088));
-        h.ev(2000, 1, Kind::Ok, "acquire", grant("1-0", 2000, 3000));
-        // 7 ms past the bound: the noise of a loaded box, not flagged.
-        h.ev(4000, 2, Kind::Ok, "acquire", grant("2-0", 4000, 4995));
+        h.ev(2000, 1, Kind::Ok, "acquire", grant("1-0", 2000, 3060));
+        // 42 ms past the bound: a round that began late on a loaded box, not flagged.
+        h.ev(4000, 2, Kind::Ok, "acquire", grant("2-0", 4000, 5030));
         let rep = h.check();
         assert_eq!(
             rep.claims.overstated.len(),
@@ -939,7 +984,7 @@ mod tests {
             json!({"lease": "0-0", "resource": "r", "t_start_ns": m(0),
                    "valid_until_ns": m(980), "ttl_ms": 1000}),
         );
-        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms, and the slack 10 ms.
+        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms, and the slack 50 ms.
         let extend = |start_ms: Option<u64>, until_ms: u64| {
             let mut v = json!({"lease": "0-0", "valid_until_ns": m(until_ms), "ttl_ms": 1000});
             if let Some(start) = start_ms {
@@ -949,11 +994,11 @@ mod tests {
         };
         h.ev(520, 0, Kind::Ok, "extend", extend(Some(500), 1490));
         assert!(h.check().claims.overstated_extensions.is_empty());
-        h.ev(600, 0, Kind::Ok, "extend", extend(Some(500), 1530));
+        h.ev(600, 0, Kind::Ok, "extend", extend(Some(500), 1570));
         let rep = h.check();
         assert_eq!(
             rep.claims.overstated_extensions,
-            vec!["0-0 extended 42.0 ms beyond the bound".to_string()]
+            vec!["0-0 extended 82.0 ms beyond the bound".to_string()]
         );
         assert!(rep.broke());
         // A lease's renewal: bounded from when it was logged, the TTL from the grant.
@@ -1403,6 +1448,46 @@ mod tests {
         assert_eq!(paused.late.len(), 0, "{paused:?}");
         let unpaused = crash_liveness(&[crash(1000), late_log], m(3000), quiet);
         assert_eq!(unpaused.late.len(), 1, "{unpaused:?}");
+        // A client stopped while its acquisition of the resource was in flight may keep that
+        // round's keys for a TTL: the crash is not judged; one stopped mid-acquisition of
+        // another resource does not excuse it.
+        let stalled = |resource: &str| {
+            let mut refused = Event::at(
+                m(4800),
+                Process::Client(2),
+                Kind::Fail,
+                "acquire",
+                json!({"lease": "2-9", "resource": resource}),
+            );
+            refused.kind = Kind::Fail;
+            vec![
+                crash(1000),
+                Event::at(
+                    m(1500),
+                    Process::Client(2),
+                    Kind::Invoke,
+                    "acquire",
+                    json!({"lease": "2-9", "resource": resource}),
+                ),
+                Event::at(
+                    m(1600),
+                    Process::nemesis(),
+                    Kind::Info,
+                    "pause-client",
+                    json!({"client": 2}),
+                ),
+                refused,
+                grant(4900, "r"),
+            ]
+        };
+        let excused = crash_liveness(&stalled("r"), m(3000), quiet);
+        assert_eq!((excused.checked, excused.late.len()), (0, 0), "{excused:?}");
+        let elsewhere = crash_liveness(&stalled("r2"), m(3000), quiet);
+        assert_eq!(
+            (elsewhere.checked, elsewhere.late.len()),
+            (1, 1),
+            "{elsewhere:?}"
+        );
     }
 
     /// An extension invoked after its claim ended and granted is a revival; one invoked before
