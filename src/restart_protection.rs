@@ -44,7 +44,17 @@ use crate::scripts::{LuaScript, MASTER_LIFE};
 use crate::transport::connection::Connection;
 use crate::transport::reply::{shown, unexpected};
 use crate::transport::resp::{Command, Reply};
-use crate::transport::slot::LifeCheck;
+
+/// What a connection reads about its master when it opens, under restart protection: the
+/// provisioning record's key, the master's name for traces, and whether a durable restart is
+/// trusted.
+#[derive(Clone)]
+pub(crate) struct LifeCheck {
+    pub(crate) record_key: Arc<str>,
+    pub(crate) node: Arc<str>,
+    /// Whether a restart with durable persistence counts at once (an opt-in).
+    pub(crate) trust_durable: bool,
+}
 
 /// One life of a master (one `redis-server` process), as a connection saw it when it opened.
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::error::NodeErrorKind;
 use crate::keys::record_key;
 use crate::mutation::Mutation;
+use crate::restart_protection::LifeCheck;
 use crate::restart_protection::{provision_reply, uptime_of_info};
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
 use crate::scripts::{self, LuaScript};
@@ -26,7 +27,7 @@ use crate::transport::address::NodeAddress;
 use crate::transport::connection::Connection;
 use crate::transport::reply::{acquire_reply, flag_reply, set_reply};
 use crate::transport::resp::{Command, Decimal, Reply};
-use crate::transport::slot::{ConnectionSlot, LifeCheck};
+use crate::transport::slot::ConnectionSlot;
 use crate::value::Claim;
 
 // Operations on a set of keys at once (lock_all, elections): a child module, so that it uses

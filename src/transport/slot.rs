@@ -17,7 +17,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 
 use crate::error::NodeErrorKind;
-use crate::restart_protection::MasterLife;
+use crate::restart_protection::{LifeCheck, MasterLife};
 use crate::scripts;
 use crate::transport::connection::{server_error_text, Connection};
 use crate::transport::orphan::{self, MasterSide};
@@ -33,17 +33,6 @@ pub(crate) struct Opened {
     pub(crate) life: Option<Arc<MasterLife>>,
     /// How the master knows this connection, to close its side there if it breaks.
     master_side: Option<MasterSide>,
-}
-
-/// What a connection reads about its master when it opens, under restart protection: the
-/// provisioning record's key, the master's name for traces, and whether a durable restart is
-/// trusted.
-#[derive(Clone)]
-pub(crate) struct LifeCheck {
-    pub(crate) record_key: Arc<str>,
-    pub(crate) node: Arc<str>,
-    /// Whether a restart with durable persistence counts at once (an opt-in).
-    pub(crate) trust_durable: bool,
 }
 
 type ConnectFuture = Shared<BoxFuture<'static, Result<Opened, NodeErrorKind>>>;
