@@ -24,6 +24,9 @@ const MAX_TTL: Duration = Duration::from_secs(60);
 /// finishes.
 const MAX_POLLS: usize = 200;
 
+/// How many sweeps a test runs at most until one reached the await point it is about.
+const SWEEPS: usize = 10;
+
 /// How long each waiter is watched.
 const WATCH: Duration = Duration::from_secs(1);
 
@@ -172,33 +175,44 @@ async fn a_grant_dropped_during_its_write_back_is_cleaned_up_silently() {
             .command(&["INCRBY", &fence_key("wb"), "1000000"])
             .expect("INCRBY");
     };
-    ahead();
-    let before = publishes(&cluster);
-    let swept = cancellation_sweep(
-        || locks.lock("wb", Duration::from_secs(30)),
-        async |k| {
-            keys_gone(&cluster, "wb", k).await;
-            assert_eq!(
-                publishes(&cluster),
-                before,
-                "a cleanup announced a release after a drop at poll {k}"
-            );
-            ahead();
-        },
-        MAX_POLLS,
-    )
-    .await;
-    let guard = swept.output.expect("the completed run is granted");
-    let token = guard.fence().expect("fenced");
-    assert_eq!(
-        get_u64(&cluster[1], &fence_key("wb")),
-        Some(token),
-        "the completed grant wrote its token back"
+    // Repeated until a sweep reached the write-back (a drop in the acquire round and at least
+    // one after it): a run reaches fewer await points when its replies are already in.
+    let mut most = 0;
+    for _ in 0..SWEEPS {
+        ahead();
+        let before = publishes(&cluster);
+        let swept = cancellation_sweep(
+            || locks.lock("wb", Duration::from_secs(30)),
+            async |k| {
+                keys_gone(&cluster, "wb", k).await;
+                assert_eq!(
+                    publishes(&cluster),
+                    before,
+                    "a cleanup announced a release after a drop at poll {k}"
+                );
+                ahead();
+            },
+            MAX_POLLS,
+        )
+        .await;
+        let guard = swept.output.expect("the completed run is granted");
+        let token = guard.fence().expect("fenced");
+        assert_eq!(
+            get_u64(&cluster[1], &fence_key("wb")),
+            Some(token),
+            "the completed grant wrote its token back"
+        );
+        guard.release().await.expect("release");
+        println!("write-back: {} drops", swept.drops);
+        most = most.max(swept.drops);
+        if most >= 2 {
+            break;
+        }
+    }
+    assert!(
+        most >= 2,
+        "no sweep reached the write-back: at most {most} drops"
     );
-    guard.release().await.expect("release");
-    println!("write-back: {} drops", swept.drops);
-    // One in the acquire round, one at least in the write-back round after it.
-    assert!(swept.drops >= 2, "{} drops", swept.drops);
 }
 
 /// An election's grant dropped before its announcement is written is cleaned up as a failed
@@ -207,25 +221,37 @@ async fn a_grant_dropped_during_its_write_back_is_cleaned_up_silently() {
 async fn a_campaign_dropped_during_its_announcement_is_cleaned_up_silently() {
     let (cluster, locks) = fenced_beside_a_paused_master().await;
     let opts = || CampaignOptions::new().lease(LeaseOptions::new().ttl(Duration::from_secs(30)));
-    let before = publishes(&cluster);
-    let swept = cancellation_sweep(
-        || locks.campaign("chair", "host-a", opts()),
-        async |k| {
-            keys_gone(&cluster, "chair", k).await;
-            assert_eq!(
-                publishes(&cluster),
-                before,
-                "a cleanup announced a release after a drop at poll {k}"
-            );
-        },
-        MAX_POLLS,
-    )
-    .await;
-    let leadership = swept.output.expect("the completed run is elected");
-    leadership.resign().await.expect("resign");
-    println!("campaign: {} drops", swept.drops);
-    // One in the set round, one at least in the announcement after it.
-    assert!(swept.drops >= 2, "{} drops", swept.drops);
+    // A run reaches fewer await points when its replies are already in when it is polled, so
+    // the sweep is repeated until one reached the announcement (a drop in the set round and
+    // at least one after it).
+    let mut most = 0;
+    for _ in 0..SWEEPS {
+        let before = publishes(&cluster);
+        let swept = cancellation_sweep(
+            || locks.campaign("chair", "host-a", opts()),
+            async |k| {
+                keys_gone(&cluster, "chair", k).await;
+                assert_eq!(
+                    publishes(&cluster),
+                    before,
+                    "a cleanup announced a release after a drop at poll {k}"
+                );
+            },
+            MAX_POLLS,
+        )
+        .await;
+        let leadership = swept.output.expect("the completed run is elected");
+        leadership.resign().await.expect("resign");
+        println!("campaign: {} drops", swept.drops);
+        most = most.max(swept.drops);
+        if most >= 2 {
+            break;
+        }
+    }
+    assert!(
+        most >= 2,
+        "no sweep reached the announcement: at most {most} drops"
+    );
 }
 
 /// Waiters do not spin either when the third master is down instead of holding the lock:
