@@ -740,7 +740,7 @@ pub struct CrashLiveness {
 /// everyone out. A grant counts from when it may have happened (see `possible_grants`): a
 /// client stopped or killed between the library's grant and its log holds the lock unseen.
 /// A crash is not judged when a client was stopped in the middle of an acquisition of the same
-/// resource (see [`stalled_mid_acquisition`]).
+/// resource (see `stalled_mid_acquisition`).
 /// Still lets through: a lock kept too long after a crash when a client that began acquiring
 /// it was killed before it could say whether it won, or was paused or killed while it tried.
 pub fn crash_liveness(
