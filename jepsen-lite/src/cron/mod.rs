@@ -516,12 +516,21 @@ impl Env {
                         && now.saturating_sub(l.time_ns) < LONG_RUN_YOUNG_NS
                 })
             };
+            // A long run is a target once it is no longer young, while 0.2 s or more of it is
+            // left: the worker furthest ahead begins its short runs only while its long run
+            // is young, so without this it would never be one.
+            let fresh = |job: &str, pid: u32, began: u64| {
+                let age = now.saturating_sub(began);
+                if job == LONG_JOB {
+                    (LONG_RUN_YOUNG_NS..LONG_RUN_YOUNG_NS + 300_000_000).contains(&age)
+                } else {
+                    !running_long(pid) && age < 150_000_000
+                }
+            };
             let open = log.iter().rev().find(|b| {
                 b.req.kind == Kind::Begin
-                    && b.req.job != LONG_JOB
-                    && !running_long(b.req.pid)
                     && b.accepted
-                    && now.saturating_sub(b.time_ns) < 150_000_000
+                    && fresh(&b.req.job, b.req.pid, b.time_ns)
                     && self
                         .workers
                         .get(b.req.worker)
