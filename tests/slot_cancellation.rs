@@ -89,34 +89,46 @@ async fn wait_claimable(locks: &Redlock, cluster: &RedisCluster, slots: &[&str],
     .await;
 }
 
+/// How many times a sweep is repeated on fresh slots when its run completed within its first
+/// poll: with both worker threads free, every reply can be in before the claim first waits,
+/// and such a run reaches no await point.
+const SWEEPS: usize = 5;
+
 /// Sweeps `claim_slot` on a fresh slot, plain or fenced: every drop leaves the slot claimable,
-/// and the run that completes is a claim.
+/// and the run that completes is a claim. Repeated on a new slot until a sweep dropped some.
 async fn sweep_claim_slot(fencing: bool) {
     let cluster = cluster(3);
     let locks = locks(&cluster, fencing);
     let opts = SlotOptions::new();
-    let slot = if fencing { "fenced" } else { "plain" };
     // Warm connections: every run then waits at the same points.
     warm_up(&locks, &cluster).await;
-    let swept = cancellation_sweep(
-        || {
-            if fencing {
-                split_tokens(&cluster);
-            }
-            locks.claim_slot(JOB, slot, &opts)
-        },
-        async |k| wait_claimable(&locks, &cluster, &[slot], k).await,
-        MAX_POLLS,
-    )
-    .await;
-    let run = match swept.output {
-        Ok(SlotClaim::Claimed(run)) => run,
-        other => panic!("the completed claim should win: {other:?}"),
-    };
-    assert!(swept.drops > 0, "the claim never waited");
-    assert_eq!(run.attempt(), 1, "no dropped claim counted as an attempt");
-    assert_eq!(run.fence().is_some(), fencing);
-    run.complete().await.expect("complete");
+    let mut drops = 0;
+    for sweep in 0..SWEEPS {
+        let slot = format!("{}{sweep}", if fencing { "fenced" } else { "plain" });
+        let swept = cancellation_sweep(
+            || {
+                if fencing {
+                    split_tokens(&cluster);
+                }
+                locks.claim_slot(JOB, &slot, &opts)
+            },
+            async |k| wait_claimable(&locks, &cluster, &[&slot], k).await,
+            MAX_POLLS,
+        )
+        .await;
+        let run = match swept.output {
+            Ok(SlotClaim::Claimed(run)) => run,
+            other => panic!("the completed claim should win: {other:?}"),
+        };
+        assert_eq!(run.attempt(), 1, "no dropped claim counted as an attempt");
+        assert_eq!(run.fence().is_some(), fencing);
+        run.complete().await.expect("complete");
+        drops += swept.drops;
+        if drops > 0 {
+            break;
+        }
+    }
+    assert!(drops > 0, "the claim never waited in {SWEEPS} sweeps");
 }
 
 /// `claim_slot` dropped at every await point leaves the slot claimable.
@@ -132,45 +144,52 @@ async fn a_dropped_fenced_claim_slot_leaves_the_slot_claimable() {
     sweep_claim_slot(true).await;
 }
 
-/// Sweeps `claim_slots` over three fresh slots, plain or fenced.
+/// Sweeps `claim_slots` over three fresh slots, plain or fenced. Repeated on new slots until a
+/// sweep dropped some.
 async fn sweep_claim_slots(fencing: bool) {
     let cluster = cluster(3);
     let locks = locks(&cluster, fencing);
     let opts = SlotOptions::new();
-    let slots: [&str; 3] = if fencing {
-        ["f1", "f2", "f3"]
-    } else {
-        ["p1", "p2", "p3"]
-    };
-    let pairs: Vec<(&str, &str)> = slots.iter().map(|s| (JOB, *s)).collect();
     warm_up(&locks, &cluster).await;
-    let swept = cancellation_sweep(
-        || {
-            if fencing {
-                split_tokens(&cluster);
+    let mut drops = 0;
+    for sweep in 0..SWEEPS {
+        let slots: Vec<String> = (1..=3)
+            .map(|i| format!("{}{sweep}-{i}", if fencing { "f" } else { "p" }))
+            .collect();
+        let names: Vec<&str> = slots.iter().map(String::as_str).collect();
+        let pairs: Vec<(&str, &str)> = names.iter().map(|s| (JOB, *s)).collect();
+        let swept = cancellation_sweep(
+            || {
+                if fencing {
+                    split_tokens(&cluster);
+                }
+                locks.claim_slots(&pairs, &opts)
+            },
+            async |k| wait_claimable(&locks, &cluster, &names, k).await,
+            MAX_POLLS,
+        )
+        .await;
+        let outcomes = swept.output.expect("the batch is valid");
+        let mut runs = Vec::new();
+        for outcome in outcomes {
+            match outcome {
+                Ok(SlotClaim::Claimed(run)) => {
+                    assert_eq!(run.attempt(), 1, "no dropped claim counted as an attempt");
+                    assert_eq!(run.fence().is_some(), fencing);
+                    runs.push(run);
+                }
+                other => panic!("every slot of the completed batch should be claimed: {other:?}"),
             }
-            locks.claim_slots(&pairs, &opts)
-        },
-        async |k| wait_claimable(&locks, &cluster, &slots, k).await,
-        MAX_POLLS,
-    )
-    .await;
-    let outcomes = swept.output.expect("the batch is valid");
-    assert!(swept.drops > 0, "the batch never waited");
-    let mut runs = Vec::new();
-    for outcome in outcomes {
-        match outcome {
-            Ok(SlotClaim::Claimed(run)) => {
-                assert_eq!(run.attempt(), 1, "no dropped claim counted as an attempt");
-                assert_eq!(run.fence().is_some(), fencing);
-                runs.push(run);
-            }
-            other => panic!("every slot of the completed batch should be claimed: {other:?}"),
+        }
+        for outcome in SlotRun::complete_all(runs).await {
+            outcome.expect("complete");
+        }
+        drops += swept.drops;
+        if drops > 0 {
+            break;
         }
     }
-    for outcome in SlotRun::complete_all(runs).await {
-        outcome.expect("complete");
-    }
+    assert!(drops > 0, "the batch never waited in {SWEEPS} sweeps");
 }
 
 /// `claim_slots` dropped at every await point leaves every slot of the batch claimable.
