@@ -51,6 +51,10 @@ pub enum Mutation {
     /// An acquire round that won its quorum too late to leave any validity still returns a
     /// grant, valid until its round's start + TTL − drift: a moment already past.
     GrantExhausted,
+    /// A failed acquire round in which some request failed (a master cut, paused or slow)
+    /// leaves its keys on the masters that granted instead of deleting them. A round of a
+    /// healthy cluster still cleans up, so only what happens during a fault shows it.
+    NoCleanupWhenDegraded,
 }
 
 /// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error

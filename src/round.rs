@@ -308,7 +308,9 @@ pub(crate) async fn acquire_reporting<M: Master>(
             crate::wake::free_in(&free, timing.quorum(nodes.len()))
         })
         .flatten();
-    let cleanup = if timing.mutant(Mutation::NoCleanupOnFailure) {
+    let cleanup = if timing.mutant(Mutation::NoCleanupOnFailure)
+        || (tally.failed > 0 && timing.mutant(Mutation::NoCleanupWhenDegraded))
+    {
         let mut cleanup = cleanup;
         cleanup.armed = false;
         None

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use crate::client::{ClientConfig, Command, CycleSpec, Note};
 use crate::clockshim::Clocks;
 use crate::cluster::Masters;
+use crate::history::Event;
 use crate::nemesis::{signal, Fault, Nemesis, Targets};
 use crate::resource::{self, Register};
 use crate::scenario::Scenario;
@@ -126,6 +127,8 @@ pub struct Env {
     pub dir: PathBuf,
     /// The run's seeded randomness (the generator's draws).
     pub rng: rand::rngs::StdRng,
+    /// What the key sampler read during a random run (see [`crate::key_sampler`]).
+    pub samples: Vec<Event>,
     progress: Option<ProgressBar>,
     configs: Vec<ClientConfig>,
 }
@@ -179,6 +182,7 @@ impl Env {
             nemesis: Nemesis::new(clocks.cloned(), Duration::from_millis(sc.ttl_ms)),
             dir: dir.to_path_buf(),
             rng: rand::rngs::StdRng::seed_from_u64(seed),
+            samples: Vec::new(),
             progress,
             configs: Vec::new(),
         };
@@ -340,6 +344,16 @@ impl Env {
     pub async fn wait(&mut self, c: usize, note: &str) -> Result<Note, Error> {
         let within = self.ttl() * 3 + Duration::from_secs(10);
         self.clients[c].wait(note, within).await
+    }
+
+    /// The lock keys of the run's resources, with the resource each locks (the warm-up keys
+    /// left out), for the key sampler.
+    pub fn resource_keys(&self) -> Vec<(String, String)> {
+        self.sc
+            .resources()
+            .into_iter()
+            .map(|r| (format!("quorumlock:{r}"), r))
+            .collect()
     }
 
     /// The lock keys a run uses (fence counters and epoch markers live on purpose), with the

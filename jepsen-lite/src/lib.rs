@@ -21,6 +21,8 @@ pub mod fenced_store;
 pub mod generator;
 pub mod history;
 pub mod json_lines;
+pub mod key_sampler;
+pub mod leaks;
 pub mod nemesis;
 pub mod outcome;
 pub mod plays;

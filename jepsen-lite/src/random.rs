@@ -11,6 +11,7 @@ use serde_json::json;
 use crate::client::{Command, CycleSpec};
 use crate::env::{Env, Error};
 use crate::generator::{self, Mix, Shape};
+use crate::key_sampler::KeySampler;
 use crate::nemesis::Verb;
 use crate::scenario::{RandomFault, Script};
 
@@ -71,6 +72,9 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
         ..env.spec("r")
     };
     let loops_end = Instant::now() + duration;
+    // Keys a failed round leaves during a fault expire before the faults lift: read them
+    // while the faults come and go.
+    let sampler = KeySampler::start(env.masters.ports(), env.resource_keys());
     for c in 0..env.clients.len() {
         env.clients[c]
             .send(&Command::Loop {
@@ -181,6 +185,7 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
             }
         }
     }
+    env.samples = sampler.stop();
     Ok(())
 }
 

@@ -12,6 +12,7 @@ use crate::clockshim::Clocks;
 use crate::env::{Env, Error};
 use crate::evidence::Evidence;
 use crate::history::{self, Event};
+use crate::leaks::leaked_keys;
 use crate::nemesis::iptables;
 use crate::outcome::{Outcome, Verdict};
 use crate::scenario::{Expect, RandomFault, Scenario, Script};
@@ -123,6 +124,7 @@ async fn finish(
         parts.push(history::read_jsonl::<Event>(path)?);
     }
     parts.push(env.nemesis.history.clone());
+    parts.push(std::mem::take(&mut env.samples));
     let events = history::merge(parts);
     let (accesses, unfenced, fenced) = env.resource.snapshot();
     history::write_jsonl(&env.dir.join("history.jsonl"), &events)?;
@@ -190,6 +192,11 @@ async fn finish(
     if outlived_cleanup {
         violations.push(("orphan lifetime".to_string(), 1));
     }
+    // Keys a cleanup or release left behind while the faults were on: see `leaks`.
+    let leaks = leaked_keys(&events, ms(sc.ttl_ms));
+    if leaks.violations() > 0 {
+        violations.push(("keys left during faults".to_string(), leaks.violations()));
+    }
     if sc.expect != Expect::Hold && sc.expect_claims().is_some() {
         observed_text = format!("{observed_text}, claims {claims_observed}");
     }
@@ -207,12 +214,22 @@ async fn finish(
     );
     if judgement.verdict == Verdict::Pass
         && sc.expect == Expect::Hold
-        && (!report.liveness.ok || orphans > 0 || orphan_life.is_err() || outlived_cleanup)
+        && (!report.liveness.ok
+            || orphans > 0
+            || orphan_life.is_err()
+            || outlived_cleanup
+            || leaks.violations() > 0)
     {
         judgement.verdict = Verdict::Fail;
+        let first_leak = leaks.without_expiry.iter().chain(&leaks.leaked).next();
         observed_text = format!(
-            "{observed_text} (liveness {}, orphans {orphans}{})",
+            "{observed_text} (liveness {}, orphans {orphans}{}{})",
             if report.liveness.ok { "ok" } else { "FAILED" },
+            first_leak.map_or(String::new(), |leak| format!(
+                ", {} lock keys left during faults ({} without expiry), first: {leak}",
+                leaks.violations(),
+                leaks.without_expiry.len()
+            )),
             match orphan_life {
                 Err(left) => format!(", {left} lock keys outlived one TTL after heal"),
                 Ok(lived) if outlived_cleanup => format!(

@@ -537,6 +537,7 @@ pub fn catalog() -> Vec<Scenario> {
             "held-replies",
             "no-elapsed-check",
         ),
+        ("mutant-grant-exhausted", "held-replies", "grant-exhausted"),
         ("mutant-zero-drift", "clock-fast-within-drift", "zero-drift"),
         (
             "mutant-minority-quorum",
@@ -570,7 +571,7 @@ pub fn catalog() -> Vec<Scenario> {
 }
 
 /// The library mutants the composed nemesis hunts (`soak --mutation NAME`), by name.
-pub const COMPOSED_MUTANTS: [&str; 9] = [
+pub const COMPOSED_MUTANTS: [&str; 10] = [
     "clock-after-first-reply",
     "late-extend",
     "min-token",
@@ -580,6 +581,7 @@ pub const COMPOSED_MUTANTS: [&str; 9] = [
     "reuse-after-timeout",
     "extend-from-quorum",
     "grant-exhausted",
+    "no-cleanup-when-degraded",
 ];
 
 /// Why this build cannot run library mutant `mutation`, if it cannot: the mutants exist only

@@ -56,7 +56,7 @@ pub use error::TestingError;
 pub use master::RedisMaster;
 pub use options::{MasterOptions, Persistence};
 pub use proxy::{Mode, Modes, Proxy};
-pub use resp::Reply;
+pub use resp::{query_port, Reply};
 
 #[cfg(test)]
 mod tests;

@@ -118,6 +118,19 @@ impl From<crate::transport::resp::Reply> for Reply {
     }
 }
 
+/// Runs one command on the server listening on `127.0.0.1:port`, over a connection of its
+/// own whose connect, write and read each give up after `timeout`: a probe that a paused or
+/// cut server cannot hold up for longer, usable from a thread that owns no
+/// [`RedisMaster`](super::RedisMaster). An error reply is returned as [`Reply::Error`].
+///
+/// # Errors
+///
+/// [`TestingError::Io`] when the server cannot be reached or does not answer in time,
+/// [`TestingError::UnexpectedReply`] for bytes that are not RESP.
+pub fn query_port(port: u16, args: &[&str], timeout: Duration) -> Result<Reply, TestingError> {
+    Conn::open(port, timeout)?.call(args)
+}
+
 /// One blocking connection to a local server, every read and write bounded by a timeout.
 pub(super) struct Conn {
     stream: TcpStream,
