@@ -14,7 +14,7 @@ use support::{clear, cluster, grant, manager, warm_up};
 /// Long enough that the holder's lock outlives every attempt of the test.
 const TTL: Duration = Duration::from_secs(60);
 
-/// Regression (issue 10, part 2): one of 5 masters dead, so its refused connection is the
+/// Regression: one of 5 masters dead, so its refused connection is the
 /// first reply of every round; with the lock held on the 4 others, `try_lock` is contended
 /// on 20 attempts of 20, not `QuorumUnreachable` with nothing granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,7 +78,7 @@ async fn grant_with_one_unconfirmed(
     guard
 }
 
-/// Regression (issue 10, part 2): extend and release on a lock whose key is gone from a master
+/// Regression: extend and release on a lock whose key is gone from a master
 /// that confirmed the grant, beside a dead master, report the lock lost, like acquire reports
 /// contention; the same missing key on a master whose `SET` was unanswered when the grant was
 /// decided (it may never have been sent) proves nothing and stays an unreachable quorum.

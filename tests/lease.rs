@@ -81,7 +81,7 @@ async fn lease_keeps_the_lock_well_past_its_ttl() {
         .expect("release");
 }
 
-/// Regression (issue 10, part 4): with 2 of 3 masters paused, `is_held()` stayed true and
+/// Regression: with 2 of 3 masters paused, `is_held()` stayed true and
 /// `lost()` pending until the end of validity itself (and the timer fired then or later), so
 /// work cancelled on the loss stopped when the lock may already have been someone else's. Both
 /// now switch the lease's safety margin before `valid_until`.

@@ -1,4 +1,4 @@
-//! Notified hand-offs (issue 14, part 1): a waiter is woken by the holder's release instead of
+//! Notified hand-offs: a waiter is woken by the holder's release instead of
 //! polling, retries when a crashed holder's keys expire, falls back to polling when a
 //! notification is lost, leaves no subscription behind when cancelled, and 64 waiters cost the
 //! masters a bounded number of commands per release.

@@ -131,7 +131,7 @@ fn token(guard: &quorumlock::LockGuard) -> u64 {
         .expect("fencing is on: the guard carries a token")
 }
 
-/// Regression (issue 10, part 4): a re-entry took a fresh fencing token, so a fenced resource
+/// Regression: a re-entry took a fresh fencing token, so a fenced resource
 /// rejected the outer guard's writes once an inner one had written. Every acquisition of the
 /// owner while one of its guards is valid carries the token of the hold's first grant; the
 /// next hold, and every other owner after it, get higher ones.

@@ -64,7 +64,7 @@ fn unread_connections(port: u16) -> usize {
         .count()
 }
 
-/// Regression (issue 10, part 4): on 2 of 3 masters the compare-and-delete runs and its reply
+/// Regression: on 2 of 3 masters the compare-and-delete runs and its reply
 /// is lost with its connection; the retry answers 0. `release()` used to count those as
 /// "not ours" and return `NotHeld { Lost }` for a lock it did release; it is uncertain (the
 /// masters failed), and the keys are gone.

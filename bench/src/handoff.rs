@@ -1,4 +1,4 @@
-//! Hand-off under contention (issue 14, part 5): from the holder's release returning to the
+//! Hand-off under contention: from the holder's release returning to the
 //! next waiter's grant, each library with its own blocking acquire; the masters' load while
 //! 64 waiters wait on a holder that holds for 1 s; fairness among the contenders.
 

@@ -210,7 +210,7 @@ pub(crate) fn targets(r: &Results) -> String {
         },
         pass: growth.map(|g| g <= 2048.0),
     });
-    // Hand-off (issue 14): notified p50 within a millisecond (about 3 round trips), 20x below
+    // Hand-off: notified p50 within a millisecond (about 3 round trips), 20x below
     // rslock's; fair; quiet while waiting.
     let handoff = |who: &str, w: usize, metric: &str| r.get("handoff", who, 5, w, metric);
     let notified = "quorumlock notified";

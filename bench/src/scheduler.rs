@@ -1,4 +1,4 @@
-//! The scheduler section (issue 13, part 4): many interval jobs with a 1 s period on 5 workers
+//! The scheduler section: many interval jobs with a 1 s period on 5 workers
 //! and 5 masters. Every slot due while the run was up must run exactly once; lateness (a run's
 //! start minus its slot's due instant, by the same wall clock) and master commands per slot are
 //! reported.

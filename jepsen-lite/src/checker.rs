@@ -1119,7 +1119,7 @@ mod tests {
         assert_eq!(rep.tokens.accepted_decreases, 0);
     }
 
-    /// Soak seed 625600 (composed-n7): client 0's call returned its grant (token 5) just before
+    /// Client 0's call returned its grant (token 5) just before
     /// the nemesis stopped it for 2.6 s; it logged the grant after resuming, when the validity
     /// had run out, while client 1 had taken the lock meanwhile (token 6) and still held it.
     /// The first grant held nothing: no overlap, no token-order violation, nothing overstated.
@@ -1232,7 +1232,7 @@ mod tests {
     }
 
     /// A later claim with a lower token is told apart by when its winning round started:
-    /// before the earlier claim ended (in flight meanwhile: soak seed 898348) or after.
+    /// before the earlier claim ended (in flight meanwhile) or after.
     #[test]
     fn token_order_violations_say_whether_the_round_was_in_flight() {
         let grant = |lease: &str, start_ms: u64, until_ms: u64, token: u64| {
@@ -1241,7 +1241,7 @@ mod tests {
         };
         // (t_start, valid_until): a round from 5714 logged as such; one from 6100; one from
         // 5714 whose client logged its return (6169) as t_start, the validity telling when
-        // the round began (seed 25475: `lock_until`).
+        // the round began (`lock_until`).
         for (t_start, until, in_flight) in
             [(5714, 7692, true), (6100, 8078, false), (6169, 7692, true)]
         {

@@ -554,8 +554,7 @@ impl Ctx {
                 per_loop(spec.pause_after_grant_every_ms),
             );
         // Not within a TTL and 3 s of the loop's end: another client owes the lock within a
-        // TTL and 1.5 s of the crash, which must fall while the loops still run (soak seeds
-        // 868431 and 900106 failed liveness on a crash 0.8 s before the end).
+        // TTL and 1.5 s of the crash, which must fall while the loops still run.
         let judged = self.loop_end.is_none_or(|end| {
             end.saturating_duration_since(started)
                 > Duration::from_millis(self.cfg.ttl_ms) + Duration::from_secs(3)
@@ -825,9 +824,8 @@ impl Ctx {
             // A lease can end while its holder sleeps (a renewal that finds its lock on a
             // minority, after a master came back empty, lowers its validity to that moment
             // and releases the keys): its claim's end is logged as it happens, so that a
-            // process that dies before waking up still leaves it in its history (soak seed
-            // 25475, composed-n3: a 1.5-TTL hold lost at a restart, then its process crashed,
-            // and the checker took the grant's validity as its end: 37 overlaps).
+            // process that dies before waking up still leaves it in its history (else the
+            // checker would take the grant's validity as the claim's end).
             let ended = match &guard {
                 Held::Lease(l) => tokio::select! {
                     () = &mut nap => false,

@@ -117,9 +117,9 @@ impl<S: StoreState> Served<S> {
 /// The time a request is logged at: its arrival, or the latest time logged if that is later.
 ///
 /// Connections stamp their requests as they come in, then take the state's lock in whatever
-/// order the scheduler runs them: a read stamped before a write can be applied after it (soak
-/// seed 302586, composed-n3: a read 0.18 ms "before" the write whose value it returned, which
-/// the effects checker read as two leases interleaving). This stamp follows the order of
+/// order the scheduler runs them: a read stamped before a write can be applied after it (a read
+/// 0.18 ms "before" the write whose value it returned, which the effects checker would read as
+/// two leases interleaving). This stamp follows the order of
 /// application and still lies between the request's arrival and its application, where it
 /// took effect.
 fn stamp(last: u64, arrival: u64) -> u64 {

@@ -276,8 +276,8 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
             }),
             // A ring leaves each client a bare majority: with any master out of reach as
             // well, some clients see no quorum, and the run owes no liveness it can judge
-            // (soak seed 891415, composed-n5: a ring with a paused and a dropped master kept
-            // every client off a lock a crashed holder left). So it takes the whole budget.
+            // (a ring with a paused and a dropped master keeps every client off a lock a
+            // crashed holder left). So it takes the whole budget.
             2 if n >= 3 && touched.is_empty() => {
                 touched.extend(0..n);
                 Some(Fault::Ring {
@@ -369,8 +369,7 @@ fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
         }
         // On a single master, a slow client network or packet loss next to a fault on that
         // master (a pause, a crash, a drop) would see no traffic to delay or drop, and its
-        // proof would fail the run (soak seed 868429: "0 packets matched"): it takes the
-        // master's budget.
+        // proof would fail the run ("0 packets matched"): it takes the master's budget.
         if n == 1 && matches!(fault, Fault::SlowClients { .. } | Fault::Loss) {
             if !touched.is_empty() {
                 continue;

@@ -112,7 +112,7 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
-    /// The election or lock-all workload (issue 14): 5 workers campaign for one name (with 2
+    /// The election or lock-all workload: 5 workers campaign for one name (with 2
     /// observers) or lock random sets of resources in random orders, fenced, under holder
     /// pauses and kills, a master crash, a minority partition and a master pause. Exits 1
     /// unless it passed (a mutant must fail).

@@ -117,14 +117,13 @@ pub async fn play(env: &mut Env, duration: Duration, mix: Mix) -> Result<(), Err
     {
         let step = generator::step(&mut env.rng, mix, &shape);
         // A client that just crashed itself is started again first (and a master due back,
-        // before the step samples them): a pause aimed at its number must stop a live process
-        // (soak seed 217918, composed-n1: "pause client 2 did not take effect (pid in state
-        // Z)", its old process gone a moment before).
+        // before the step samples them): a pause aimed at its number must stop a live process,
+        // not the zombie of its old one.
         watch_for(env, &mut watch, Duration::ZERO, &spec, loops_end).await?;
         // Starting a crashed client again takes a while: a step that would now be cut to
-        // less than the second its faults need to show an effect is not begun (soak seed
-        // 138436, composed-n5: a delay injected 157 ms before the faults' end crossed no
-        // traffic, and its unproven fault failed the run).
+        // less than the second its faults need to show an effect is not begun (a delay
+        // injected just before the faults' end crosses no traffic, and its unproven fault
+        // would fail the run).
         if faults_until.saturating_duration_since(Instant::now()) < FAULT_PROOF_TIME {
             break;
         }

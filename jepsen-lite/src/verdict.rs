@@ -385,8 +385,7 @@ pub fn composed_observation(
     // Token order between claims rests on the same exclusivity as the claims themselves: near
     // a clock fault a master's keys may expire early, so a round still in flight while another
     // claim was held (its client learning of the grant late) can hold a quorum beside that
-    // claim, and come back with the lower token after it ended (soak seed 898348, composed-n5:
-    // 108 ms after a strobe on one master ended). Only that is excused: a lower token from a
+    // claim, and come back with the lower token after it ended. Only that is excused: a lower token from a
     // round that began after the other claim ended is judged everywhere (the token mutants'
     // kind), as is the store's order (no token accepted below one accepted before). And only
     // where a master whose clock was faulted (within a TTL before) is in the later grant's
@@ -397,8 +396,8 @@ pub fn composed_observation(
     // And a token issued by a master whose clock ran ahead during a clock fault stays above
     // the tokens that master issues from its clock once it lost its counter (a restart): the
     // library's token floor assumes master clocks within the quarantine minus the proposal cap
-    // of each other (soak seed 689384, composed-n1: a clock bumped 3.8 s ahead, then the master
-    // restarted empty; the tokens granted after its quarantine were below those of the bump).
+    // of each other (a clock bumped seconds ahead, then the master restarted empty: the tokens
+    // granted after its quarantine are below those of the bump).
     // That excuse is legitimate only where no quorum kept the higher token: on a single
     // master, or once a master may have lost its counter (a restart) after the inflated
     // grant. With three or more masters and nothing lost, the write-back put the token on a
@@ -440,9 +439,8 @@ pub fn composed_observation(
     // spare (see `masters_out`), on a single master under any fault, or under packet loss:
     // TCP resends a lost request or reply after 200 ms, past the node timeout, so a round
     // often hears from no quorum, and a waiter may rightly go without the lock for longer
-    // than the bound (the real library, seed 800 after the generator drew quorum restarts: a
-    // crash 1.3 s before a 2.8 s loss, the lock granted again 4.1 s later, 70 ms after the
-    // loss ended).
+    // than the bound (a crash shortly before a long loss: the lock granted again only after
+    // the loss ended).
     let out = masters_out(events, ttl_ns, nodes);
     let spare = nodes.saturating_sub(nodes / 2 + 1);
     let mut excused: Vec<(u64, u64)> = fault_windows(events, |verb, _| verb == Verb::Loss);
@@ -940,7 +938,7 @@ mod tests {
     }
 
     /// A token issued while a master's clock ran 3.8 s ahead stays above the tokens of the
-    /// claims after that master restarted empty (soak seed 689384): excused where the claim
+    /// claims after that master restarted empty: excused where the claim
     /// was granted near the clock fault and its token ran more than a second above the usual;
     /// not for a smaller lead, nor without the clock fault.
     #[test]

@@ -424,7 +424,7 @@ mod tests {
         }
     }
 
-    /// Extend and release (issue 10, part 2): one "not ours" from a master that confirmed the
+    /// Extend and release: one "not ours" from a master that confirmed the
     /// grant, beside failures that alone leave a quorum possible, is a lost lock, in any order;
     /// the same from a master whose `SET` was unanswered is not.
     #[test]

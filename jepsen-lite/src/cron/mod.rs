@@ -1,4 +1,4 @@
-//! The `cron` workload (issue 13): five worker processes run three short-period jobs through
+//! The `cron` workload: five worker processes run three short-period jobs through
 //! `quorumlock-scheduler` against five masters, with skewed wall clocks and faults, and every
 //! slot must run once, in time.
 //!

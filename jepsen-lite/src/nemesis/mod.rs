@@ -561,8 +561,8 @@ impl Nemesis {
     pub fn inject(&mut self, t: &mut Targets<'_>, fault: &Fault) -> Result<(), Error> {
         // The fault's window opens when its injection begins: it may act (a clock jumps, a
         // lock expires early) before the injection and its took-effect check return, and a
-        // grant in between was seen outside the window (soak seed 868425: two claims overlapped
-        // 0.04 and 0.14 ms before a recorded clock strobe).
+        // grant in between would be seen outside the window (two claims overlapping a fraction
+        // of a millisecond before the recorded fault).
         let started = crate::clock::now_ns();
         *self.counts.entry(fault.kind()).or_default() += 1;
         let label = fault.label();

@@ -1,4 +1,4 @@
-//! The election and lock-all workloads (issue 14): `jepsen-lite workload --kind
+//! The election and lock-all workloads: `jepsen-lite workload --kind
 //! election|lock-all`.
 //!
 //! The controller starts five masters (provisioned for restart protection), the fenced
