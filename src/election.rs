@@ -45,17 +45,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
-use tokio::time::Instant;
 
+use crate::acquisition::{Acquisition, Line, Patience, PollDelay};
 use crate::error::{InvalidArgument, LockError};
 use crate::keys::RESERVED;
 use crate::lease::check_against;
 use crate::manager::Redlock;
 use crate::multi::guard::MultiLockGuard;
 use crate::multi::keyset::KeySet;
+use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
-use crate::round::timing::{deadline_after, quorum, FAR_FUTURE};
-use crate::wake::{Waiter, WakeMode};
+use crate::round::timing::quorum;
+use crate::round::RoundFailure;
 use crate::LeaseOptions;
 
 pub use leadership::Leadership;
@@ -66,10 +67,6 @@ pub const DEFAULT_POLL_EVERY: Duration = Duration::from_millis(100);
 
 /// The longest identity accepted, in bytes.
 pub const MAX_IDENTITY_LEN: usize = 256;
-
-/// A refused campaigner whose holder's keys expire in `free_in` retries that long plus this
-/// (the keys must have expired on the master's clock first).
-const EXPIRY_SLACK: Duration = Duration::from_millis(5);
 
 /// How a campaign waits and how its leadership is kept.
 #[derive(Debug, Clone)]
@@ -210,84 +207,61 @@ impl Redlock {
         set.extras.push(Arc::clone(&announcement));
         let set = Arc::new(set);
 
-        let started = Instant::now();
-        let deadline = match opts.deadline {
-            Some(deadline) => Instant::from_std(deadline),
-            None => deadline_after(started, FAR_FUTURE),
-        }
-        .min(deadline_after(started, FAR_FUTURE));
-        let mut attempts = 0u32;
-        let mut last = None;
-        let mut waiter: Option<Waiter> = None;
-        loop {
-            if Instant::now() >= deadline {
-                return Err(LockError::DeadlinePassed {
-                    resource: name.to_string(),
-                    attempts,
-                    last: last.map(Box::new),
-                });
-            }
-            attempts = attempts.saturating_add(1);
-            let failure = match self.set_round(&set, timing, attempts - 1, true).await {
-                Ok(mut guard) => {
-                    // Not a leadership until announced: dropped before (an error, a
-                    // cancellation), its keys are cleaned up like a failed round's, silently.
-                    guard.set_quiet(true);
-                    match self.announce(name, &announcement, &guard).await {
-                        Ok(()) => {
-                            guard.set_quiet(false);
-                            if let Some(waiter) = waiter {
-                                waiter.done();
-                            }
-                            tracing::info!(election = name, identity, fence = ?guard.fence(), "elected");
-                            return Leadership::start(guard, name, identity, &opts.lease);
-                        }
-                        Err(error) => {
-                            // Lost before it could be announced: give it up (dropping the
-                            // guard releases it) and campaign again.
-                            tracing::debug!(election = name, %error, "leadership not announced");
-                            drop(guard);
-                            last = Some(error);
-                            tokio::time::sleep(self.poll_delay(opts.poll_every)).await;
-                            continue;
-                        }
-                    }
-                }
-                Err(failure) if failure.error.is_retryable() => failure,
-                Err(failure) => return Err(failure.error),
-            };
-            let notified = shared.config.notified && failure.error.is_contended();
-            if notified && waiter.is_none() {
-                // Wait in line for a release of the election's lock; subscribed before the next
-                // attempt, so a resignation after it cannot be missed.
-                let joined = shared.wakes.waiter(set.first_lock(), WakeMode::One);
-                joined.subscribed().await;
-                waiter = Some(joined);
-                self.set_settle(failure.cleanup).await;
-                last = Some(failure.error);
-                continue;
-            }
-            let now = Instant::now();
-            let mut poll_at = deadline_after(now, self.poll_delay(opts.poll_every)).min(deadline);
-            if let Some(free_in) = failure.free_in {
-                poll_at = poll_at.min(deadline_after(now, free_in + EXPIRY_SLACK));
-            }
-            match &waiter {
-                Some(waiter) => {
-                    waiter.wait(poll_at, deadline).await;
-                }
-                None => tokio::time::sleep_until(poll_at).await,
-            }
-            self.set_settle(failure.cleanup).await;
-            last = Some(failure.error);
-        }
+        let patience = match opts.deadline {
+            Some(deadline) => Patience::until(deadline),
+            None => Patience::forever(),
+        };
+        // At least a millisecond, however short `poll_every`: campaigners do not spin.
+        let poll = PollDelay::below(opts.poll_every).at_least(Duration::from_millis(1));
+        let label = set.label();
+        let guard = Acquisition::new(shared, &label, timing.ttl)
+            .retrying(patience, Line::One(set.first_lock()), poll, |_| {
+                self.announced_round(name, &announcement, &set, timing)
+            })
+            .await?;
+        tracing::info!(election = name, identity, fence = ?guard.fence(), "elected");
+        Leadership::start(guard, name, identity, &opts.lease)
     }
 
-    /// A random delay below `every` (at least a millisecond), so campaigners spread out.
-    fn poll_delay(&self, every: Duration) -> Duration {
-        use rand::RngExt;
-        let nanos = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX).max(1);
-        Duration::from_nanos(rand::rng().random_range(0..nanos)).max(Duration::from_millis(1))
+    /// One campaign round: the election's lock, then its announcement. A leadership that could
+    /// not be announced is released (quietly: it never was one) and the round is lost, as one
+    /// whose validity ran out: campaigning goes on, whatever stopped the announcement.
+    async fn announced_round(
+        &self,
+        name: &str,
+        announcement: &str,
+        set: &Arc<KeySet>,
+        timing: RoundSpec,
+    ) -> Result<MultiLockGuard, RoundFailure> {
+        let started = crate::clock::now();
+        let mut guard = self.set_acquire(set, name, timing).await?;
+        // Not a leadership until announced: dropped before (an error, a cancellation), its
+        // keys are cleaned up like a failed round's, silently.
+        guard.set_quiet(true);
+        match self.announce(name, announcement, &guard).await {
+            Ok(()) => {
+                guard.set_quiet(false);
+                Ok(guard)
+            }
+            Err(error) => {
+                tracing::debug!(election = name, %error, "leadership not announced");
+                drop(guard);
+                let error = match error.is_retryable() {
+                    true => error,
+                    false => LockError::ValidityExhausted {
+                        resource: name.to_string(),
+                        elapsed: crate::clock::elapsed(started),
+                        ttl: timing.ttl,
+                        drift: timing.drift(),
+                    },
+                };
+                Err(RoundFailure {
+                    error,
+                    cleanup: None,
+                    free_in: None,
+                })
+            }
+        }
     }
 
     /// Writes the new leader's value and token beside its lock on a quorum of the masters that

@@ -215,6 +215,9 @@
 //! * `config`: [`RedlockBuilder`] and its defaults, validated into the settings (no I/O);
 //! * `manager`: [`Redlock`], the entry points (`try_lock`, `lock`, `lock_until`, `provision`,
 //!   ...) and `build`; `shared`: the state a manager and its guards share;
+//! * `acquisition`: the one acquisition driver every entry point runs its rounds through
+//!   (retries or a deadline, the waiter line of notified hand-offs, the random delay, the wait
+//!   for a failed round's cleanup, the `acquire` span and its counters);
 //! * `guard` (folder): [`LockGuard`]; `held` (the core every guard shares, one resource or a
 //!   set: validity, extend, release, loss counting, release on drop, the fencing write-back),
 //!   `hold` (hold at least: a release that keeps the lock until a minimum time after the
@@ -247,6 +250,7 @@
 //!   jepsen-lite, and the fault proxy (`proxy`) that cuts, holds and delays their traffic.
 #![forbid(unsafe_code)]
 
+mod acquisition;
 mod clock;
 mod config;
 mod election;

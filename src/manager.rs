@@ -3,35 +3,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::RngExt;
 use tokio::time::Instant;
 
+use crate::acquisition::{Acquisition, Line, Patience, PollDelay};
 use crate::config::{Config, RedlockBuilder};
 use crate::error::{ConfigError, LockError, NodeError, NodeErrorKind};
 use crate::guard::LockGuard;
 use crate::keys::{epoch_key, lock_keys, record_key};
 use crate::owner::Owner;
 use crate::round::spec::{round_spec, RoundSpec};
-use crate::round::timing::{deadline_after, quorum, FAR_FUTURE};
+use crate::round::timing::{deadline_after, quorum};
 use crate::round::{self, LockKeys, RoundFailure};
 use crate::shared::Shared;
 use crate::stats::{NodeStats, Stats};
-use crate::traced::{in_span, record_outcome, record_with};
 use crate::transport::node::RedisNode;
-use crate::wake::{Waiter, WakeHub, WakeMode, Woken};
-
-/// How long after a holder's keys should have expired a waiter retries: `PTTL` is in whole
-/// milliseconds, and the keys must be gone on the masters' clocks when the round reaches them.
-const EXPIRY_SLACK: Duration = Duration::from_millis(2);
-
-/// How long [`Redlock::acquire_waiting`] keeps trying.
-#[derive(Debug, Clone, Copy)]
-enum Patience {
-    /// This many retries after the first round ([`Redlock::lock`]).
-    Retries(u32),
-    /// Until this instant ([`Redlock::lock_until`]).
-    Until(Instant),
-}
+use crate::wake::WakeHub;
 
 /// A Redlock manager over N independent Redis masters.
 ///
@@ -365,9 +351,9 @@ impl Redlock {
     /// compare-and-delete on the same connection, which the master runs after them.
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
         let (keys, timing) = self.validate(resource, ttl)?;
-        self.round(resource, &keys, timing, 0, Instant::now(), false)
+        Acquisition::new(&self.shared, resource, timing.ttl)
+            .once(self.acquire_round(resource, &keys, timing, false))
             .await
-            .map_err(|failure| failure.error)
     }
 
     /// Acquires with retries: up to [`retry_count`](RedlockBuilder::retry_count) more rounds
@@ -392,10 +378,8 @@ impl Redlock {
     /// round may have set, and leaves the resource's line of waiters (unsubscribing if it was
     /// the last; a release signalled to it goes to the next waiter).
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
-        let (keys, timing) = self.validate(resource, ttl)?;
-        let retries = self.shared.config.retry_count;
-        self.acquire_waiting(resource, &keys, timing, Patience::Retries(retries))
-            .await
+        let patience = Patience::Retries(self.shared.config.retry_count);
+        self.acquire(resource, ttl, patience).await
     }
 
     /// Acquires, retrying until `deadline` (a round in flight at the deadline is allowed to
@@ -418,160 +402,24 @@ impl Redlock {
         ttl: Duration,
         deadline: std::time::Instant,
     ) -> Result<LockGuard, LockError> {
-        let (keys, timing) = self.validate(resource, ttl)?;
-        // Tokio's timers panic on an instant near the end of the clock: cap the wait.
-        let deadline = Instant::from_std(deadline).min(deadline_after(Instant::now(), FAR_FUTURE));
-        self.acquire_waiting(resource, &keys, timing, Patience::Until(deadline))
-            .await
+        self.acquire(resource, ttl, Patience::until(deadline)).await
     }
 
-    /// The retry loop of [`lock`](Self::lock) and [`lock_until`](Self::lock_until): rounds
-    /// until granted or out of patience, waiting between them for a release (notified), the
-    /// holder's keys' expiry, or the poll delay.
-    async fn acquire_waiting(
+    /// [`lock`](Self::lock) and [`lock_until`](Self::lock_until): rounds through the
+    /// acquisition driver, in the resource's line, polling below the retry delay.
+    async fn acquire(
         &self,
         resource: &str,
-        keys: &LockKeys,
-        timing: RoundSpec,
+        ttl: Duration,
         patience: Patience,
     ) -> Result<LockGuard, LockError> {
-        let started = Instant::now();
-        let (mut retries_left, deadline) = match patience {
-            Patience::Retries(count) => (count, deadline_after(started, FAR_FUTURE)),
-            Patience::Until(deadline) => (u32::MAX, deadline),
-        };
-        let mut attempts = 0u32;
-        let mut last = None;
-        // The line this acquisition waits in, once a refusal sent it there.
-        let mut waiter: Option<Waiter> = None;
-        if self.shared.config.notified && self.shared.wakes.has_line(&keys.lock) {
-            // Others of this manager already wait: queue behind them (FIFO within the
-            // manager) rather than barge past the waiter a release has just woken.
-            let joined = self.shared.wakes.waiter(&keys.lock, WakeMode::One);
-            joined.subscribed().await;
-            let poll_at = deadline_after(Instant::now(), self.jitter()).min(deadline);
-            // `lock` (a retry count, no deadline) waits in line at most one retry delay before
-            // its first round, as it would poll: waiting for its turn instead made 16 waiters
-            // of one manager give up one after the other (8.4 s for 2 retries of 500 ms).
-            let until = match patience {
-                Patience::Retries(_) => poll_at,
-                Patience::Until(_) => deadline,
-            };
-            let woken = joined.wait(poll_at, until).await;
-            tracing::trace!(resource, ?woken, "queued behind this manager's waiters");
-            waiter = Some(joined);
-        }
-        loop {
-            if matches!(patience, Patience::Until(_)) && Instant::now() >= deadline {
-                return Err(LockError::DeadlinePassed {
-                    resource: resource.to_string(),
-                    attempts,
-                    last: last.map(Box::new),
-                });
-            }
-            let outcome = self
-                .round(resource, keys, timing, attempts, started, waiter.is_some())
-                .await;
-            attempts = attempts.saturating_add(1);
-            let failure = match outcome {
-                Ok(guard) => {
-                    if let Some(waiter) = waiter {
-                        waiter.done();
-                    }
-                    return Ok(guard);
-                }
-                Err(failure) if failure.error.is_retryable() => failure,
-                Err(failure) => return Err(failure.error),
-            };
-            if retries_left == 0 {
-                return Err(failure.error);
-            }
-            // Any retryable failure, not only contention: a round that timed out on a loaded
-            // master may well have met a holder, whose release is worth hearing.
-            if self.shared.config.notified && waiter.is_none() {
-                let joined = self.shared.wakes.waiter(&keys.lock, WakeMode::One);
-                let subscribed = joined.subscribed().await;
-                tracing::debug!(resource, subscribed, "contended: waiting for a release");
-                waiter = Some(joined);
-                self.settle(failure.cleanup).await;
-                last = Some(failure.error);
-                continue;
-            }
-            if matches!(patience, Patience::Retries(_)) {
-                retries_left -= 1;
-            }
-            let now = Instant::now();
-            let mut poll_at = deadline_after(now, self.jitter()).min(deadline);
-            match &waiter {
-                Some(waiter) => {
-                    // A crashed holder's keys expire unannounced: be there when they do.
-                    if let Some(free_in) = failure.free_in {
-                        poll_at = poll_at.min(deadline_after(now, free_in + EXPIRY_SLACK));
-                    }
-                    loop {
-                        // `lock` spends its retries on time as polling would (a waiter further
-                        // back in line spends one per retry delay without a round), so it
-                        // returns within about `retry_count` retry delays as before; `lock_until`
-                        // waits in line until its deadline.
-                        let until = match patience {
-                            Patience::Retries(_) => poll_at,
-                            Patience::Until(_) => deadline,
-                        };
-                        let woken = waiter.wait(poll_at, until).await;
-                        tracing::trace!(resource, ?woken, "waiter woken");
-                        let behind = woken == Woken::Deadline
-                            && matches!(patience, Patience::Retries(_))
-                            && !waiter.polls();
-                        if !behind {
-                            break;
-                        }
-                        if retries_left == 0 {
-                            return Err(failure.error);
-                        }
-                        retries_left -= 1;
-                        poll_at = deadline_after(Instant::now(), self.jitter());
-                    }
-                }
-                None => tokio::time::sleep_until(poll_at).await,
-            }
-            self.settle(failure.cleanup).await;
-            last = Some(failure.error);
-        }
-    }
-
-    /// One acquire round (the `retry`-th retry of an acquisition that `started` then), traced
-    /// in an `acquire` span and counted.
-    async fn round(
-        &self,
-        resource: &str,
-        keys: &LockKeys,
-        timing: RoundSpec,
-        retry: u32,
-        started: Instant,
-        report_ttl: bool,
-    ) -> Result<LockGuard, RoundFailure> {
-        let span = tracing::debug_span!(
-            "acquire",
-            resource,
-            ttl = ?timing.ttl,
-            retry,
-            outcome = tracing::field::Empty,
-            validity_left = tracing::field::Empty,
-        );
-        let outcome = in_span(
-            &span,
-            self.acquire_round(resource, keys, timing, report_ttl),
-        )
-        .await;
-        self.shared
-            .counters
-            .acquired(outcome.as_ref().map_err(|failure| &failure.error));
-        record_outcome(&span, outcome.as_ref().map_err(|f| &f.error), "granted");
-        if let Ok(guard) = &outcome {
-            crate::stats::acquire_wait(started.elapsed());
-            record_with(&span, "validity_left", || guard.remaining());
-        }
-        outcome
+        let (keys, timing) = self.validate(resource, ttl)?;
+        let poll = PollDelay::below(self.shared.config.retry_delay);
+        Acquisition::new(&self.shared, resource, timing.ttl)
+            .retrying(patience, Line::One(&keys.lock), poll, |waiting| {
+                self.acquire_round(resource, &keys, timing, waiting)
+            })
+            .await
     }
 
     /// One acquire round, plus the write-back of the fencing token when fencing is on and the
@@ -622,29 +470,11 @@ impl Redlock {
         }
     }
 
-    /// Waits (at most one node timeout) for a failed round's cleanup, so that the next round
-    /// does not find this client's own leftover keys.
-    async fn settle(&self, cleanup: Option<tokio::task::JoinHandle<()>>) {
-        if let Some(cleanup) = cleanup {
-            let _ = tokio::time::timeout(self.shared.config.node_timeout, cleanup).await;
-        }
-    }
-
     /// Checks the arguments and builds the keys; TTLs are truncated to whole milliseconds.
     fn validate(&self, resource: &str, ttl: Duration) -> Result<(LockKeys, RoundSpec), LockError> {
         let config = &self.shared.config;
         let keys = lock_keys(config, resource)?;
         let timing = round_spec(config, ttl)?;
         Ok((keys, timing))
-    }
-
-    /// A uniformly random delay in `[0, retry_delay)`.
-    fn jitter(&self) -> Duration {
-        let bound = self.shared.config.retry_delay;
-        if bound.is_zero() {
-            return Duration::ZERO;
-        }
-        let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
-        Duration::from_nanos(rand::rng().random_range(0..nanos))
     }
 }

@@ -21,16 +21,11 @@ pub(crate) mod keyset;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::RngExt;
-use tokio::time::Instant;
-
+use crate::acquisition::{Acquisition, Line, Patience, PollDelay};
 use crate::error::LockError;
 use crate::manager::Redlock;
 use crate::round::spec::{round_spec, RoundSpec};
-use crate::round::timing::{deadline_after, FAR_FUTURE};
 use crate::round::{self, RoundFailure};
-use crate::traced::{in_span, record_outcome, record_with};
-use crate::wake::{Waiter, WakeMode};
 
 pub use guard::MultiLockGuard;
 pub use keyset::MAX_LOCK_ALL;
@@ -83,14 +78,21 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<MultiLockGuard, LockError> {
         let (set, timing) = self.validate_set(resources, ttl)?;
-        self.set_round(&set, timing, 0, false)
+        let label = set.label();
+        Acquisition::new(self.shared(), &label, timing.ttl)
+            .once(self.set_acquire(&set, &label, timing))
             .await
-            .map_err(|failure| failure.error)
     }
 
     /// Like [`try_lock_all`](Self::try_lock_all), with up to
-    /// [`retry_count`](crate::RedlockBuilder::retry_count) more rounds after random delays
-    /// below [`retry_delay`](crate::RedlockBuilder::retry_delay), as [`lock`](Self::lock).
+    /// [`retry_count`](crate::RedlockBuilder::retry_count) more rounds, as
+    /// [`lock`](Self::lock): with
+    /// [`notified_handoffs`](crate::RedlockBuilder::notified_handoffs) (the default), a refused
+    /// caller is woken by the release of any resource of the set and retries when the holders'
+    /// keys expire, as [`lock_all_until`](Self::lock_all_until) is; each retry otherwise
+    /// follows a random delay below [`retry_delay`](crate::RedlockBuilder::retry_delay). The
+    /// round right after subscribing, which closes the gap between the refusal and the
+    /// subscription, is not counted as a retry.
     ///
     /// # Errors
     ///
@@ -105,23 +107,8 @@ impl Redlock {
         resources: &[S],
         ttl: Duration,
     ) -> Result<MultiLockGuard, LockError> {
-        let (set, timing) = self.validate_set(resources, ttl)?;
-        let retry_count = self.shared().config.retry_count;
-        let mut retries_left = retry_count;
-        loop {
-            match self
-                .set_round(&set, timing, retry_count - retries_left, false)
-                .await
-            {
-                Ok(guard) => return Ok(guard),
-                Err(failure) if failure.error.is_retryable() && retries_left > 0 => {
-                    retries_left -= 1;
-                    tokio::time::sleep(self.set_jitter()).await;
-                    self.set_settle(failure.cleanup).await;
-                }
-                Err(failure) => return Err(failure.error),
-            }
-        }
+        let patience = Patience::Retries(self.shared().config.retry_count);
+        self.acquire_set(resources, ttl, patience).await
     }
 
     /// Like [`try_lock_all`](Self::try_lock_all), retrying until `deadline`, as
@@ -148,59 +135,27 @@ impl Redlock {
         ttl: Duration,
         deadline: std::time::Instant,
     ) -> Result<MultiLockGuard, LockError> {
+        self.acquire_set(resources, ttl, Patience::until(deadline))
+            .await
+    }
+
+    /// [`lock_all`](Self::lock_all) and [`lock_all_until`](Self::lock_all_until): rounds
+    /// through the acquisition driver, woken by a release of any resource of the set, polling
+    /// below the retry delay.
+    async fn acquire_set<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+        ttl: Duration,
+        patience: Patience,
+    ) -> Result<MultiLockGuard, LockError> {
         let (set, timing) = self.validate_set(resources, ttl)?;
-        let started = Instant::now();
-        // Tokio's timers panic on an instant near the end of the clock: cap the wait.
-        let deadline = Instant::from_std(deadline).min(deadline_after(started, FAR_FUTURE));
-        let mut attempts = 0u32;
-        let mut last = None;
-        // Once refused: one waiter per resource of the set, woken by a release of any of them.
-        let mut waiters: Vec<Waiter> = Vec::new();
-        loop {
-            if Instant::now() >= deadline {
-                return Err(LockError::DeadlinePassed {
-                    resource: set.label(),
-                    attempts,
-                    last: last.map(Box::new),
-                });
-            }
-            let failure = match self.set_round(&set, timing, attempts, true).await {
-                Ok(guard) => return Ok(guard),
-                Err(failure) if failure.error.is_retryable() => failure,
-                Err(failure) => return Err(failure.error),
-            };
-            attempts = attempts.saturating_add(1);
-            let shared = self.shared();
-            if shared.config.notified && failure.error.is_contended() && waiters.is_empty() {
-                // `All`, not a place in each resource's line: a set waiter woken by one
-                // release may still find another resource held, and must not have taken that
-                // release's turn from a single-key waiter that could use it.
-                waiters = set
-                    .locks()
-                    .iter()
-                    .map(|key| shared.wakes.waiter(key, WakeMode::All))
-                    .collect();
-                // Subscribed before the next attempt, so a release after it cannot be missed.
-                futures::future::join_all(waiters.iter().map(Waiter::subscribed)).await;
-                self.set_settle(failure.cleanup).await;
-                last = Some(failure.error);
-                continue;
-            }
-            let now = Instant::now();
-            let mut wake = deadline_after(now, self.set_jitter()).min(deadline);
-            // A crashed holder's keys expire unannounced: retry when they do, not later.
-            if let Some(free_in) = failure.free_in {
-                wake = wake.min(deadline_after(now, free_in + Duration::from_millis(5)));
-            }
-            if waiters.is_empty() {
-                tokio::time::sleep_until(wake).await;
-            } else {
-                let waits = waiters.iter().map(|w| Box::pin(w.wait(wake, deadline)));
-                futures::future::select_all(waits).await;
-            }
-            self.set_settle(failure.cleanup).await;
-            last = Some(failure.error);
-        }
+        let label = set.label();
+        let poll = PollDelay::below(self.shared().config.retry_delay);
+        Acquisition::new(self.shared(), &label, timing.ttl)
+            .retrying(patience, Line::All(set.locks()), poll, |_| {
+                self.set_acquire(&set, &label, timing)
+            })
+            .await
     }
 
     /// Checks the names and the TTL; builds the sorted key set.
@@ -215,54 +170,19 @@ impl Redlock {
         Ok((Arc::new(set), timing))
     }
 
-    /// One acquire round of `set`, traced in an `acquire` span and counted, plus the fencing
-    /// write-back when the granting masters did not all issue the same token. With
-    /// `report_ttl`, a refusal says when the holders' keys expire (for waiters).
-    pub(crate) async fn set_round(
-        &self,
-        set: &Arc<KeySet>,
-        timing: RoundSpec,
-        retry: u32,
-        report_ttl: bool,
-    ) -> Result<MultiLockGuard, RoundFailure> {
-        let label = set.label();
-        let span = tracing::debug_span!(
-            "acquire",
-            resource = %label,
-            ttl = ?timing.ttl,
-            retry,
-            outcome = tracing::field::Empty,
-            validity_left = tracing::field::Empty,
-        );
-        let outcome = in_span(&span, self.set_acquire(set, &label, timing, report_ttl)).await;
-        let shared = self.shared();
-        shared
-            .counters
-            .acquired(outcome.as_ref().map_err(|failure| &failure.error));
-        record_outcome(&span, outcome.as_ref().map_err(|f| &f.error), "granted");
-        if let Ok(guard) = &outcome {
-            record_with(&span, "validity_left", || guard.remaining());
-        }
-        outcome
-    }
-
-    async fn set_acquire(
+    /// One acquire round of `set`, plus the fencing write-back when the granting masters did
+    /// not all issue the same token. A refusal always says when the holders' keys expire: the
+    /// set's script reads their TTLs on every refusal anyway.
+    pub(crate) async fn set_acquire(
         &self,
         set: &Arc<KeySet>,
         label: &str,
         timing: RoundSpec,
-        report_ttl: bool,
     ) -> Result<MultiLockGuard, RoundFailure> {
         let shared = self.shared();
         let nodes = set_nodes(&shared.nodes, set);
         let keys = set.round_keys();
-        let grant = if report_ttl {
-            // A waiter (lock_all_until, a campaigner) retries when a crashed holder's keys
-            // expire.
-            round::acquire_reporting(&nodes, label, &keys, timing, true).await?
-        } else {
-            round::acquire(&nodes, label, &keys, timing).await?
-        };
+        let grant = round::acquire_reporting(&nodes, label, &keys, timing, true).await?;
         let token = grant.token.filter(|_| !grant.token_on_quorum);
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
@@ -284,25 +204,6 @@ impl Redlock {
                 cleanup: None,
                 free_in: None,
             }),
-        }
-    }
-
-    /// A uniformly random delay in `[0, retry_delay)`, between set rounds.
-    pub(crate) fn set_jitter(&self) -> Duration {
-        let bound = self.shared().config.retry_delay;
-        if bound.is_zero() {
-            return Duration::ZERO;
-        }
-        let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
-        Duration::from_nanos(rand::rng().random_range(0..nanos))
-    }
-
-    /// Waits (at most one node timeout) for a failed round's cleanup, so that the next round
-    /// does not find this client's own leftover keys.
-    pub(crate) async fn set_settle(&self, cleanup: Option<tokio::task::JoinHandle<()>>) {
-        if let Some(cleanup) = cleanup {
-            let timeout = self.shared().config.node_timeout;
-            let _ = tokio::time::timeout(timeout, cleanup).await;
         }
     }
 }

@@ -153,6 +153,10 @@ impl<M: Master> Drop for CleanupGuard<'_, M> {
 /// (a `SET` still queued is never sent, one already sent is released in order behind it).
 /// On failure, and if this future is dropped before it finishes, the key is released in the
 /// background on every master that may hold it.
+///
+/// Without a report of the holders' TTLs: the property tests' round (the library's callers
+/// all go through [`acquire_reporting`]).
+#[cfg(test)]
 pub(crate) async fn acquire<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,

@@ -134,8 +134,7 @@ mod undo;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::RngExt;
-
+use crate::acquisition::{random_delay, settle};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::manager::Redlock;
@@ -279,7 +278,7 @@ impl Redlock {
                     splits += 1;
                     split_backoff(crate::clock::elapsed(started), splits, config.retry_delay)
                 }
-                RoundOutcome::Failed(_) => jitter(config.retry_delay),
+                RoundOutcome::Failed(_) => random_delay(config.retry_delay),
             };
             retries_left -= 1;
             tokio::time::sleep(delay).await;
@@ -414,13 +413,6 @@ async fn hand_over(
     Err(failed)
 }
 
-/// Waits up to `within` for the undo of a round's own claim (it goes on regardless).
-async fn settle(cleanup: Option<tokio::task::JoinHandle<()>>, within: Duration) {
-    if let Some(cleanup) = cleanup {
-        let _ = tokio::time::timeout(within, cleanup).await;
-    }
-}
-
 /// The delay before the round after the `splits`-th split vote in a row: uniform in
 /// `[0, bound)`, the bound twice the split round's duration and doubling with each split in a
 /// row (at least 1 ms, at most `cap`, the manager's retry delay): a loaded machine (slow
@@ -432,14 +424,5 @@ fn split_backoff(round: Duration, splits: u32, cap: Duration) -> Duration {
         .saturating_mul(factor)
         .max(Duration::from_millis(1))
         .min(cap);
-    jitter(bound)
-}
-
-/// A uniformly random delay in `[0, bound)`: keeps racing claimers apart.
-fn jitter(bound: Duration) -> Duration {
-    if bound.is_zero() {
-        return Duration::ZERO;
-    }
-    let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(rand::rng().random_range(0..nanos))
+    random_delay(bound)
 }
