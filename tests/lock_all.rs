@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::{InvalidArgument, LockError, Redlock, DEFAULT_KEY_PREFIX, MAX_LOCK_ALL};
+use quorumlock::{
+    InvalidArgument, LockError, MultiLockGuard, Redlock, DEFAULT_KEY_PREFIX, MAX_LOCK_ALL,
+};
 use support::{
     builder, cluster, get, key, manager, our_keys, pttl, script_calls, wait_until, warm_up,
     PATIENCE,
@@ -435,34 +437,64 @@ async fn a_cancelled_lock_all_leaves_nothing_behind() {
     );
 }
 
-/// A set waiter is woken by the release of the resource that stopped it (its fallback poll
-/// is up to a minute away, the holder's key lives 30 s): it gets the set at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lock_all_until_is_woken_by_a_release() {
+/// Holds `account:2` (for a minute) while `acquire` runs a set waiter on accounts 1 and 2, on
+/// a manager whose retry delay is ten minutes; releases it once the waiter ran two rounds (the
+/// refusal, then the round once subscribed: from there only a release, a poll or the expiry
+/// starts another). Returns how long after the release the set was granted.
+async fn granted_after_release<F, Fut>(acquire: F) -> Duration
+where
+    F: FnOnce(Redlock) -> Fut,
+    Fut: std::future::Future<Output = Result<MultiLockGuard, LockError>> + Send + 'static,
+{
     let cluster = cluster(3);
     let holder = manager(&cluster);
     let waiter = builder(&cluster.urls())
-        .retry_delay(Duration::from_secs(60))
+        .retry_delay(Duration::from_secs(600))
         .build()
         .expect("build manager");
     let single = holder
-        .lock("account:2", Duration::from_secs(30))
+        .lock("account:2", Duration::from_secs(60))
         .await
         .expect("lock account:2");
-    let waiting = tokio::spawn(async move {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let both = waiter
-            .lock_all_until(&["account:1", "account:2"], TTL, deadline)
-            .await;
-        (both, Instant::now())
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rounds = |locks: &Redlock| {
+        let stats = locks.stats();
+        stats.grants + stats.contended + stats.unreachable + stats.validity_exhausted
+    };
+    let attempt = acquire(waiter.clone());
+    let waiting = tokio::spawn(async move { (attempt.await, Instant::now()) });
+    wait_until("the waiter ran two rounds", PATIENCE, || {
+        rounds(&waiter) >= 2
+    })
+    .await;
     assert!(!waiting.is_finished(), "granted while account:2 is held");
     let released = Instant::now();
     single.release().await.expect("release account:2");
     let (both, granted) = waiting.await.expect("the waiter's task");
     let both = both.expect("both accounts");
-    let took = granted.duration_since(released);
-    assert!(took < Duration::from_secs(2), "woken after {took:?}");
     both.release().await.expect("release both");
+    granted.duration_since(released)
+}
+
+/// `lock_all_until` is woken by the release of the resource that stopped it: granted within
+/// seconds, where its fallback poll (up to ten minutes) and the holder's expiry are far away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_until_is_woken_by_a_release() {
+    let took = granted_after_release(|waiter| async move {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let accounts = ["account:1", "account:2"];
+        waiter.lock_all_until(&accounts, TTL, deadline).await
+    })
+    .await;
+    assert!(took < Duration::from_secs(10), "woken after {took:?}");
+}
+
+/// `lock_all` (a retry count, not a deadline) is woken by a release as `lock_all_until` is,
+/// not left to its retry delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_is_woken_by_a_release() {
+    let took = granted_after_release(|waiter| async move {
+        waiter.lock_all(&["account:1", "account:2"], TTL).await
+    })
+    .await;
+    assert!(took < Duration::from_secs(10), "woken after {took:?}");
 }
