@@ -208,6 +208,7 @@ impl<'a> Acquisition<'a> {
         if notified {
             waiters.extend(self.queue_behind(line, patience, poll, deadline).await);
         }
+        let mut in_line = !waiters.is_empty();
         loop {
             if until_deadline && Instant::now() >= deadline {
                 return Err(LockError::DeadlinePassed {
@@ -216,9 +217,7 @@ impl<'a> Acquisition<'a> {
                     last: last.map(Box::new),
                 });
             }
-            let outcome = self
-                .traced(attempts, started, round(!waiters.is_empty()))
-                .await;
+            let outcome = self.traced(attempts, started, round(in_line)).await;
             attempts = attempts.saturating_add(1);
             let failure = match outcome {
                 Ok(granted) => {
@@ -233,7 +232,8 @@ impl<'a> Acquisition<'a> {
             }
             // Any retryable failure, not only contention: a round that timed out on a loaded
             // master may well have met a holder, whose release is worth hearing.
-            if notified && waiters.is_empty() {
+            if notified && !in_line {
+                in_line = true;
                 waiters = self.join(line);
                 let subscribed = futures::future::join_all(waiters.iter().map(Waiter::subscribed))
                     .await
