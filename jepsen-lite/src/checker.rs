@@ -260,31 +260,57 @@ pub fn check(
 
 /// How far past `t_start + ttl − drift` a reported validity may end before it counts as
 /// overstated. `t_start` is read just before the call, but the library starts a round's clock
-/// when the round begins, which may rightly be later: after the task was preempted, or after
-/// it waited for a connection to a master that a fault had cut. Under faults on a loaded
-/// two-core box correct grants have ended 14-20 ms past `t_start + ttl − drift`.
+/// when the round begins, which may rightly be later: after the client's thread was preempted
+/// on a loaded box. Over 50 composed runs (about 350,000 grants and 150,000 extensions of the
+/// real library) one grant ended more than 10 ms past its bound (11.9 ms) and none in any other
+/// run; the broken variants that start the clock late overstate by up to the node timeout (50
+/// ms), 56 to 140 times a run.
 /// Still lets through: a validity overstated by less than this slack.
-pub const OVERSTATED_SLACK_NS: u64 = 50_000_000;
+pub const OVERSTATED_SLACK_NS: u64 = 10_000_000;
+
+/// How many validities a run may overstate by more than [`OVERSTATED_SLACK_NS`] but at most
+/// [`OVERSTATED_LOAD_NS`] before they count: a preempted client thread, a few times a run at
+/// most on a loaded box. Beyond that count every one of them counts.
+/// Still lets through: a library that overstates by 10-50 ms this rarely.
+pub const OVERSTATED_UNDER_LOAD: usize = 3;
+
+/// An overstatement no preemption explains: it always counts.
+pub const OVERSTATED_LOAD_NS: u64 = 50_000_000;
+
+/// Keeps the overstatements that count (see [`OVERSTATED_UNDER_LOAD`]): `found` holds each
+/// overstatement past the slack, in ns, with its description.
+fn beyond_load(found: Vec<(u64, String)>) -> Vec<String> {
+    let loaded = found.len() <= OVERSTATED_UNDER_LOAD;
+    found
+        .into_iter()
+        .filter(|&(excess, _)| !loaded || excess > OVERSTATED_LOAD_NS)
+        .map(|(_, text)| text)
+        .collect()
+}
 
 /// The grants whose reported validity ends after the latest end Redlock allows: the round
 /// started no earlier than the acquire call (`t_start_ns`), so its validity ends no later than
-/// `t_start + ttl − drift` (drift: 1% of the TTL + 2 ms, the clients' setting).
-pub fn overstated(events: &[Event], epsilon_ns: u64) -> Vec<String> {
-    events
+/// `t_start + ttl − drift` (drift: 1% of the TTL + 2 ms, the clients' setting), past `slack_ns`
+/// and [`OVERSTATED_UNDER_LOAD`].
+pub fn overstated(events: &[Event], slack_ns: u64) -> Vec<String> {
+    let found = events
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
         .filter_map(|e| {
             let bound = validity_bound(e.u64_field("t_start_ns")?, e.u64_field("ttl_ms")?);
             let reported = e.u64_field("valid_until_ns")?;
-            (reported > bound.saturating_add(epsilon_ns)).then(|| {
-                format!(
+            (reported > bound.saturating_add(slack_ns)).then(|| {
+                let excess = reported - bound;
+                let text = format!(
                     "{} reported {:.1} ms of validity beyond the bound",
                     e.str_field("lease").unwrap_or("?"),
-                    (reported - bound) as f64 / 1e6
-                )
+                    excess as f64 / 1e6
+                );
+                (excess, text)
             })
         })
-        .collect()
+        .collect();
+    beyond_load(found)
 }
 
 /// The grants that reached their client more than `slack_ns` after their validity ended
@@ -402,14 +428,15 @@ fn validity_bound(start_ns: u64, ttl_ms: u64) -> u64 {
 /// than `slack_ns`: the extension round started no earlier than its `t_start_ns` (read
 /// before the call), so its validity ends by `t_start + ttl − drift`. A lease's renewal (or a
 /// logged extension without a start) ran before the client logged it: its log time bounds the
-/// round's start, loosely. The TTL is the event's, else its grant's.
+/// round's start, loosely. The TTL is the event's, else its grant's. As for grants, past
+/// [`OVERSTATED_UNDER_LOAD`].
 pub fn overstated_extensions(events: &[Event], slack_ns: u64) -> Vec<String> {
     let ttl_ms: HashMap<&str, u64> = events
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
         .filter_map(|e| Some((e.str_field("lease")?, e.u64_field("ttl_ms")?)))
         .collect();
-    events
+    let found = events
         .iter()
         .filter(|e| e.f == "extend" && e.kind == Kind::Ok)
         .filter_map(|e| {
@@ -421,13 +448,16 @@ pub fn overstated_extensions(events: &[Event], slack_ns: u64) -> Vec<String> {
             let bound = validity_bound(start, ttl);
             let reported = e.u64_field("valid_until_ns")?;
             (reported > bound.saturating_add(slack_ns)).then(|| {
-                format!(
+                let excess = reported - bound;
+                let text = format!(
                     "{lease} extended {:.1} ms beyond the bound",
-                    (reported - bound) as f64 / 1e6
-                )
+                    excess as f64 / 1e6
+                );
+                (excess, text)
             })
         })
-        .collect()
+        .collect();
+    beyond_load(found)
 }
 
 /// The extensions that succeeded although invoked after the claim they extend had ended (by
@@ -941,8 +971,9 @@ mod tests {
         }
     }
 
-    /// A grant whose reported validity runs past `call start + ttl − drift` is flagged, even
-    /// when no other client's claim overlaps it; one within the bound is not.
+    /// A grant whose reported validity runs more than 50 ms past `call start + ttl − drift` is
+    /// flagged, even when no other client's claim overlaps it; one within 10 ms is not, nor
+    /// are a few (a preempted client) between 10 and 50 ms.
     #[test]
     fn validity_beyond_the_independent_bound_is_flagged() {
         let mut h = Hist::new();
@@ -950,10 +981,10 @@ mod tests {
             json!({"lease": lease, "resource": "r", "t_start_ns": m(start_ms),
                    "valid_until_ns": m(until_ms), "ttl_ms": 1000})
         };
-        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms, and the slack 50 ms.
+        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms.
         h.ev(100, 0, Kind::Ok, "acquire", grant("0-0", 100, 1088));
         h.ev(2000, 1, Kind::Ok, "acquire", grant("1-0", 2000, 3060));
-        // 42 ms past the bound: a round that began late on a loaded box, not flagged.
+        // 42 ms past the bound: a round that began late on a loaded box, not flagged alone.
         h.ev(4000, 2, Kind::Ok, "acquire", grant("2-0", 4000, 5030));
         let rep = h.check();
         assert_eq!(
@@ -964,6 +995,44 @@ mod tests {
         );
         assert!(
             rep.claims.overstated[0].starts_with("1-0"),
+            "{:?}",
+            rep.claims.overstated
+        );
+        assert!(rep.broke());
+    }
+
+    /// Overstatements between 10 and 50 ms count once there are more than a preempted client
+    /// explains (three a run): every one of them then.
+    #[test]
+    fn many_small_overstatements_are_flagged() {
+        let grant = |lease: &str, start_ms: u64, excess_ms: u64| {
+            json!({"lease": lease, "resource": "r", "t_start_ns": m(start_ms),
+                   "valid_until_ns": m(start_ms + 988 + excess_ms), "ttl_ms": 1000})
+        };
+        let mut h = Hist::new();
+        for (i, excess) in [15, 30, 49].into_iter().enumerate() {
+            let at = 2000 * i as u64;
+            h.ev(
+                at,
+                0,
+                Kind::Ok,
+                "acquire",
+                grant(&format!("0-{i}"), at, excess),
+            );
+        }
+        // 9 ms past: within the slack, never counted.
+        h.ev(9000, 0, Kind::Ok, "acquire", grant("0-9", 9000, 9));
+        let rep = h.check();
+        assert!(
+            rep.claims.overstated.is_empty(),
+            "{:?}",
+            rep.claims.overstated
+        );
+        h.ev(7000, 0, Kind::Ok, "acquire", grant("0-3", 7000, 12));
+        let rep = h.check();
+        assert_eq!(
+            rep.claims.overstated.len(),
+            4,
             "{:?}",
             rep.claims.overstated
         );
@@ -984,7 +1053,8 @@ mod tests {
             json!({"lease": "0-0", "resource": "r", "t_start_ns": m(0),
                    "valid_until_ns": m(980), "ttl_ms": 1000}),
         );
-        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms, and the slack 50 ms.
+        // ttl 1000 ms, drift 12 ms: the bound is start + 988 ms; alone, an overstatement
+        // counts past 50 ms.
         let extend = |start_ms: Option<u64>, until_ms: u64| {
             let mut v = json!({"lease": "0-0", "valid_until_ns": m(until_ms), "ttl_ms": 1000});
             if let Some(start) = start_ms {

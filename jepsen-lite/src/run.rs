@@ -247,6 +247,14 @@ async fn finish(
     if judgement.verdict == Verdict::Inconclusive {
         observed_text = format!("inconclusive: {}", judgement.why);
     }
+    if leaks.reads > 0 {
+        observed_text = format!(
+            "{observed_text}; lock keys read {} times during the run, {} seen, {} judged",
+            leaks.reads,
+            leaks.keys_seen,
+            leaks.keys_seen - leaks.not_judged
+        );
+    }
     let fenced = if sc.fenced {
         format!(
             "{} rejected, {} lost, token order violations {}",

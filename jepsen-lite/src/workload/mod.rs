@@ -288,7 +288,7 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
     let params = Params {
         ttl_ns,
         drift_ns: drift_ns(ttl_ns),
-        slack_ns: crate::checker::OVERSTATED_SLACK_NS,
+        slack_ns: crate::checker::OVERSTATED_LOAD_NS,
         epsilon_ns: 2_000_000,
         liveness_bound_ns: ttl_ns + 1_500_000_000,
         progress_bound_ns: 5_000_000_000,
