@@ -755,7 +755,8 @@ fn check_liveness(events: &[Event], bound_ns: u64) -> LivenessReport {
 pub struct CrashLiveness {
     /// Crashes while holding.
     pub crashes: usize,
-    /// Those judged (no fault on around them, see [`crash_liveness`]).
+    /// Those judged (their bound, extended by the time no liveness was owed, ended within the
+    /// run: see [`crash_liveness`]).
     pub checked: usize,
     /// Judged crashes after which the lock was not granted again within the bound: the
     /// crashing lease, and how long it took (`None`: never).
@@ -765,18 +766,20 @@ pub struct CrashLiveness {
 }
 
 /// For each `crash` event of a client (it exits holding a lock), the first later grant of the
-/// same resource must come within `bound_ns`. Only crashes for which `quiet(from, to)` says no
-/// fault was on from the crash to the bound are judged: a fault on a majority may rightly keep
-/// everyone out. A grant counts from when it may have happened (see `possible_grants`): a
-/// client stopped or killed between the library's grant and its log holds the lock unseen.
-/// A crash is not judged when a client was stopped in the middle of an acquisition of the same
-/// resource (see `stalled_mid_acquisition`).
+/// same resource must come within `bound_ns`, extended by the time in it that `blocked(from,
+/// to)` says no liveness was owed (a fault on a majority may rightly keep everyone out), again
+/// for the time the extension adds. A crash whose extended bound ends after `end_ns` (the last
+/// client event) is not judged. A grant counts from when it may have happened (see
+/// `possible_grants`): a client stopped or killed between the library's grant and its log holds
+/// the lock unseen. A crash is not judged when a client was stopped in the middle of an
+/// acquisition of the same resource (see `stalled_mid_acquisition`).
 /// Still lets through: a lock kept too long after a crash when a client that began acquiring
 /// it was killed before it could say whether it won, or was paused or killed while it tried.
 pub fn crash_liveness(
     events: &[Event],
     bound_ns: u64,
-    quiet: impl Fn(u64, u64) -> bool,
+    end_ns: u64,
+    blocked: impl Fn(u64, u64) -> u64,
 ) -> CrashLiveness {
     let mut report = CrashLiveness::default();
     let grants = possible_grants(events);
@@ -787,8 +790,16 @@ pub fn crash_liveness(
         report.crashes += 1;
         let t = crash.time_ns;
         let resource = crash.str_field("resource").unwrap_or_default();
-        let until = t.saturating_add(bound_ns);
-        if !quiet(t, until) || stalled_mid_acquisition(events, resource, t, until, bound_ns) {
+        let mut until = t.saturating_add(bound_ns);
+        // Each extension may reach more blocked time; the windows are finite, so this ends.
+        for _ in 0..64 {
+            let extended = t.saturating_add(bound_ns).saturating_add(blocked(t, until));
+            if extended == until {
+                break;
+            }
+            until = extended;
+        }
+        if until > end_ns || stalled_mid_acquisition(events, resource, t, until, bound_ns) {
             continue;
         }
         report.checked += 1;
@@ -801,7 +812,7 @@ pub fn crash_liveness(
         if let Some(w) = wait_ms {
             report.max_wait_ms = Some(report.max_wait_ms.map_or(w, |m: f64| m.max(w)));
         }
-        if next.is_none_or(|d| d > bound_ns) {
+        if next.is_none_or(|d| t.saturating_add(d) > until) {
             report
                 .late
                 .push((crash.str_field("lease").unwrap_or("?").to_string(), wait_ms));
@@ -1428,7 +1439,7 @@ mod tests {
     }
 
     /// A crash followed by a grant of its resource within the bound passes; a later one, or
-    /// none, is late; a crash under a fault is not judged.
+    /// none, is late; time in which no liveness was owed extends the bound.
     #[test]
     fn crash_liveness_bounds_the_next_grant() {
         let crash = |t: u64| {
@@ -1449,20 +1460,40 @@ mod tests {
                 json!({"lease": format!("1-{t}"), "resource": r}),
             )
         };
-        let quiet = |_: u64, _: u64| true;
-        let ok = crash_liveness(&[crash(1000), grant(2500, "r")], m(3000), quiet);
+        let quiet = |_: u64, _: u64| 0;
+        let end = u64::MAX;
+        let ok = crash_liveness(&[crash(1000), grant(2500, "r")], m(3000), end, quiet);
         assert_eq!((ok.crashes, ok.checked, ok.late.len()), (1, 1, 0));
         // Another resource's grant does not count.
         let late = crash_liveness(
             &[crash(1000), grant(2500, "r1"), grant(4500, "r")],
             m(3000),
+            end,
             quiet,
         );
         assert_eq!(late.late.len(), 1);
-        let never = crash_liveness(&[crash(1000)], m(3000), quiet);
+        let never = crash_liveness(&[crash(1000)], m(3000), end, quiet);
         assert_eq!(never.late, vec![("0-1000".to_string(), None)]);
-        let faulty = crash_liveness(&[crash(1000)], m(3000), |_, _| false);
+        // Blocked throughout: the bound runs past the end of the run, not judged.
+        let faulty = crash_liveness(&[crash(1000)], m(3000), m(60_000), |a, b| b - a);
         assert_eq!((faulty.checked, faulty.late.len()), (0, 0));
+        // Two seconds without a reachable quorum (from 1500 to 3500) extend the bound by as
+        // much: a grant at 5500 is in time, one at 6500 is not.
+        let blocked = |a: u64, b: u64| {
+            let (from, to) = (a.max(m(1500)), b.min(m(3500)));
+            to.saturating_sub(from)
+        };
+        let extended = crash_liveness(&[crash(1000), grant(5500, "r")], m(3000), end, blocked);
+        assert_eq!(
+            (extended.checked, extended.late.len()),
+            (1, 0),
+            "{extended:?}"
+        );
+        let past = crash_liveness(&[crash(1000), grant(6500, "r")], m(3000), end, blocked);
+        assert_eq!(past.late.len(), 1, "{past:?}");
+        // A bound extended past the last client event is not judged.
+        let cut = crash_liveness(&[crash(1000), grant(4500, "r")], m(3000), m(5000), blocked);
+        assert_eq!(cut.checked, 0, "{cut:?}");
         // A client killed in the middle of its acquisition may hold the lock unseen for a
         // TTL: its invocation counts as a possible grant, a finished one does not.
         let invoke = |t: u64, lease: &str| {
@@ -1477,6 +1508,7 @@ mod tests {
         let killed = crash_liveness(
             &[crash(1000), invoke(2900, "2-1"), grant(4900, "r")],
             m(3000),
+            end,
             quiet,
         );
         assert_eq!(killed.late.len(), 0, "{killed:?}");
@@ -1485,6 +1517,7 @@ mod tests {
         let finished = crash_liveness(
             &[crash(1000), invoke(2900, "2-1"), refused, grant(4900, "r")],
             m(3000),
+            end,
             quiet,
         );
         assert_eq!(finished.late.len(), 1, "{finished:?}");
@@ -1513,10 +1546,11 @@ mod tests {
                 late_log.clone(),
             ],
             m(3000),
+            end,
             quiet,
         );
         assert_eq!(paused.late.len(), 0, "{paused:?}");
-        let unpaused = crash_liveness(&[crash(1000), late_log], m(3000), quiet);
+        let unpaused = crash_liveness(&[crash(1000), late_log], m(3000), end, quiet);
         assert_eq!(unpaused.late.len(), 1, "{unpaused:?}");
         // A client stopped while its acquisition of the resource was in flight may keep that
         // round's keys for a TTL: the crash is not judged; one stopped mid-acquisition of
@@ -1550,9 +1584,9 @@ mod tests {
                 grant(4900, "r"),
             ]
         };
-        let excused = crash_liveness(&stalled("r"), m(3000), quiet);
+        let excused = crash_liveness(&stalled("r"), m(3000), end, quiet);
         assert_eq!((excused.checked, excused.late.len()), (0, 0), "{excused:?}");
-        let elsewhere = crash_liveness(&stalled("r2"), m(3000), quiet);
+        let elsewhere = crash_liveness(&stalled("r2"), m(3000), end, quiet);
         assert_eq!(
             (elsewhere.checked, elsewhere.late.len()),
             (1, 1),

@@ -235,6 +235,36 @@ fn too_many_out(
     })
 }
 
+/// How long, from `from` to `to`, no liveness was owed: packet loss or another `excused`
+/// window was on, or more masters were out (see [`masters_out`]) than a quorum can spare.
+/// Between two ends of windows nothing changes, so each such stretch is judged at its middle.
+fn unreachable_time(
+    out: &[(u64, u64, Option<usize>)],
+    excused: &[(u64, u64)],
+    from: u64,
+    to: u64,
+    spare: usize,
+    nodes: usize,
+) -> u64 {
+    let mut cuts: Vec<u64> = out
+        .iter()
+        .flat_map(|&(a, b, _)| [a, b])
+        .chain(excused.iter().flat_map(|&(a, b)| [a, b]))
+        .filter(|&t| from < t && t < to)
+        .chain([from, to])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts.windows(2)
+        .filter(|w| {
+            let mid = w[0] + (w[1] - w[0]) / 2;
+            excused.iter().any(|&(a, b)| a <= mid && mid <= b)
+                || too_many_out(out, mid, mid, spare, nodes)
+        })
+        .map(|w| w[1] - w[0])
+        .sum()
+}
+
 /// How soon lock keys must be gone after a composed run's clients finished: far above a
 /// cleanup's round trip on a loaded machine (5-12 ms measured), far below the TTL.
 pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
@@ -364,8 +394,8 @@ fn counter_losses(events: &[Event]) -> Vec<u64> {
 ///   lets through: a floor that ignores a fast clock's tokens there;
 /// * no liveness owed after a crash while more masters are out of reach (down, quarantined,
 ///   cut, paused, delayed, holding replies, with a faulted clock; a ring spends them all) than
-///   a quorum can spare, under packet loss, or on a single master under any fault. Still lets
-///   through: a lock kept too long then.
+///   a quorum can spare, under packet loss, or on a single master under any fault: the bound
+///   is extended by that time. Still lets through: a lock kept too long then.
 pub fn composed_observation(
     report: &Report,
     events: &[Event],
@@ -447,11 +477,14 @@ pub fn composed_observation(
     if nodes == 1 {
         excused.extend(fault_windows(events, |_, _| true));
     }
-    let quiet = |from: u64, to: u64| {
-        !excused.iter().any(|&(a, b)| a <= to && from <= b)
-            && !too_many_out(&out, from, to, spare, nodes)
-    };
-    let liveness = checker::crash_liveness(events, liveness_bound_ns, quiet);
+    let blocked = |from: u64, to: u64| unreachable_time(&out, &excused, from, to, spare, nodes);
+    let clients_end = events
+        .iter()
+        .filter(|e| matches!(e.process, Process::Client(_)))
+        .map(|e| e.time_ns)
+        .max()
+        .unwrap_or(0);
+    let liveness = checker::crash_liveness(events, liveness_bound_ns, clients_end, blocked);
     let (effects, lost) = if fenced {
         (&report.effects_fenced, &report.lost_fenced)
     } else {
@@ -1225,9 +1258,17 @@ mod tests {
             },
             ..Report::default()
         };
+        // The run goes on for a minute after the crash, with no grant of its resource.
+        let end = Event::at(
+            60_000_000_000,
+            Process::Client(0),
+            Kind::Fail,
+            "acquire",
+            serde_json::json!({"lease": "0-99", "resource": "other"}),
+        );
         let (observed, _, violations) = composed_observation(
             &clean,
-            std::slice::from_ref(&crash),
+            &[crash.clone(), end.clone()],
             TTL_NS,
             true,
             BOUND_NS,
@@ -1235,21 +1276,50 @@ mod tests {
         );
         assert_eq!(observed, Expect::Break);
         assert_eq!(violations, vec![("liveness after crash".to_string(), 1)]);
-        // One master down and two cut: no quorum can be reached, nothing is owed. One down
-        // and one cut: a quorum is left, and the lock is owed (see below).
+        // A grant at 5.5 s, after the crash at 1 s: 1 s past the bound of 3.5 s.
+        let regrant = |at_ms: u64| {
+            Event::at(
+                at_ms * 1_000_000,
+                Process::Client(1),
+                Kind::Ok,
+                "acquire",
+                serde_json::json!({"lease": format!("1-{at_ms}"), "resource": "r"}),
+            )
+        };
+        let (observed, _, _) = composed_observation(
+            &clean,
+            &[crash.clone(), regrant(5500), end.clone()],
+            TTL_NS,
+            true,
+            BOUND_NS,
+            5,
+        );
+        assert_eq!(observed, Expect::Break, "late without a fault");
+        // One master down and two cut from 1.2 to 2.5 s: no quorum can be reached, the bound
+        // grows by 1.3 s, to 5.8 s. One down and one cut: a quorum is left, and the lock is
+        // owed as before (see below).
         let down = [
             nem_at(500, "kill", serde_json::json!({"node": 1})),
             crash.clone(),
             nem_at(1200, "partition", serde_json::json!({"nodes": [2, 3]})),
             nem_at(2000, "restart", serde_json::json!({"node": 1})),
             nem_at(2500, "partition-end", serde_json::json!({})),
+            regrant(5500),
+            end.clone(),
         ];
         let (observed, _, _) = composed_observation(&clean, &down, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Hold);
+        let mut too_late = down.to_vec();
+        too_late[5] = regrant(6000);
+        let (observed, _, _) = composed_observation(&clean, &too_late, TTL_NS, true, BOUND_NS, 5);
+        assert_eq!(observed, Expect::Break, "past the extended bound");
+        // Packet loss from 1.5 to 4 s: the bound grows by 2.5 s, to 7 s.
         let lossy = [
             crash,
             nem_at(1500, "loss", serde_json::json!({"nodes": "all"})),
             nem_at(4000, "partition-end", serde_json::json!({})),
+            regrant(6500),
+            end,
         ];
         let (observed, _, _) = composed_observation(&clean, &lossy, TTL_NS, true, BOUND_NS, 5);
         assert_eq!(observed, Expect::Hold, "no liveness owed under packet loss");
@@ -1257,8 +1327,8 @@ mod tests {
 
     /// Liveness after a crash is owed while no more masters are out of reach than a quorum
     /// can spare: a killed master (out until a TTL after its restart) alone, or beside one
-    /// more cut of five, leaves a quorum; beside two more, or a ring, it does not. A slow
-    /// client network and a client pause take no master out.
+    /// more cut of five, leaves a quorum; beside two more, or a ring, it does not, and the
+    /// bound grows by that time. A slow client network and a client pause take no master out.
     #[test]
     fn crash_liveness_is_owed_while_a_quorum_is_within_reach() {
         let crash = Event::at(
@@ -1275,13 +1345,33 @@ mod tests {
             },
             ..Report::default()
         };
+        // Whether the lock was owed by the plain bound (3.5 s after the crash at 1 s): a
+        // grant at 4.8 s is late then, in time if the faults extended it by 0.3 s or more
+        // (they last 1.3 s, from 1.2 to 2.5 s).
         let judged = |nodes: usize, faults: &[Event]| {
-            let mut events = vec![crash.clone()];
+            let mut events = vec![
+                crash.clone(),
+                Event::at(
+                    4_800_000_000,
+                    Process::Client(1),
+                    Kind::Ok,
+                    "acquire",
+                    serde_json::json!({"lease": "1-7", "resource": "r"}),
+                ),
+                Event::at(
+                    60_000_000_000,
+                    Process::Client(0),
+                    Kind::Fail,
+                    "acquire",
+                    serde_json::json!({"lease": "0-99", "resource": "other"}),
+                ),
+            ];
             events.extend_from_slice(faults);
             events.sort_by_key(|e| e.time_ns);
-            let (_, text, _) = composed_observation(&clean, &events, TTL_NS, true, BOUND_NS, nodes);
-            assert!(text.contains("/1 crash recoveries judged"), "{text}");
-            text.contains("1/1 crash recoveries judged")
+            let (observed, text, _) =
+                composed_observation(&clean, &events, TTL_NS, true, BOUND_NS, nodes);
+            assert!(text.contains("1/1 crash recoveries judged"), "{text}");
+            observed == Expect::Break
         };
         let kill = [
             nem_at(500, "kill", serde_json::json!({"node": 1})),
@@ -1326,7 +1416,7 @@ mod tests {
         let after_restart = [
             nem_at(0, "kill", serde_json::json!({"node": 1})),
             nem_at(800, "restart", serde_json::json!({"node": 1})),
-            nem_at(2500, "pause", serde_json::json!({"node": 2})),
+            nem_at(2200, "pause", serde_json::json!({"node": 2})),
             nem_at(2600, "partition-end", serde_json::json!({})),
         ];
         assert!(!judged(3, &after_restart));
