@@ -319,6 +319,28 @@ async fn forbid_check(
     if job.job.concurrency != Concurrency::Forbid {
         return Some(None);
     }
+    // A backup usually finds its slot run by a worker ranked before it: it reads the slot
+    // first and, settled, leaves the job lock alone. Taking it, however briefly, would refuse it
+    // to the first-ranked worker of the next slot whenever the backup's delay (counted on a
+    // clock that may lag the skew bound) lands on that slot's due instant, and the next slot
+    // would be recorded forbidden while nothing runs. Its own run of a later slot does not
+    // forbid it either: the slot was settled elsewhere.
+    if !quiet && backup_wait(shared, &job.name, slot).is_some() {
+        match shared.claims.status(&job.name, slot.id()).await {
+            Ok(SlotState::Running(r)) => {
+                running_elsewhere(shared, job, slot.clone(), &r);
+                return None;
+            }
+            Ok(SlotState::Completed(r)) => {
+                job.counters.bump(Count::Elsewhere);
+                job.note(slot, SlotOutcome::CompletedElsewhere, Some(&r));
+                return None;
+            }
+            // Free (its first-ranked worker is down or slow), abandoned, or unread: claimed
+            // below as before, under the job lock.
+            _ => {}
+        }
+    }
     if quiet {
         if !lock(&job.running).is_empty() {
             return None;

@@ -498,3 +498,87 @@ async fn a_worker_outside_its_fleet_is_refused() {
         other => panic!("expected NotInFleet, got {other:?}"),
     }
 }
+
+/// A fleet's run log: (slot due instant, worker, rank) per run.
+type RankLog = Arc<Mutex<Vec<(String, String, Option<usize>)>>>;
+
+/// A job of `period` that logs its runs to `log` and works 10 ms.
+fn ranked_job(name: &str, period: Duration, log: &RankLog) -> Job {
+    let log = Arc::clone(log);
+    Job::every(name, period, move |ctx: JobContext| {
+        log.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((due(&ctx), ctx.worker().to_string(), ctx.rank()));
+        async { Ok::<_, std::io::Error>(()) }
+    })
+    .expect("valid job")
+    .catch_up(CatchUp::None)
+}
+
+/// Waits until every worker has seen `slots` slots of `job` settle (any outcome but running).
+async fn settled(workers: &[Scheduler], slots: usize) {
+    wait_until("the slots settled on every worker", || {
+        workers.iter().all(|w| {
+            w.status()[0]
+                .recent
+                .iter()
+                .filter(|e| e.outcome != SlotOutcome::Running)
+                .count()
+                >= slots
+        })
+    })
+    .await;
+}
+
+/// `Concurrency::Forbid` on a fleet whose backup's clock lags by the skew bound, so that its
+/// check of each completed slot (skew bound + backup delay = 900 ms after the slot by its clock)
+/// lands on the next due instant of the first-ranked worker: every slot runs, none is recorded
+/// forbidden (only a previous run still going may forbid a slot, and every run takes 10 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_checking_a_completed_slot_does_not_forbid_the_next_one() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let fleet = ["a", "b"];
+    let workers: Vec<Scheduler> = [("a", 0), ("b", -95)]
+        .iter()
+        .map(|(w, skew)| {
+            Scheduler::builder(&manager(&cluster))
+                .worker(*w)
+                .fleet(fleet)
+                .clock_skew(TimeDelta::milliseconds(*skew))
+                .max_clock_skew(Duration::from_millis(100))
+                .backup_after(Duration::from_millis(800))
+                .job(
+                    ranked_job("forbid", Duration::from_secs(1), &log)
+                        .concurrency(quorumlock_scheduler::Concurrency::Forbid)
+                        .history(40),
+                )
+                .start()
+                .expect("start")
+        })
+        .collect();
+    settled(&workers, 14).await;
+    for w in &workers {
+        w.shutdown(Duration::from_secs(10)).await;
+    }
+    let ran: std::collections::BTreeSet<String> = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .map(|(slot, _, _)| slot.clone())
+        .collect();
+    for w in &workers {
+        let stats = w.stats("forbid").expect("job");
+        let entries = &w.status()[0].recent;
+        assert_eq!(stats.forbidden, 0, "{}: {entries:?}", w.worker());
+        for e in entries {
+            assert!(
+                ran.contains(e.slot.id()) || e.outcome == SlotOutcome::Running,
+                "{} saw {} {:?}, which never ran",
+                w.worker(),
+                e.slot,
+                e.outcome
+            );
+        }
+    }
+}
