@@ -22,7 +22,7 @@ use crate::plan::{self, lateness, past_deadline};
 use crate::policy::{Concurrency, OnAbandoned};
 use crate::shared::{Phase, Shared};
 use crate::slot::Slot;
-use crate::stagger::{backup_delay, rank, stagger};
+use crate::stagger::{backup_delay, fleet_jitter, rank, stagger};
 use crate::stats::{Count, Counters};
 use crate::status::{History, SlotEntry, SlotOutcome};
 
@@ -97,20 +97,15 @@ pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
         };
         *lock(&job.next_due) = Some(next);
         // A fleet's backups wait out their delays in tasks of their own (see below), so the
-        // loop wakes as the slot falls due; without a fleet it waits the stagger.
+        // loop wakes as the slot falls due, after the jitter every worker of the fleet draws
+        // alike for the slot; without a fleet it waits the stagger and a jitter of its own.
+        let id = Slot::new(next).id().to_string();
         let spread = match shared.fleet {
-            Some(_) => Duration::ZERO,
-            None => stagger(
-                &shared.worker,
-                &job.name,
-                Slot::new(next).id(),
-                spec.stagger,
-            ),
+            Some(_) => fleet_jitter(&job.name, &id, spec.jitter),
+            None => stagger(&shared.worker, &job.name, &id, spec.stagger) + jitter(spec.jitter),
         };
         let wake = next
-            .checked_add_signed(
-                TimeDelta::from_std(spread + jitter(spec.jitter)).unwrap_or_default(),
-            )
+            .checked_add_signed(TimeDelta::from_std(spread).unwrap_or_default())
             .unwrap_or(next);
         tokio::select! {
             () = clock::sleep_until(&*shared.clock, wake) => {}

@@ -582,3 +582,53 @@ async fn a_backup_checking_a_completed_slot_does_not_forbid_the_next_one() {
         }
     }
 }
+
+/// With a fleet, the job's jitter is drawn once per slot, the same on every worker, so that it
+/// shifts the whole ranking: every slot runs on its first-ranked worker (clocks equal, jitter
+/// far longer than the backup delay, which independent draws would overtake).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_s_jitter_keeps_each_slot_to_its_first_ranked_worker() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let fleet = ["a", "b"];
+    let workers: Vec<Scheduler> = fleet
+        .iter()
+        .map(|w| {
+            Scheduler::builder(&manager(&cluster))
+                .worker(*w)
+                .fleet(fleet)
+                .backup_after(Duration::from_millis(200))
+                .job(
+                    ranked_job("jitter", Duration::from_secs(1), &log)
+                        .jitter(Duration::from_millis(950))
+                        .history(40),
+                )
+                .start()
+                .expect("start")
+        })
+        .collect();
+    wait_until("12 slots ran", || {
+        log.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+            >= 12
+    })
+    .await;
+    for w in &workers {
+        w.shutdown(Duration::from_secs(10)).await;
+    }
+    let log = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let off: Vec<_> = log.iter().filter(|(_, _, r)| *r != Some(0)).collect();
+    assert!(
+        off.is_empty(),
+        "runs off their first-ranked worker: {off:?} of {log:?}"
+    );
+    let mut per_slot = BTreeMap::new();
+    for (slot, _, _) in &log {
+        *per_slot.entry(slot).or_insert(0) += 1;
+    }
+    assert!(per_slot.values().all(|n| *n == 1), "{per_slot:?}");
+}
