@@ -12,6 +12,7 @@ use futures::FutureExt;
 use crate::context::JobContext;
 use crate::error::SchedulerError;
 use crate::policy::{CatchUp, Concurrency, OnAbandoned};
+use crate::readable::Readable;
 use crate::schedule::Schedule;
 
 /// What a job's function may fail with: any error (its message is kept in the slot's status).
@@ -288,24 +289,45 @@ impl Job {
         }
         if self.claim_ttl < Duration::from_millis(10) {
             return bad(format!(
-                "claim TTL {:?} is too short: expected at least 10 ms",
-                self.claim_ttl
+                "claim TTL {} is too short: expected at least 10 ms",
+                Readable(self.claim_ttl)
             ));
         }
         if let Some(max) = self.max_runtime {
             if max < self.claim_ttl {
                 return bad(format!(
-                    "max_runtime {max:?} is shorter than the claim TTL {:?}",
-                    self.claim_ttl
+                    "max_runtime {} is shorter than the claim TTL {}",
+                    Readable(max),
+                    Readable(self.claim_ttl)
                 ));
             }
+        }
+        // A slot may start until its deadline only while its record is kept: a worker that
+        // started it later would find no record and run it again.
+        if self.starting_deadline > quorumlock::MAX_SLOT_RETENTION {
+            return bad(format!(
+                "starting deadline {} is longer than slot records can be kept ({}): expected \
+                 at most that",
+                Readable(self.starting_deadline),
+                Readable(quorumlock::MAX_SLOT_RETENTION)
+            ));
         }
         let retention = self.effective_retention();
         if retention < self.claim_ttl || retention > quorumlock::MAX_SLOT_RETENTION {
             return bad(format!(
-                "retention {retention:?} out of range: expected between the claim TTL {:?} and {:?}",
-                self.claim_ttl,
-                quorumlock::MAX_SLOT_RETENTION
+                "retention {} out of range: expected between the claim TTL {} and {}",
+                Readable(retention),
+                Readable(self.claim_ttl),
+                Readable(quorumlock::MAX_SLOT_RETENTION)
+            ));
+        }
+        if retention < self.starting_deadline {
+            return bad(format!(
+                "retention {} is shorter than the starting deadline {}: a worker that started \
+                 a slot after its record expired would run it again; expected a retention \
+                 longer than the deadline plus the largest clock skew",
+                Readable(retention),
+                Readable(self.starting_deadline)
             ));
         }
         Ok(())

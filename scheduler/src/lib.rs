@@ -128,6 +128,7 @@ mod error;
 mod job;
 mod plan;
 mod policy;
+mod readable;
 mod runner;
 mod schedule;
 mod scheduler;
@@ -149,7 +150,8 @@ pub use job::{
 pub use policy::{CatchUp, Concurrency, OnAbandoned};
 pub use schedule::Schedule;
 pub use scheduler::{
-    Scheduler, SchedulerBuilder, ShutdownReport, DEFAULT_BACKUP_AFTER, DEFAULT_MAX_CLOCK_SKEW,
+    Scheduler, SchedulerBuilder, ShutdownReport, BACKUP_MARGIN, DEFAULT_BACKUP_AFTER,
+    DEFAULT_MAX_CLOCK_SKEW,
 };
 pub use slot::Slot;
 pub use stats::{JobStats, Lateness};

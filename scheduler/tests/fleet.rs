@@ -632,3 +632,133 @@ async fn a_fleet_s_jitter_keeps_each_slot_to_its_first_ranked_worker() {
     }
     assert!(per_slot.values().all(|n| *n == 1), "{per_slot:?}");
 }
+
+/// The last backup must be able to start within the starting deadline: a delay equal to it is
+/// refused (the backup's lateness at its claim is always a little more), and with the margin
+/// the backup runs every slot of a dead first-ranked worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_backup_has_a_margin_within_the_starting_deadline() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let start = |deadline: u64| {
+        Scheduler::builder(&manager(&cluster))
+            .worker("live")
+            .fleet(["dead", "live"])
+            .max_clock_skew(Duration::from_millis(100))
+            .backup_after(Duration::from_millis(200))
+            .job(
+                ranked_job("edge", Duration::from_secs(1), &log)
+                    .starting_deadline(Duration::from_millis(deadline))
+                    .history(40),
+            )
+            .start()
+    };
+    match start(300) {
+        Err(quorumlock_scheduler::SchedulerError::InvalidJob { reason, .. }) => {
+            assert!(reason.contains("starting deadline"), "{reason}");
+            assert!(reason.contains("100 ms"), "the margin is named: {reason}");
+        }
+        Ok(_) => panic!("a backup delay equal to the starting deadline was accepted"),
+        Err(e) => panic!("expected InvalidJob, got {e}"),
+    }
+    let live = start(400).expect("the backup has 100 ms to claim");
+    // `dead` ranks first for about half of the slots: wait for four of them.
+    wait_until("four of dead's slots ran on live", || {
+        log.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, _, r)| *r == Some(1))
+            .count()
+            >= 4
+    })
+    .await;
+    live.shutdown(Duration::from_secs(10)).await;
+    let stats = live.stats("edge").expect("job");
+    assert_eq!(stats.missed, 0, "{:?}", live.status()[0].recent);
+}
+
+/// `Forbid` and `Replace` need each slot's last backup to claim before the next slot falls due:
+/// a shorter period is refused (its backups would start a slot after the next one, or be
+/// refused the job lock by it). `Allow` runs slots side by side and accepts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_period_shorter_than_the_backup_delays_is_refused_for_forbid_and_replace() {
+    use quorumlock_scheduler::Concurrency;
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let start = |fleet: &[&str], backup: u64, period: u64, policy: Concurrency| {
+        Scheduler::builder(&manager(&cluster))
+            .worker("a")
+            .fleet(fleet.iter().copied())
+            .backup_after(Duration::from_millis(backup))
+            .job(ranked_job("short", Duration::from_millis(period), &log).concurrency(policy))
+            .start()
+    };
+    // 100 ms skew bound + 1 s backup delay: past a 1 s period.
+    // The defaults with three workers: 100 + 2 × 200 ms, the whole of a 500 ms period.
+    for (fleet, backup, period, policy) in [
+        (&["a", "b"][..], 1_000, 1_000, Concurrency::Replace),
+        (&["a", "b"][..], 1_000, 1_000, Concurrency::Forbid),
+        (&["a", "b", "c"][..], 200, 500, Concurrency::Forbid),
+    ] {
+        match start(fleet, backup, period, policy) {
+            Err(quorumlock_scheduler::SchedulerError::InvalidJob { reason, .. }) => {
+                assert!(reason.contains("period"), "{reason}");
+            }
+            Ok(_) => panic!("{policy:?}, {backup} ms backups, {period} ms period: accepted"),
+            Err(e) => panic!("expected InvalidJob, got {e}"),
+        }
+    }
+    let ok = start(&["a", "b"], 1_000, 1_000, Concurrency::Allow).expect("Allow accepts it");
+    ok.shutdown(Duration::from_secs(5)).await;
+    let ok = start(&["a", "b", "c"], 200, 1_000, Concurrency::Forbid).expect("600 ms < 1 s");
+    ok.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Durations too long to mean anything are refused at start with a readable message, not
+/// accepted into a job that stops at once (a starting deadline of `Duration::MAX`) or printed
+/// as 18446744073709551615.999999999s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_durations_are_refused_readably() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let refused = |builder: quorumlock_scheduler::SchedulerBuilder| match builder.start() {
+        Err(e @ quorumlock_scheduler::SchedulerError::InvalidJob { .. }) => e.to_string(),
+        Ok(_) => panic!("accepted"),
+        Err(e) => panic!("expected InvalidJob, got {e}"),
+    };
+    let deadline = refused(
+        Scheduler::builder(&manager(&cluster)).worker("a").job(
+            ranked_job("huge", Duration::from_secs(1), &log)
+                .starting_deadline(Duration::MAX)
+                .retention(Duration::from_secs(3600)),
+        ),
+    );
+    assert!(deadline.contains("starting deadline"), "{deadline}");
+    let skew = refused(
+        Scheduler::builder(&manager(&cluster))
+            .worker("a")
+            .fleet(["a", "b"])
+            .max_clock_skew(Duration::MAX)
+            .job(ranked_job("huge", Duration::from_secs(1), &log)),
+    );
+    for message in [&deadline, &skew] {
+        assert!(!message.contains("18446744073709551615"), "{message}");
+    }
+    // A long deadline within the retention still starts and runs.
+    let long = Scheduler::builder(&manager(&cluster))
+        .worker("a")
+        .job(
+            ranked_job("long", Duration::from_secs(1), &log)
+                .starting_deadline(Duration::from_secs(3 * 24 * 3600)),
+        )
+        .start()
+        .expect("a three-day deadline");
+    wait_until("the long-deadline job ran", || {
+        log.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+            >= 2
+    })
+    .await;
+    long.shutdown(Duration::from_secs(5)).await;
+}
