@@ -155,6 +155,8 @@ impl Job {
     /// How late (after its due time, by the worker's clock) a slot may still start, like
     /// Kubernetes' `startingDeadlineSeconds`; later it counts as missed. Also how far back a
     /// starting worker looks for slots to catch up. Defaults to [`DEFAULT_STARTING_DEADLINE`] (60 s).
+    /// At most the [retention](Self::retention), itself at most
+    /// [`quorumlock::MAX_SLOT_RETENTION`].
     ///
     /// It bounds a slot's first start (and the claims retried after a split vote), not the
     /// retry of a slot whose runner died: [`OnAbandoned::Retry`](crate::OnAbandoned::Retry)
@@ -197,6 +199,12 @@ impl Job {
 
     /// A random delay in `[0, jitter)` before each claim, which spreads the claims of many jobs
     /// and workers due at the same instant. Counted in the lateness. Defaults to none.
+    ///
+    /// With a [fleet](crate::SchedulerBuilder::fleet) the delay is drawn once per slot, the
+    /// same on every worker (from a hash of the job and the slot), and the backups' delays
+    /// count from it: independent draws would let a backup overtake the first-ranked worker.
+    /// It then spreads the jobs, not the workers; the fleet's checks at start count it in the
+    /// last backup's delay.
     #[must_use]
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
@@ -244,7 +252,8 @@ impl Job {
 
     /// How long slot records stay on the masters after their last change. A worker that fires
     /// late (its clock lags, it was stalled) must still find a completed slot's record, so it
-    /// must be longer than the starting deadline plus the largest clock skew among workers.
+    /// must be longer than the starting deadline plus the largest clock skew among workers
+    /// (a retention shorter than the deadline is refused at start).
     /// Defaults to the longer of the claim TTL and the starting deadline, plus 10 minutes.
     #[must_use]
     pub fn retention(mut self, retention: Duration) -> Self {

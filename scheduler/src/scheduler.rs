@@ -251,7 +251,15 @@ impl SchedulerBuilder {
     /// refused: with many jobs due on the same second that is most of the masters' work. The
     /// fleet only orders the claims: a worker left out of a fleet's list, or lists that
     /// disagree, cost more claims and lateness, never a second run (claims on a quorum decide).
-    /// A dead first worker's slots run `max_clock_skew + backup_after` late. Defaults to none.
+    ///
+    /// A dead first-ranked worker's slot is run by the backup whose turn comes first in true
+    /// time: usually the one ranked second, `max_clock_skew + backup_after` after the slot by
+    /// its own clock, but a backup ranked `k`-th whose clock runs ahead of it by more than
+    /// `(k − 1) × backup_after` claims first. The run's lateness by its runner's clock
+    /// ([`JobContext::lateness`](crate::JobContext::lateness)) is then `max_clock_skew + k ×
+    /// backup_after` (plus the time to wake and claim) for its rank `k`, at most the last
+    /// backup's delay; in true time it starts that much after the slot, less how far that
+    /// runner's clock is ahead. Defaults to none.
     pub fn fleet<I, S>(mut self, workers: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -263,9 +271,14 @@ impl SchedulerBuilder {
 
     /// With a [fleet](Self::fleet): how much later each worker claims a slot than the one ranked
     /// before it. Longer than a claim and a short run take under load, so that backups find the
-    /// slot completed; keep [`max_clock_skew`](Self::max_clock_skew) + (fleet size − 1) ×
-    /// `backup_after` within the shortest period, so that the last backup's claims do not fall
-    /// on the next due instant. Defaults to [`DEFAULT_BACKUP_AFTER`] (200 ms).
+    /// slot completed. The last backup claims [`max_clock_skew`](Self::max_clock_skew) +
+    /// (fleet size − 1) × `backup_after` after a slot falls due (after the job's
+    /// [jitter](Job::jitter)); [`start`](Self::start) refuses a job for which that and
+    /// [`BACKUP_MARGIN`] do not fit within its [starting deadline](Job::starting_deadline), or,
+    /// under [`Concurrency::Forbid`] and [`Concurrency::Replace`], within its schedule's
+    /// shortest period (a backup would start a slot after the next one fell due). Under
+    /// [`Concurrency::Allow`] a backup may start a dead first-ranked worker's slot after the next
+    /// slot started. Defaults to [`DEFAULT_BACKUP_AFTER`] (200 ms).
     pub fn backup_after(mut self, delay: Duration) -> Self {
         self.backup_after = delay;
         self
@@ -279,8 +292,9 @@ impl SchedulerBuilder {
     /// slots. It also delays the slots of a dead first-ranked worker. Defaults to
     /// [`DEFAULT_MAX_CLOCK_SKEW`] (100 ms).
     ///
-    /// [`start`](Self::start) refuses a job whose last backup would claim past the job's
-    /// [starting deadline](Job::starting_deadline).
+    /// [`start`](Self::start) refuses a job whose last backup could not claim within the job's
+    /// [starting deadline](Job::starting_deadline) (or its shortest period, for some policies;
+    /// see [`backup_after`](Self::backup_after)).
     pub fn max_clock_skew(mut self, skew: Duration) -> Self {
         self.max_clock_skew = skew;
         self
@@ -306,7 +320,9 @@ impl SchedulerBuilder {
     /// # Errors
     ///
     /// [`SchedulerError::InvalidJob`] or [`SchedulerError::DuplicateJob`] for a bad job (with a
-    /// fleet: one whose last backup would claim past its starting deadline);
+    /// fleet: one whose last backup, its delay, the job's jitter and [`BACKUP_MARGIN`] added,
+    /// would claim past its starting deadline, or past its shortest period under
+    /// [`Concurrency::Forbid`] or [`Concurrency::Replace`]);
     /// [`SchedulerError::NotInFleet`] for a [fleet](Self::fleet) without this worker;
     /// [`SchedulerError::NoRuntime`] outside a tokio runtime.
     pub fn start(self) -> Result<Scheduler, SchedulerError> {
