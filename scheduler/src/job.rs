@@ -12,6 +12,7 @@ use futures::FutureExt;
 use crate::context::JobContext;
 use crate::error::SchedulerError;
 use crate::policy::{CatchUp, Concurrency, OnAbandoned};
+use crate::readable::Readable;
 use crate::schedule::Schedule;
 
 /// What a job's function may fail with: any error (its message is kept in the slot's status).
@@ -154,6 +155,8 @@ impl Job {
     /// How late (after its due time, by the worker's clock) a slot may still start, like
     /// Kubernetes' `startingDeadlineSeconds`; later it counts as missed. Also how far back a
     /// starting worker looks for slots to catch up. Defaults to [`DEFAULT_STARTING_DEADLINE`] (60 s).
+    /// At most the [retention](Self::retention), itself at most
+    /// [`quorumlock::MAX_SLOT_RETENTION`].
     ///
     /// It bounds a slot's first start (and the claims retried after a split vote), not the
     /// retry of a slot whose runner died: [`OnAbandoned::Retry`](crate::OnAbandoned::Retry)
@@ -196,6 +199,12 @@ impl Job {
 
     /// A random delay in `[0, jitter)` before each claim, which spreads the claims of many jobs
     /// and workers due at the same instant. Counted in the lateness. Defaults to none.
+    ///
+    /// With a [fleet](crate::SchedulerBuilder::fleet) the delay is drawn once per slot, the
+    /// same on every worker (from a hash of the job and the slot), and the backups' delays
+    /// count from it: independent draws would let a backup overtake the first-ranked worker.
+    /// It then spreads the jobs, not the workers; the fleet's checks at start count it in the
+    /// last backup's delay.
     #[must_use]
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
@@ -243,7 +252,8 @@ impl Job {
 
     /// How long slot records stay on the masters after their last change. A worker that fires
     /// late (its clock lags, it was stalled) must still find a completed slot's record, so it
-    /// must be longer than the starting deadline plus the largest clock skew among workers.
+    /// must be longer than the starting deadline plus the largest clock skew among workers
+    /// (a retention shorter than the deadline is refused at start).
     /// Defaults to the longer of the claim TTL and the starting deadline, plus 10 minutes.
     #[must_use]
     pub fn retention(mut self, retention: Duration) -> Self {
@@ -288,24 +298,45 @@ impl Job {
         }
         if self.claim_ttl < Duration::from_millis(10) {
             return bad(format!(
-                "claim TTL {:?} is too short: expected at least 10 ms",
-                self.claim_ttl
+                "claim TTL {} is too short: expected at least 10 ms",
+                Readable(self.claim_ttl)
             ));
         }
         if let Some(max) = self.max_runtime {
             if max < self.claim_ttl {
                 return bad(format!(
-                    "max_runtime {max:?} is shorter than the claim TTL {:?}",
-                    self.claim_ttl
+                    "max_runtime {} is shorter than the claim TTL {}",
+                    Readable(max),
+                    Readable(self.claim_ttl)
                 ));
             }
+        }
+        // A slot may start until its deadline only while its record is kept: a worker that
+        // started it later would find no record and run it again.
+        if self.starting_deadline > quorumlock::MAX_SLOT_RETENTION {
+            return bad(format!(
+                "starting deadline {} is longer than slot records can be kept ({}): expected \
+                 at most that",
+                Readable(self.starting_deadline),
+                Readable(quorumlock::MAX_SLOT_RETENTION)
+            ));
         }
         let retention = self.effective_retention();
         if retention < self.claim_ttl || retention > quorumlock::MAX_SLOT_RETENTION {
             return bad(format!(
-                "retention {retention:?} out of range: expected between the claim TTL {:?} and {:?}",
-                self.claim_ttl,
-                quorumlock::MAX_SLOT_RETENTION
+                "retention {} out of range: expected between the claim TTL {} and {}",
+                Readable(retention),
+                Readable(self.claim_ttl),
+                Readable(quorumlock::MAX_SLOT_RETENTION)
+            ));
+        }
+        if retention < self.starting_deadline {
+            return bad(format!(
+                "retention {} is shorter than the starting deadline {}: a worker that started \
+                 a slot after its record expired would run it again; expected a retention \
+                 longer than the deadline plus the largest clock skew",
+                Readable(retention),
+                Readable(self.starting_deadline)
             ));
         }
         Ok(())

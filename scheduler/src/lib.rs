@@ -92,11 +92,12 @@
 //!   order (by a hash of the worker, the job and the slot): the first-ranked as it falls due,
 //!   the others after the [clock skew bound](SchedulerBuilder::max_clock_skew) and
 //!   [`backup_after`](SchedulerBuilder::backup_after) apart, when they usually find it
-//!   completed (a dead first worker's slots run that much later). Without one, a
-//!   [stagger](Job::stagger) (a few milliseconds per worker and slot, fixed by a hash) makes
-//!   one worker usually claim first and the others be refused cheaply;
-//!   [jitter](Job::jitter) before claims; a [runtime cap](Job::max_runtime) (the lease's
-//!   `max_hold`); [graceful shutdown](Scheduler::shutdown).
+//!   completed (a dead first worker's slots run later: see [`SchedulerBuilder::fleet`] for
+//!   how much). Without one, a [stagger](Job::stagger) (a few milliseconds per worker and
+//!   slot, fixed by a hash) makes one worker usually claim first and the others be refused
+//!   cheaply; [jitter](Job::jitter) before claims (with a fleet, the same on every worker for
+//!   a slot); a [runtime cap](Job::max_runtime) (the lease's `max_hold`);
+//!   [graceful shutdown](Scheduler::shutdown).
 //! * A claim that failed on contention (a split vote that no worker won: nobody holds the
 //!   slot) is claimed again after a short random delay while the slot is within its starting
 //!   deadline. Other claim errors are recorded, not retried.
@@ -128,6 +129,7 @@ mod error;
 mod job;
 mod plan;
 mod policy;
+mod readable;
 mod runner;
 mod schedule;
 mod scheduler;
@@ -149,7 +151,8 @@ pub use job::{
 pub use policy::{CatchUp, Concurrency, OnAbandoned};
 pub use schedule::Schedule;
 pub use scheduler::{
-    Scheduler, SchedulerBuilder, ShutdownReport, DEFAULT_BACKUP_AFTER, DEFAULT_MAX_CLOCK_SKEW,
+    Scheduler, SchedulerBuilder, ShutdownReport, BACKUP_MARGIN, DEFAULT_BACKUP_AFTER,
+    DEFAULT_MAX_CLOCK_SKEW,
 };
 pub use slot::Slot;
 pub use stats::{JobStats, Lateness};

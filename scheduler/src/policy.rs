@@ -27,7 +27,9 @@ pub enum Concurrency {
     #[default]
     Allow,
     /// The slot is skipped while an earlier slot of the job runs. Fleet-wide, through a job lock
-    /// held for the whole run (one more quorum round per slot).
+    /// held for the whole run (one more quorum round per slot). A
+    /// [fleet](crate::SchedulerBuilder::fleet)'s backup reads the slot before taking the lock
+    /// and leaves it alone when the slot ran elsewhere, so only a run holds it.
     Forbid,
     /// The earlier slot's run is cancelled when the next slot falls due (by the worker running
     /// it, which watches the schedule too) and recorded as completed, so it is not retried.

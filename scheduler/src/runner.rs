@@ -22,7 +22,7 @@ use crate::plan::{self, lateness, past_deadline};
 use crate::policy::{Concurrency, OnAbandoned};
 use crate::shared::{Phase, Shared};
 use crate::slot::Slot;
-use crate::stagger::{backup_delay, rank, stagger};
+use crate::stagger::{backup_delay, fleet_jitter, rank, stagger};
 use crate::stats::{Count, Counters};
 use crate::status::{History, SlotEntry, SlotOutcome};
 
@@ -97,20 +97,15 @@ pub(crate) async fn job_loop(shared: Arc<Shared>, job: Arc<JobState>) {
         };
         *lock(&job.next_due) = Some(next);
         // A fleet's backups wait out their delays in tasks of their own (see below), so the
-        // loop wakes as the slot falls due; without a fleet it waits the stagger.
+        // loop wakes as the slot falls due, after the jitter every worker of the fleet draws
+        // alike for the slot; without a fleet it waits the stagger and a jitter of its own.
+        let id = Slot::new(next).id().to_string();
         let spread = match shared.fleet {
-            Some(_) => Duration::ZERO,
-            None => stagger(
-                &shared.worker,
-                &job.name,
-                Slot::new(next).id(),
-                spec.stagger,
-            ),
+            Some(_) => fleet_jitter(&job.name, &id, spec.jitter),
+            None => stagger(&shared.worker, &job.name, &id, spec.stagger) + jitter(spec.jitter),
         };
         let wake = next
-            .checked_add_signed(
-                TimeDelta::from_std(spread + jitter(spec.jitter)).unwrap_or_default(),
-            )
+            .checked_add_signed(TimeDelta::from_std(spread).unwrap_or_default())
             .unwrap_or(next);
         tokio::select! {
             () = clock::sleep_until(&*shared.clock, wake) => {}
@@ -318,6 +313,28 @@ async fn forbid_check(
 ) -> Option<Option<Box<dyn JobLock>>> {
     if job.job.concurrency != Concurrency::Forbid {
         return Some(None);
+    }
+    // A backup usually finds its slot run by a worker ranked before it: it reads the slot
+    // first and, settled, leaves the job lock alone. Taking it, however briefly, would refuse it
+    // to the first-ranked worker of the next slot whenever the backup's delay (counted on a
+    // clock that may lag the skew bound) lands on that slot's due instant, and the next slot
+    // would be recorded forbidden while nothing runs. Its own run of a later slot does not
+    // forbid it either: the slot was settled elsewhere.
+    if !quiet && backup_wait(shared, &job.name, slot).is_some() {
+        match shared.claims.status(&job.name, slot.id()).await {
+            Ok(SlotState::Running(r)) => {
+                running_elsewhere(shared, job, slot.clone(), &r);
+                return None;
+            }
+            Ok(SlotState::Completed(r)) => {
+                job.counters.bump(Count::Elsewhere);
+                job.note(slot, SlotOutcome::CompletedElsewhere, Some(&r));
+                return None;
+            }
+            // Free (its first-ranked worker is down or slow), abandoned, or unread: claimed
+            // below as before, under the job lock.
+            _ => {}
+        }
     }
     if quiet {
         if !lock(&job.running).is_empty() {

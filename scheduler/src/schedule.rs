@@ -11,6 +11,9 @@ use croner::Cron;
 
 use crate::error::SchedulerError;
 
+/// How many consecutive slots of a cron expression [`Schedule::shortest_gap`] looks at.
+pub(crate) const GAP_SAMPLES: usize = 256;
+
 /// When a job's slots fall due. Every worker computes the same instants from the same schedule,
 /// whatever its own clock says, which is what makes a slot's identity ([`crate::Slot::id`]) the
 /// same fleet-wide.
@@ -109,6 +112,27 @@ impl Schedule {
         }
     }
 
+    /// The shortest time between two consecutive slots: the period of an interval; for a cron
+    /// expression, the shortest gap among its next [`GAP_SAMPLES`] slots after `from` (a cron
+    /// expression has no period: `"0 0,1 * * * *"` has gaps of 1 s and 59 min 59 s, found
+    /// within a few samples). `None` for a schedule with fewer than two slots left.
+    pub(crate) fn shortest_gap(&self, from: DateTime<Utc>) -> Option<Duration> {
+        if let Kind::Every { period, .. } = &self.0 {
+            return period.to_std().ok();
+        }
+        let mut t = self.next_after(from)?;
+        let mut shortest: Option<Duration> = None;
+        for _ in 0..GAP_SAMPLES {
+            let Some(next) = self.next_after(t) else {
+                break;
+            };
+            let gap = (next - t).to_std().unwrap_or(Duration::ZERO);
+            shortest = Some(shortest.map_or(gap, |s| s.min(gap)));
+            t = next;
+        }
+        shortest
+    }
+
     /// The slots due in `(after, until]`, oldest first, at most `limit` of them (the newest
     /// `limit` when there are more, and how many older ones were left out).
     pub fn due_between(
@@ -120,6 +144,23 @@ impl Schedule {
         let mut due = std::collections::VecDeque::new();
         let mut dropped = 0;
         let mut t = after;
+        // An interval's slots that the limit would drop are counted, not walked: a long
+        // starting deadline over a short period would otherwise walk billions at start-up.
+        // Any `(t, t + k × period]` holds exactly `k` of them.
+        if let Kind::Every { period, .. } = &self.0 {
+            let (p, span) = (period.num_nanoseconds(), (until - after).num_nanoseconds());
+            if let (Some(p), Some(span)) = (p, span) {
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                let skip = (span / p).saturating_sub(limit.saturating_add(1));
+                if skip > 0 {
+                    if let Some(jumped) = after.checked_add_signed(TimeDelta::nanoseconds(skip * p))
+                    {
+                        t = jumped;
+                        dropped = u64::try_from(skip).unwrap_or(0);
+                    }
+                }
+            }
+        }
         while let Some(next) = self.next_after(t) {
             if next > until {
                 break;
@@ -249,6 +290,42 @@ mod tests {
             ]
         );
         assert_eq!(dropped, 2);
+    }
+
+    #[test]
+    fn the_shortest_gap_of_a_cron_expression_is_found_among_its_next_slots() {
+        let s = Schedule::cron_utc("0,1 0 * * * *").expect("valid");
+        let from = utc("2024-01-01T10:20:00Z");
+        assert_eq!(s.shortest_gap(from), Some(Duration::from_secs(1)));
+        let s = Schedule::every(Duration::from_millis(1_500)).expect("valid");
+        assert_eq!(s.shortest_gap(from), Some(Duration::from_millis(1_500)));
+        // A date in the past: no slot left.
+        let s = Schedule::cron_utc("0 0 0 1 1 * 2020").expect("valid");
+        assert_eq!(s.shortest_gap(from), None);
+    }
+
+    /// Years of a 1 ms interval: the slots left out are counted at once, and the newest
+    /// listed are the same as a walk would give.
+    #[test]
+    fn a_long_span_of_a_short_interval_is_counted_not_walked() {
+        let s = Schedule::every(Duration::from_millis(1)).expect("valid");
+        let t0 = Utc.timestamp_opt(1_000_000, 0).single().expect("valid");
+        let until = t0 + TimeDelta::days(400);
+        let started = std::time::Instant::now();
+        let (due, dropped) = s.due_between(t0, until, 3);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        let ms = |n: i64| until - TimeDelta::milliseconds(n);
+        assert_eq!(due, vec![ms(2), ms(1), ms(0)]);
+        assert_eq!(dropped, 400 * 86_400_000 - 3);
+        // The same as walking, over a short span.
+        let (due, dropped) = s.due_between(t0, t0 + TimeDelta::milliseconds(10), 4);
+        assert_eq!(due.len(), 4);
+        assert_eq!(dropped, 6);
+        assert_eq!(due[0], t0 + TimeDelta::milliseconds(7));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use quorumlock::Redlock;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -15,6 +15,8 @@ use crate::claims::{SlotClaims, SlotState};
 use crate::clock::{SystemClock, WallClock};
 use crate::error::SchedulerError;
 use crate::job::Job;
+use crate::policy::Concurrency;
+use crate::readable::Readable;
 use crate::runner::{job_loop, JobState};
 use crate::shared::{Fleet, Phase, Shared};
 use crate::stagger::backup_delay;
@@ -42,6 +44,13 @@ pub struct SchedulerBuilder {
 /// How much later each worker of a [fleet](SchedulerBuilder::fleet) claims a slot than the one
 /// ranked before it, unless set: 200 ms.
 pub const DEFAULT_BACKUP_AFTER: Duration = Duration::from_millis(200);
+
+/// What a [fleet](SchedulerBuilder::fleet)'s last backup needs, after its delay, to wake and
+/// claim a slot: [`start`](SchedulerBuilder::start) refuses a job whose last backup's delay
+/// (plus the job's [jitter](Job::jitter)) and this margin do not fit within the job's
+/// [starting deadline](Job::starting_deadline), or, under [`Concurrency::Forbid`] and
+/// [`Concurrency::Replace`], within its schedule's shortest period: 100 ms.
+pub const BACKUP_MARGIN: Duration = Duration::from_millis(100);
 
 /// The largest difference between the clocks of two workers of a [fleet](SchedulerBuilder::fleet)
 /// that keeps each slot to the worker ranked first for it, unless set: 100 ms (hosts kept by NTP
@@ -242,7 +251,15 @@ impl SchedulerBuilder {
     /// refused: with many jobs due on the same second that is most of the masters' work. The
     /// fleet only orders the claims: a worker left out of a fleet's list, or lists that
     /// disagree, cost more claims and lateness, never a second run (claims on a quorum decide).
-    /// A dead first worker's slots run `max_clock_skew + backup_after` late. Defaults to none.
+    ///
+    /// A dead first-ranked worker's slot is run by the backup whose turn comes first in true
+    /// time: usually the one ranked second, `max_clock_skew + backup_after` after the slot by
+    /// its own clock, but a backup ranked `k`-th whose clock runs ahead of it by more than
+    /// `(k − 1) × backup_after` claims first. The run's lateness by its runner's clock
+    /// ([`JobContext::lateness`](crate::JobContext::lateness)) is then `max_clock_skew + k ×
+    /// backup_after` (plus the time to wake and claim) for its rank `k`, at most the last
+    /// backup's delay; in true time it starts that much after the slot, less how far that
+    /// runner's clock is ahead. Defaults to none.
     pub fn fleet<I, S>(mut self, workers: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -254,9 +271,14 @@ impl SchedulerBuilder {
 
     /// With a [fleet](Self::fleet): how much later each worker claims a slot than the one ranked
     /// before it. Longer than a claim and a short run take under load, so that backups find the
-    /// slot completed; keep [`max_clock_skew`](Self::max_clock_skew) + (fleet size − 1) ×
-    /// `backup_after` within the shortest period, so that the last backup's claims do not fall
-    /// on the next due instant. Defaults to [`DEFAULT_BACKUP_AFTER`] (200 ms).
+    /// slot completed. The last backup claims [`max_clock_skew`](Self::max_clock_skew) +
+    /// (fleet size − 1) × `backup_after` after a slot falls due (after the job's
+    /// [jitter](Job::jitter)); [`start`](Self::start) refuses a job for which that and
+    /// [`BACKUP_MARGIN`] do not fit within its [starting deadline](Job::starting_deadline), or,
+    /// under [`Concurrency::Forbid`] and [`Concurrency::Replace`], within its schedule's
+    /// shortest period (a backup would start a slot after the next one fell due). Under
+    /// [`Concurrency::Allow`] a backup may start a dead first-ranked worker's slot after the next
+    /// slot started. Defaults to [`DEFAULT_BACKUP_AFTER`] (200 ms).
     pub fn backup_after(mut self, delay: Duration) -> Self {
         self.backup_after = delay;
         self
@@ -270,8 +292,9 @@ impl SchedulerBuilder {
     /// slots. It also delays the slots of a dead first-ranked worker. Defaults to
     /// [`DEFAULT_MAX_CLOCK_SKEW`] (100 ms).
     ///
-    /// [`start`](Self::start) refuses a job whose last backup would claim past the job's
-    /// [starting deadline](Job::starting_deadline).
+    /// [`start`](Self::start) refuses a job whose last backup could not claim within the job's
+    /// [starting deadline](Job::starting_deadline) (or its shortest period, for some policies;
+    /// see [`backup_after`](Self::backup_after)).
     pub fn max_clock_skew(mut self, skew: Duration) -> Self {
         self.max_clock_skew = skew;
         self
@@ -297,7 +320,9 @@ impl SchedulerBuilder {
     /// # Errors
     ///
     /// [`SchedulerError::InvalidJob`] or [`SchedulerError::DuplicateJob`] for a bad job (with a
-    /// fleet: one whose last backup would claim past its starting deadline);
+    /// fleet: one whose last backup, its delay, the job's jitter and [`BACKUP_MARGIN`] added,
+    /// would claim past its starting deadline, or past its shortest period under
+    /// [`Concurrency::Forbid`] or [`Concurrency::Replace`]);
     /// [`SchedulerError::NotInFleet`] for a [fleet](Self::fleet) without this worker;
     /// [`SchedulerError::NoRuntime`] outside a tokio runtime.
     pub fn start(self) -> Result<Scheduler, SchedulerError> {
@@ -310,6 +335,9 @@ impl SchedulerBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(SchedulerError::NoRuntime);
         }
+        let clock = self
+            .clock
+            .unwrap_or_else(|| Arc::new(SystemClock { offset: self.skew }));
         let worker: Arc<str> = Arc::from(self.worker.unwrap_or_else(default_worker));
         let fleet = match self.fleet.is_empty() {
             true => None,
@@ -330,14 +358,11 @@ impl SchedulerBuilder {
                     max_skew: self.max_clock_skew,
                 };
                 for job in &self.jobs {
-                    check_backups(&fleet, job)?;
+                    check_backups(&fleet, job, clock.now())?;
                 }
                 Some(fleet)
             }
         };
-        let clock = self
-            .clock
-            .unwrap_or_else(|| Arc::new(SystemClock { offset: self.skew }));
         let shared = Arc::new(Shared {
             claims: self.claims,
             clock,
@@ -360,28 +385,63 @@ impl SchedulerBuilder {
     }
 }
 
-/// Refuses a job whose last backup would claim its slots past their starting deadline: a dead
-/// first-ranked worker's slots would then be missed by every backup.
-fn check_backups(fleet: &Fleet, job: &Job) -> Result<(), SchedulerError> {
-    let last = backup_delay(
-        fleet.workers.len().saturating_sub(1),
-        fleet.backup_after,
-        fleet.max_skew,
-    );
-    if last > job.starting_deadline {
-        return Err(SchedulerError::InvalidJob {
+/// Refuses a job whose last backup could not use its turn: with its delay (and the jitter)
+/// plus [`BACKUP_MARGIN`] past the starting deadline, a dead first-ranked worker's slots would
+/// be missed by every backup; past the schedule's shortest period under
+/// [`Concurrency::Forbid`] or [`Concurrency::Replace`], a backup would start a slot after the
+/// next one fell due (run out of order beside it, or be refused the job lock by it).
+fn check_backups(fleet: &Fleet, job: &Job, now: DateTime<Utc>) -> Result<(), SchedulerError> {
+    if fleet.workers.len() < 2 {
+        return Ok(());
+    }
+    let last = backup_delay(fleet.workers.len() - 1, fleet.backup_after, fleet.max_skew);
+    let reach = job
+        .jitter
+        .saturating_add(last)
+        .saturating_add(BACKUP_MARGIN);
+    let turn = || {
+        let jitter = match job.jitter.is_zero() {
+            true => String::new(),
+            false => format!(" after a jitter of up to {}", Readable(job.jitter)),
+        };
+        format!(
+            "the last of {} workers claims a slot {} after it falls due{jitter} (the clock \
+             skew bound {} plus the backup delay {} per rank), and needs {} more to wake and \
+             claim it",
+            fleet.workers.len(),
+            Readable(last),
+            Readable(fleet.max_skew),
+            Readable(fleet.backup_after),
+            Readable(BACKUP_MARGIN),
+        )
+    };
+    let refuse = |reason: String| {
+        Err(SchedulerError::InvalidJob {
             job: job.name.clone(),
-            reason: format!(
-                "the last of {} workers claims a slot {last:?} after it falls due (the clock \
-                 skew bound {:?} plus the backup delay {:?} per rank), past the starting \
-                 deadline {:?}: expected a shorter skew bound or backup delay, or a longer \
-                 deadline",
-                fleet.workers.len(),
-                fleet.max_skew,
-                fleet.backup_after,
-                job.starting_deadline
-            ),
-        });
+            reason,
+        })
+    };
+    if reach > job.starting_deadline {
+        return refuse(format!(
+            "{}: past the starting deadline {}, so a dead first-ranked worker's slots would be \
+             missed; expected a shorter skew bound or backup delay, or a longer deadline",
+            turn(),
+            Readable(job.starting_deadline)
+        ));
+    }
+    if matches!(job.concurrency, Concurrency::Forbid | Concurrency::Replace) {
+        if let Some(gap) = job.schedule.shortest_gap(now) {
+            if reach > gap {
+                return refuse(format!(
+                    "{}: past the schedule's shortest period {}, so with {:?} a backup would \
+                     start a slot after the next one fell due; expected a shorter skew bound or \
+                     backup delay, a longer period, or Concurrency::Allow",
+                    turn(),
+                    Readable(gap),
+                    job.concurrency
+                ));
+            }
+        }
     }
     Ok(())
 }

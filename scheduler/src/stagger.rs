@@ -41,6 +41,15 @@ pub(crate) fn stagger(worker: &str, job: &str, slot: &str, spread: Duration) -> 
     Duration::from_nanos(score(worker, job, slot) % spread_ns)
 }
 
+/// A fleet's jitter for slot `slot` of `job`: a delay in `[0, max)` fixed by a hash of the job
+/// and the slot alone, so that every worker of the fleet draws the same one and the ranking,
+/// shifted as a whole, holds (independent draws per worker would let a backup's short draw
+/// overtake the first-ranked worker's long one). It still differs from job to job and from slot
+/// to slot, which is what spreads the claims of many jobs due at the same instant.
+pub(crate) fn fleet_jitter(job: &str, slot: &str, max: Duration) -> Duration {
+    stagger("", job, slot, max)
+}
+
 /// `worker`'s rank among `fleet` for slot `slot` of `job`: how many workers of the fleet
 /// (other than `worker`) come before it. Every worker of a fleet computes the same order, so
 /// for each slot exactly one has rank 0. Ties (equal scores) go by name.

@@ -783,8 +783,9 @@ async fn a_backup_delay_longer_than_the_period_leaves_the_next_slot_to_its_ranke
     }
 }
 
-/// A fleet whose last backup would claim past a job's starting deadline is refused at start:
-/// the slots of a dead first-ranked worker would be missed by every backup.
+/// A fleet whose last backup could not claim within a job's starting deadline (its delay plus
+/// [`crate::BACKUP_MARGIN`] to wake and claim) is refused at start: the slots of a dead
+/// first-ranked worker would be missed by every backup.
 #[tokio::test]
 async fn a_skew_bound_past_the_starting_deadline_is_refused() {
     let claims = FakeClaims::default();
@@ -796,10 +797,12 @@ async fn a_skew_bound_past_the_starting_deadline_is_refused() {
             .job(job(&Runs::default(), Duration::ZERO).starting_deadline(Duration::from_secs(2)))
             .start()
     };
-    // 1.6 s + 2 × 200 ms = 2 s: the last backup claims just within the deadline.
-    let ok = start(Duration::from_millis(1_600)).expect("within the deadline");
+    // 1.5 s + 2 × 200 ms + 100 ms = 2 s: the last backup claims within the deadline.
+    let ok = start(Duration::from_millis(1_500)).expect("within the deadline");
     ok.shutdown(Duration::from_secs(1)).await;
-    match start(Duration::from_millis(1_601)) {
+    // At 1.6 s the last backup's claim would fall due on the deadline itself, and its lateness
+    // by the time it claims is always a little more: every such slot would be missed.
+    match start(Duration::from_millis(1_501)) {
         Err(SchedulerError::InvalidJob { job, reason }) => {
             assert_eq!(job, "tick");
             assert!(reason.contains("starting deadline"), "{reason}");

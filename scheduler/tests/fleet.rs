@@ -498,3 +498,268 @@ async fn a_worker_outside_its_fleet_is_refused() {
         other => panic!("expected NotInFleet, got {other:?}"),
     }
 }
+
+/// A fleet's run log: (slot due instant, worker, rank) per run.
+type RankLog = Arc<Mutex<Vec<(String, String, Option<usize>)>>>;
+
+/// A job of `period` that logs its runs to `log` and returns at once.
+fn ranked_job(name: &str, period: Duration, log: &RankLog) -> Job {
+    let log = Arc::clone(log);
+    Job::every(name, period, move |ctx: JobContext| {
+        log.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((due(&ctx), ctx.worker().to_string(), ctx.rank()));
+        async { Ok::<_, std::io::Error>(()) }
+    })
+    .expect("valid job")
+    .catch_up(CatchUp::None)
+}
+
+/// Waits until every worker has seen `slots` slots of `job` settle (any outcome but running).
+async fn settled(workers: &[Scheduler], slots: usize) {
+    wait_until("the slots settled on every worker", || {
+        workers.iter().all(|w| {
+            w.status()[0]
+                .recent
+                .iter()
+                .filter(|e| e.outcome != SlotOutcome::Running)
+                .count()
+                >= slots
+        })
+    })
+    .await;
+}
+
+/// `Concurrency::Forbid` on a fleet whose backup's clock lags by the skew bound, so that its
+/// check of each completed slot (skew bound + backup delay = 900 ms after the slot by its clock)
+/// lands on the next due instant of the first-ranked worker: every slot runs, none is recorded
+/// forbidden (only a previous run still going may forbid a slot, and every run returns at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_checking_a_completed_slot_does_not_forbid_the_next_one() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let fleet = ["a", "b"];
+    let workers: Vec<Scheduler> = [("a", 0), ("b", -95)]
+        .iter()
+        .map(|(w, skew)| {
+            Scheduler::builder(&manager(&cluster))
+                .worker(*w)
+                .fleet(fleet)
+                .clock_skew(TimeDelta::milliseconds(*skew))
+                .max_clock_skew(Duration::from_millis(100))
+                .backup_after(Duration::from_millis(800))
+                .job(
+                    ranked_job("forbid", Duration::from_secs(1), &log)
+                        .concurrency(quorumlock_scheduler::Concurrency::Forbid)
+                        .history(40),
+                )
+                .start()
+                .expect("start")
+        })
+        .collect();
+    settled(&workers, 14).await;
+    for w in &workers {
+        w.shutdown(Duration::from_secs(10)).await;
+    }
+    let ran: std::collections::BTreeSet<String> = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .map(|(slot, _, _)| slot.clone())
+        .collect();
+    for w in &workers {
+        let stats = w.stats("forbid").expect("job");
+        let entries = &w.status()[0].recent;
+        assert_eq!(stats.forbidden, 0, "{}: {entries:?}", w.worker());
+        for e in entries {
+            assert!(
+                ran.contains(e.slot.id()) || e.outcome == SlotOutcome::Running,
+                "{} saw {} {:?}, which never ran",
+                w.worker(),
+                e.slot,
+                e.outcome
+            );
+        }
+    }
+}
+
+/// With a fleet, the job's jitter is drawn once per slot, the same on every worker, so that it
+/// shifts the whole ranking: every slot runs on its first-ranked worker (clocks equal, jitter
+/// far longer than the backup delay, which independent draws would overtake).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_s_jitter_keeps_each_slot_to_its_first_ranked_worker() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let fleet = ["a", "b"];
+    let workers: Vec<Scheduler> = fleet
+        .iter()
+        .map(|w| {
+            Scheduler::builder(&manager(&cluster))
+                .worker(*w)
+                .fleet(fleet)
+                .backup_after(Duration::from_millis(200))
+                .job(
+                    ranked_job("jitter", Duration::from_secs(1), &log)
+                        .jitter(Duration::from_millis(950))
+                        .history(40),
+                )
+                .start()
+                .expect("start")
+        })
+        .collect();
+    wait_until("12 slots ran", || {
+        log.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+            >= 12
+    })
+    .await;
+    for w in &workers {
+        w.shutdown(Duration::from_secs(10)).await;
+    }
+    let log = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let off: Vec<_> = log.iter().filter(|(_, _, r)| *r != Some(0)).collect();
+    assert!(
+        off.is_empty(),
+        "runs off their first-ranked worker: {off:?} of {log:?}"
+    );
+    let mut per_slot = BTreeMap::new();
+    for (slot, _, _) in &log {
+        *per_slot.entry(slot).or_insert(0) += 1;
+    }
+    assert!(per_slot.values().all(|n| *n == 1), "{per_slot:?}");
+}
+
+/// The last backup must be able to start within the starting deadline: a delay equal to it is
+/// refused (the backup's lateness at its claim is always a little more), and with room to
+/// spare (300 ms here, for a loaded machine) the backup runs every slot of a dead first-ranked
+/// worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_backup_has_a_margin_within_the_starting_deadline() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let start = |deadline: u64| {
+        Scheduler::builder(&manager(&cluster))
+            .worker("live")
+            .fleet(["dead", "live"])
+            .max_clock_skew(Duration::from_millis(100))
+            .backup_after(Duration::from_millis(200))
+            .job(
+                ranked_job("edge", Duration::from_secs(1), &log)
+                    .starting_deadline(Duration::from_millis(deadline))
+                    .history(40),
+            )
+            .start()
+    };
+    match start(300) {
+        Err(quorumlock_scheduler::SchedulerError::InvalidJob { reason, .. }) => {
+            assert!(reason.contains("starting deadline"), "{reason}");
+            assert!(reason.contains("100 ms"), "the margin is named: {reason}");
+        }
+        Ok(_) => panic!("a backup delay equal to the starting deadline was accepted"),
+        Err(e) => panic!("expected InvalidJob, got {e}"),
+    }
+    let live = start(600).expect("the backup has 300 ms to claim");
+    // `dead` ranks first for about half of the slots: wait for four of them.
+    wait_until("four of dead's slots ran on live", || {
+        log.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, _, r)| *r == Some(1))
+            .count()
+            >= 4
+    })
+    .await;
+    live.shutdown(Duration::from_secs(10)).await;
+    let stats = live.stats("edge").expect("job");
+    assert_eq!(stats.missed, 0, "{:?}", live.status()[0].recent);
+}
+
+/// `Forbid` and `Replace` need each slot's last backup to claim before the next slot falls due:
+/// a shorter period is refused (its backups would start a slot after the next one, or be
+/// refused the job lock by it). `Allow` runs slots side by side and accepts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_period_shorter_than_the_backup_delays_is_refused_for_forbid_and_replace() {
+    use quorumlock_scheduler::Concurrency;
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let start = |fleet: &[&str], backup: u64, period: u64, policy: Concurrency| {
+        Scheduler::builder(&manager(&cluster))
+            .worker("a")
+            .fleet(fleet.iter().copied())
+            .backup_after(Duration::from_millis(backup))
+            .job(ranked_job("short", Duration::from_millis(period), &log).concurrency(policy))
+            .start()
+    };
+    // 100 ms skew bound + 1 s backup delay: past a 1 s period.
+    // The defaults with three workers: 100 + 2 × 200 ms, the whole of a 500 ms period.
+    for (fleet, backup, period, policy) in [
+        (&["a", "b"][..], 1_000, 1_000, Concurrency::Replace),
+        (&["a", "b"][..], 1_000, 1_000, Concurrency::Forbid),
+        (&["a", "b", "c"][..], 200, 500, Concurrency::Forbid),
+    ] {
+        match start(fleet, backup, period, policy) {
+            Err(quorumlock_scheduler::SchedulerError::InvalidJob { reason, .. }) => {
+                assert!(reason.contains("period"), "{reason}");
+            }
+            Ok(_) => panic!("{policy:?}, {backup} ms backups, {period} ms period: accepted"),
+            Err(e) => panic!("expected InvalidJob, got {e}"),
+        }
+    }
+    let ok = start(&["a", "b"], 1_000, 1_000, Concurrency::Allow).expect("Allow accepts it");
+    ok.shutdown(Duration::from_secs(5)).await;
+    let ok = start(&["a", "b", "c"], 200, 1_000, Concurrency::Forbid).expect("600 ms < 1 s");
+    ok.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Durations too long to mean anything are refused at start with a readable message, not
+/// accepted into a job that stops at once (a starting deadline of `Duration::MAX`) or printed
+/// as 18446744073709551615.999999999s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_durations_are_refused_readably() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let log = RankLog::default();
+    let refused = |builder: quorumlock_scheduler::SchedulerBuilder| match builder.start() {
+        Err(e @ quorumlock_scheduler::SchedulerError::InvalidJob { .. }) => e.to_string(),
+        Ok(_) => panic!("accepted"),
+        Err(e) => panic!("expected InvalidJob, got {e}"),
+    };
+    let deadline = refused(
+        Scheduler::builder(&manager(&cluster)).worker("a").job(
+            ranked_job("huge", Duration::from_secs(1), &log)
+                .starting_deadline(Duration::MAX)
+                .retention(Duration::from_secs(3600)),
+        ),
+    );
+    assert!(deadline.contains("starting deadline"), "{deadline}");
+    let skew = refused(
+        Scheduler::builder(&manager(&cluster))
+            .worker("a")
+            .fleet(["a", "b"])
+            .max_clock_skew(Duration::MAX)
+            .job(ranked_job("huge", Duration::from_secs(1), &log)),
+    );
+    for message in [&deadline, &skew] {
+        assert!(!message.contains("18446744073709551615"), "{message}");
+    }
+    // A long deadline within the retention still starts and runs.
+    let long = Scheduler::builder(&manager(&cluster))
+        .worker("a")
+        .job(
+            ranked_job("long", Duration::from_secs(1), &log)
+                .starting_deadline(Duration::from_secs(3 * 24 * 3600)),
+        )
+        .start()
+        .expect("a three-day deadline");
+    wait_until("the long-deadline job ran", || {
+        log.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+            >= 2
+    })
+    .await;
+    long.shutdown(Duration::from_secs(5)).await;
+}
