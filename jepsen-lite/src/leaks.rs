@@ -15,7 +15,8 @@
 //!   late), or whose client counted a failed request to `m` by then (the library's per-node
 //!   error counter, which each client event carries as `node_errors`);
 //! * a client that never said how an operation ended (killed, still stopped) is owed nothing
-//!   after a TTL from its crash, or at all while it may still run.
+//!   after a TTL from its crash (or from the end of a fault on its path then), or at all while
+//!   it may still run.
 //!
 //! Not judged: a master that crashed, restarted or had its clock faulted within three TTLs
 //! (keys may come back from disk or outlive their TTL on a slowed clock). Still lets through:
@@ -157,19 +158,27 @@ fn key_may_live_until(
     lifetime: u64,
 ) -> u64 {
     let grace = u64::try_from(ORPHAN_GRACE.as_nanos()).unwrap_or(u64::MAX);
+    let faults_until = |until: u64| -> Vec<u64> {
+        path.iter()
+            .filter(|&&(a, b)| a <= until && op.start <= b)
+            .map(|&(_, b)| b)
+            .collect()
+    };
     let Some(end) = op.end else {
-        // Never said how it ended: owed nothing a key's lifetime after its client crashed.
-        return crashes
+        // Never said how it ended: owed nothing a key's lifetime after its client crashed, or
+        // after the faults on its path then ended (a request held back, or waiting in a paused
+        // master's socket, still lands after the crash).
+        let Some(&crashed) = crashes
             .get(&op.client)
             .and_then(|at| at.iter().find(|&&at| at >= op.start))
-            .map_or(u64::MAX, |&at| at.saturating_add(lifetime));
+        else {
+            return u64::MAX;
+        };
+        let last_fault = faults_until(crashed).into_iter().max().unwrap_or(0);
+        return crashed.max(last_fault).saturating_add(lifetime);
     };
     let settled = end.saturating_add(grace);
-    let faulted: Vec<u64> = path
-        .iter()
-        .filter(|&&(a, b)| a <= settled && op.start <= b)
-        .map(|&(_, b)| b)
-        .collect();
+    let faulted = faults_until(settled);
     let failed_request = || {
         let Some(before) = op.errors_at_start.as_ref().and_then(|e| e.get(node)) else {
             return true;
@@ -337,8 +346,10 @@ fn path_faults(
     client: u32,
     node: usize,
 ) -> Vec<(u64, u64)> {
-    let mut windows = fault_windows(events, |_, e| {
-        faults_master(e, node) && faults_client(e, client)
+    // A client's pauses end at its `resume-client` (see `client_pauses`), not at the next
+    // step's end, which may come long after a pause the client took itself, or never.
+    let mut windows = fault_windows(events, |verb, e| {
+        verb != Verb::PauseClient && faults_master(e, node) && faults_client(e, client)
     });
     windows.extend(pauses.get(&client).into_iter().flatten().copied());
     windows
@@ -578,5 +589,60 @@ mod tests {
         let report = judge(events);
         assert_eq!(report.violations(), 0, "{report:?}");
         assert_eq!(report.not_judged, 2);
+    }
+
+    /// A client's own pause (the watcher records it as `pause-client`) ends at its
+    /// `resume-client`: it does not exempt the client's later operations until a later step's
+    /// end, or for ever when none follows.
+    #[test]
+    fn a_pause_exempts_until_its_resume_only() {
+        let mut events = failed_acquisition();
+        events.push(nemesis(
+            500,
+            Verb::PauseClient,
+            json!({"client": 1, "how": "itself, after a grant"}),
+        ));
+        events.push(nemesis(700, Verb::ResumeClient, json!({"client": 1})));
+        events.push(read(2000, 0, &[("r", 1000)]));
+        let report = judge(events);
+        assert_eq!(report.leaked.len(), 1, "{report:?}");
+    }
+
+    /// An operation cut off by its process's crash may leave a key up to a lifetime after the
+    /// faults on its path ended: its request waited in a paused master's socket until the
+    /// master resumed.
+    #[test]
+    fn a_request_of_a_crashed_client_may_land_after_the_crash() {
+        let events = vec![
+            nemesis(900, Verb::Pause, json!({"node": 0})),
+            client(
+                1000,
+                1,
+                Kind::Invoke,
+                "acquire",
+                json!({"lease": "1-0", "resource": "r", "node_errors": [0, 0, 0]}),
+            ),
+            client(
+                1010,
+                1,
+                Kind::Ok,
+                "acquire",
+                json!({"lease": "1-0", "resource": "r", "node_errors": [0, 0, 0]}),
+            ),
+            // Another loop of the process crashes it while holding.
+            client(
+                1020,
+                1,
+                Kind::Info,
+                "crash",
+                json!({"lease": "1-1", "resource": "s", "node_errors": [0, 0, 0]}),
+            ),
+            nemesis(2500, Verb::Resume, json!({"node": 0})),
+            nemesis(2510, Verb::PartitionEnd, json!({})),
+            // The SET ran at 2500: the key lives until 4500.
+            read(4000, 0, &[("r", 500)]),
+        ];
+        let report = judge(events);
+        assert_eq!(report.violations(), 0, "{report:?}");
     }
 }
