@@ -791,15 +791,22 @@ pub fn crash_liveness(
         let t = crash.time_ns;
         let resource = crash.str_field("resource").unwrap_or_default();
         let mut until = t.saturating_add(bound_ns);
-        // Each extension may reach more blocked time; the windows are finite, so this ends.
+        // Each extension may reach more blocked time. A window open to the end of the run never
+        // lets it settle: a bound still growing after these steps is not judged (judging it
+        // would count a grant after a long blockade as late).
+        let mut settled = false;
         for _ in 0..64 {
             let extended = t.saturating_add(bound_ns).saturating_add(blocked(t, until));
             if extended == until {
+                settled = true;
                 break;
             }
             until = extended;
         }
-        if until > end_ns || stalled_mid_acquisition(events, resource, t, until, bound_ns) {
+        if !settled
+            || until > end_ns
+            || stalled_mid_acquisition(events, resource, t, until, bound_ns)
+        {
             continue;
         }
         report.checked += 1;
@@ -1436,6 +1443,30 @@ mod tests {
         let rep = h.check();
         assert!(rep.liveness.ok);
         assert_eq!(rep.liveness.first_acquire_after_ms, Some(1900.0));
+    }
+
+    /// A bound whose extensions have not settled (blocked for longer than the extensions can
+    /// reach) is not judged: a grant after a long blockade is not late.
+    #[test]
+    fn crash_liveness_judges_only_a_settled_bound() {
+        let crash = Event::at(
+            m(1000),
+            Process::Client(0),
+            Kind::Info,
+            "crash",
+            json!({"lease": "0-1", "resource": "r"}),
+        );
+        let grant = Event::at(
+            m(401_000),
+            Process::Client(1),
+            Kind::Ok,
+            "acquire",
+            json!({"lease": "1-1", "resource": "r"}),
+        );
+        // No quorum within reach from 1 s to 400 s.
+        let blocked = |a: u64, b: u64| b.min(m(400_000)).saturating_sub(a.max(m(1000)));
+        let report = crash_liveness(&[crash, grant], m(3000), m(500_000), blocked);
+        assert_eq!(report.late.len(), 0, "{report:?}");
     }
 
     /// A crash followed by a grant of its resource within the bound passes; a later one, or
