@@ -278,9 +278,11 @@ pub const OVERSTATED_UNDER_LOAD: usize = 3;
 pub const OVERSTATED_LOAD_NS: u64 = 50_000_000;
 
 /// Keeps the overstatements that count (see [`OVERSTATED_UNDER_LOAD`]): `found` holds each
-/// overstatement past the slack, in ns, with its description.
-fn beyond_load(found: Vec<(u64, String)>) -> Vec<String> {
-    let loaded = found.len() <= OVERSTATED_UNDER_LOAD;
+/// overstatement past the slack, in ns, with its description; `others` is how many of the
+/// other kind (grants for extensions, extensions for grants) the run has: the allowance is
+/// the run's, not each kind's.
+fn beyond_load(found: Vec<(u64, String)>, others: usize) -> Vec<String> {
+    let loaded = found.len() + others <= OVERSTATED_UNDER_LOAD;
     found
         .into_iter()
         .filter(|&(excess, _)| !loaded || excess > OVERSTATED_LOAD_NS)
@@ -293,7 +295,16 @@ fn beyond_load(found: Vec<(u64, String)>) -> Vec<String> {
 /// `t_start + ttl − drift` (drift: 1% of the TTL + 2 ms, the clients' setting), past `slack_ns`
 /// and [`OVERSTATED_UNDER_LOAD`].
 pub fn overstated(events: &[Event], slack_ns: u64) -> Vec<String> {
-    let found = events
+    beyond_load(
+        grants_past(events, slack_ns),
+        extensions_past(events, slack_ns).len(),
+    )
+}
+
+/// The grants whose validity ends past the bound by more than `slack_ns`: by how much, and
+/// what to say.
+fn grants_past(events: &[Event], slack_ns: u64) -> Vec<(u64, String)> {
+    events
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
         .filter_map(|e| {
@@ -309,8 +320,7 @@ pub fn overstated(events: &[Event], slack_ns: u64) -> Vec<String> {
                 (excess, text)
             })
         })
-        .collect();
-    beyond_load(found)
+        .collect()
 }
 
 /// The grants that reached their client more than `slack_ns` after their validity ended
@@ -431,12 +441,21 @@ fn validity_bound(start_ns: u64, ttl_ms: u64) -> u64 {
 /// round's start, loosely. The TTL is the event's, else its grant's. As for grants, past
 /// [`OVERSTATED_UNDER_LOAD`].
 pub fn overstated_extensions(events: &[Event], slack_ns: u64) -> Vec<String> {
+    beyond_load(
+        extensions_past(events, slack_ns),
+        grants_past(events, slack_ns).len(),
+    )
+}
+
+/// The extensions whose validity ends past the bound by more than `slack_ns`: by how much,
+/// and what to say.
+fn extensions_past(events: &[Event], slack_ns: u64) -> Vec<(u64, String)> {
     let ttl_ms: HashMap<&str, u64> = events
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
         .filter_map(|e| Some((e.str_field("lease")?, e.u64_field("ttl_ms")?)))
         .collect();
-    let found = events
+    events
         .iter()
         .filter(|e| e.f == "extend" && e.kind == Kind::Ok)
         .filter_map(|e| {
@@ -456,8 +475,7 @@ pub fn overstated_extensions(events: &[Event], slack_ns: u64) -> Vec<String> {
                 (excess, text)
             })
         })
-        .collect();
-    beyond_load(found)
+        .collect()
 }
 
 /// The extensions that succeeded although invoked after the claim they extend had ended (by
@@ -1055,6 +1073,22 @@ mod tests {
             rep.claims.overstated
         );
         assert!(rep.broke());
+        // The allowance is the run's: three grants and one extension past the slack are four.
+        h.events.retain(|e| e.str_field("lease") != Some("0-3"));
+        h.ev(
+            4500,
+            0,
+            Kind::Ok,
+            "extend",
+            json!({"lease": "0-2", "t_start_ns": m(4500), "ttl_ms": 1000,
+                   "valid_until_ns": m(4500 + 988 + 20)}),
+        );
+        let rep = h.check();
+        let counted = (
+            rep.claims.overstated.len(),
+            rep.claims.overstated_extensions.len(),
+        );
+        assert_eq!(counted, (3, 1), "{:?}", rep.claims);
     }
 
     /// An extension whose reported validity runs past its round's start + TTL − drift is
