@@ -163,7 +163,8 @@ fn within_reach(windows: &[(u64, u64)], at: u64, reach: u64) -> bool {
 /// majority and so spends every master a quorum can spare. A crashed master is out from its
 /// kill until one max TTL (the TTL here) after its restart (restart protection keeps it
 /// quarantined that long); a master cut, paused, delayed, holding replies or with a faulted
-/// clock (its keys may outlive their TTL) until the step's faults are lifted. A client pause,
+/// clock (its keys may outlive their TTL) until the step's faults are lifted, one whose clock
+/// ran ahead for as long again as it ran ahead (its clock steps back then). A client pause,
 /// the slow client network (`"nodes": "all"` delays of a few tens of ms), clocks running fast
 /// (keys expire early) and packet loss (judged apart) take no master out.
 fn masters_out(events: &[Event], ttl_ns: u64, nodes: usize) -> Vec<(u64, u64, Option<usize>)> {
@@ -201,6 +202,32 @@ fn masters_out(events: &[Event], ttl_ns: u64, nodes: usize) -> Vec<(u64, u64, Op
         let windows = fault_windows(events, |verb, e| {
             takes_out(verb, e) && !ring(e) && faults_master(e, n)
         });
+        // A clock set ahead steps back when the fault is lifted: the keys set meanwhile stay
+        // that much longer, so the master stays out as long (a strobe swings both ways).
+        for e in events.iter().filter(|e| e.process == Process::nemesis()) {
+            let ahead_ms = match Verb::parse(&e.f) {
+                Some(Verb::ClockBump) => e.value.get("delta_ms").and_then(|d| d.as_i64()),
+                Some(Verb::ClockStrobe) => e
+                    .value
+                    .get("amplitude_ms")
+                    .and_then(|d| d.as_i64())
+                    .map(i64::abs),
+                _ => None,
+            };
+            let Some(ahead_ms) = ahead_ms.and_then(|ms| u64::try_from(ms).ok()) else {
+                continue;
+            };
+            let window = windows
+                .iter()
+                .find(|&&(a, b)| a <= e.time_ns && e.time_ns <= b);
+            if let Some(&(_, b)) = window.filter(|_| faults_master(e, n)) {
+                out.push((
+                    b,
+                    b.saturating_add(ahead_ms.saturating_mul(1_000_000)),
+                    Some(n),
+                ));
+            }
+        }
         out.extend(windows.into_iter().map(|(a, b)| (a, b, Some(n))));
     }
     out
@@ -1329,6 +1356,60 @@ mod tests {
     /// can spare: a killed master (out until a TTL after its restart) alone, or beside one
     /// more cut of five, leaves a quorum; beside two more, or a ring, it does not, and the
     /// bound grows by that time. A slow client network and a client pause take no master out.
+    /// A master whose clock ran ahead keeps the keys set meanwhile for as long past the
+    /// fault's end (its clock steps back): with another master out after that, no quorum is
+    /// within reach, and a grant only when that master is back is not late.
+    #[test]
+    fn keys_a_clock_ahead_kept_past_the_lift_excuse_liveness() {
+        let events = vec![
+            nem_at(
+                500,
+                "clock-bump",
+                serde_json::json!({"node": 0, "delta_ms": 4000}),
+            ),
+            Event::at(
+                900_000_000,
+                Process::Client(2),
+                Kind::Ok,
+                "acquire",
+                serde_json::json!({"lease": "2-9", "resource": "r"}),
+            ),
+            Event::at(
+                1_000_000_000,
+                Process::Client(2),
+                Kind::Info,
+                "crash",
+                serde_json::json!({"lease": "2-9", "resource": "r"}),
+            ),
+            nem_at(1200, "partition-end", serde_json::json!({})),
+            nem_at(1500, "partition", serde_json::json!({"node": 1})),
+            nem_at(5500, "partition-end", serde_json::json!({})),
+            Event::at(
+                5_600_000_000,
+                Process::Client(1),
+                Kind::Ok,
+                "acquire",
+                serde_json::json!({"lease": "1-7", "resource": "r"}),
+            ),
+            Event::at(
+                60_000_000_000,
+                Process::Client(0),
+                Kind::Fail,
+                "acquire",
+                serde_json::json!({"lease": "0-99", "resource": "other"}),
+            ),
+        ];
+        let clean = Report {
+            claims: checker::ClaimReport {
+                claims: 100,
+                ..Default::default()
+            },
+            ..Report::default()
+        };
+        let (observed, text, _) = composed_observation(&clean, &events, TTL_NS, true, BOUND_NS, 3);
+        assert_eq!(observed, Expect::Hold, "{text}");
+    }
+
     #[test]
     fn crash_liveness_is_owed_while_a_quorum_is_within_reach() {
         let crash = Event::at(
