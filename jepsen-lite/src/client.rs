@@ -621,10 +621,13 @@ impl Ctx {
         let op_id = (u64::from(self.cfg.id) + 1000 * u64::from(generation)) * 1_000_000 + seq;
         let ttl = Duration::from_millis(self.cfg.ttl_ms);
         let deadline = Instant::now() + Duration::from_millis(spec.acquire_deadline_ms);
+        // A reentrant acquisition may re-enter (and refresh) a key its owner left on a master
+        // before: the leak checker needs to know which acquisitions can.
+        let reentrant = method == Method::Reentrant;
         self.log(
             Kind::Invoke,
             "acquire",
-            json!({"lease": lease, "resource": spec.resource}),
+            json!({"lease": lease, "resource": spec.resource, "reentrant": reentrant}),
             None,
         );
         if !looping {

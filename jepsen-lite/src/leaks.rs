@@ -14,6 +14,10 @@
 //!   to `m` meanwhile (then up to a TTL after that fault ended: a request held back may land
 //!   late), or whose client counted a failed request to `m` by then (the library's per-node
 //!   error counter, which each client event carries as `node_errors`);
+//! * a reentrant acquisition that may have re-entered a key an earlier reentrant acquisition of
+//!   its client left (that one may still have had a key there when it began): the re-entry
+//!   refreshed the key's TTL, and the earlier member keeps it past the later release, up to a
+//!   TTL after that release;
 //! * a client that never said how an operation ended (killed, still stopped) is owed nothing
 //!   after a TTL from its crash (or from the end of a fault on its path then), or at all while
 //!   it may still run.
@@ -67,6 +71,8 @@ struct Op<'a> {
     clean: bool,
     /// The client's per-master failed requests at the start.
     errors_at_start: Option<Vec<u64>>,
+    /// A reentrant acquisition: it re-enters, and refreshes the TTL of, a key its owner left.
+    reentrant: bool,
 }
 
 /// Judges the sampler's reads in `events` (see the module docs); `ttl_ns` is the lock TTL.
@@ -77,14 +83,18 @@ pub fn leaked_keys(events: &[Event], ttl_ns: u64) -> LeakReport {
     let ops = operations(events);
     let errors = node_errors(events);
     let crashes = client_crashes(events);
-    let mut by_resource: HashMap<&str, Vec<&Op<'_>>> = HashMap::new();
-    for op in &ops {
-        by_resource.entry(op.resource).or_default().push(op);
+    let mut by_resource: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        by_resource.entry(op.resource).or_default().push(i);
+    }
+    for list in by_resource.values_mut() {
+        list.sort_by_key(|&i| ops[i].start);
     }
     let pauses = client_pauses(events);
     let mut report = LeakReport::default();
     let mut exempt_cache: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
     let mut path_cache: HashMap<(u32, usize), Vec<(u64, u64)>> = HashMap::new();
+    let mut bound_cache: HashMap<(&str, usize), Vec<u64>> = HashMap::new();
     let sampler = Process::Named(SAMPLER.into());
     for read in events
         .iter()
@@ -125,18 +135,26 @@ pub fn leaked_keys(events: &[Event], ttl_ns: u64) -> LeakReport {
                 ));
                 continue;
             }
-            let explained = by_resource.get(resource.as_str()).is_some_and(|ops| {
-                ops.iter().any(|op| {
-                    if op.start > read.time_ns {
-                        return false;
-                    }
-                    let path = path_cache
-                        .entry((op.client, node))
-                        .or_insert_with(|| path_faults(events, &pauses, op.client, node));
-                    let bound = key_may_live_until(op, node, path, &errors, &crashes, lifetime);
-                    bound >= sent
-                })
-            });
+            let explained = by_resource
+                .get_key_value(resource.as_str())
+                .is_some_and(|(r, on)| {
+                    let bounds = bound_cache.entry((*r, node)).or_insert_with(|| {
+                        let mut bounds: Vec<u64> = Vec::with_capacity(on.len());
+                        for (k, &i) in on.iter().enumerate() {
+                            let op = &ops[i];
+                            let path = path_cache
+                                .entry((op.client, node))
+                                .or_insert_with(|| path_faults(events, &pauses, op.client, node));
+                            let own =
+                                key_may_live_until(op, node, path, &errors, &crashes, lifetime);
+                            bounds.push(own.max(refreshed_until(&ops, on, &bounds, k, lifetime)));
+                        }
+                        bounds
+                    });
+                    on.iter()
+                        .zip(bounds.iter())
+                        .any(|(&i, &bound)| ops[i].start <= read.time_ns && bound >= sent)
+                });
             if !explained {
                 report.leaked.push(format!(
                     "{resource} on master {node} at {:.0} ms, {pttl} ms left: no operation on it may still have a key there",
@@ -197,6 +215,30 @@ fn key_may_live_until(
     end.max(last_fault).saturating_add(lifetime)
 }
 
+/// Until when the `k`-th of the operations `on` (indices into `ops`, by start) may have kept a
+/// key its owner left before: a reentrant acquisition re-enters an earlier reentrant
+/// acquisition's key of the same client that may still be there (`bounds`: the earlier ones'),
+/// and refreshes its TTL, so the key outlives its own release by the earlier one's member.
+/// 0 when it cannot.
+fn refreshed_until(ops: &[Op<'_>], on: &[usize], bounds: &[u64], k: usize, lifetime: u64) -> u64 {
+    let op = &ops[on[k]];
+    if !op.reentrant {
+        return 0;
+    }
+    let grace = u64::try_from(ORPHAN_GRACE.as_nanos()).unwrap_or(u64::MAX);
+    let stale = on[..k].iter().zip(bounds).any(|(&j, &bound)| {
+        let prev = &ops[j];
+        // Gone by the grace after its end: its release or cleanup deleted its key.
+        let settled = prev.end.map_or(u64::MAX, |end| end.saturating_add(grace));
+        prev.reentrant && prev.client == op.client && bound >= op.start && bound > settled
+    });
+    // One that never said how it ended is owed its crash's bound already.
+    match op.end {
+        Some(end) if stale => end.saturating_add(lifetime),
+        _ => 0,
+    }
+}
+
 /// Every client operation, by lease, in no particular order.
 fn operations(events: &[Event]) -> Vec<Op<'_>> {
     let mut ops: HashMap<&str, Op<'_>> = HashMap::new();
@@ -219,6 +261,7 @@ fn operations(events: &[Event]) -> Vec<Op<'_>> {
                         end: None,
                         clean: false,
                         errors_at_start: errors_of(e),
+                        reentrant: e.value.get("reentrant") == Some(&serde_json::Value::Bool(true)),
                     },
                 );
             }
@@ -629,6 +672,91 @@ mod tests {
         events.push(read(2000, 0, &[("r", 1000)]));
         let report = judge(events);
         assert_eq!(report.leaked.len(), 1, "{report:?}");
+    }
+
+    /// A reentrant acquisition re-enters (and refreshes the TTL of) its owner's key left on a
+    /// master by an earlier release that could not reach it: after its own clean release, the
+    /// earlier acquisition's member keeps the key until a TTL after the re-entry. Not so for
+    /// acquisitions that are not reentrant.
+    #[test]
+    fn a_reentry_may_refresh_a_key_its_owner_left() {
+        let mut events = vec![
+            nemesis(900, Verb::Partition, json!({"clients": [1], "nodes": [0]})),
+            client(
+                1000,
+                1,
+                Kind::Invoke,
+                "acquire",
+                json!({"lease": "1-0", "resource": "r", "node_errors": [0, 0, 0], "reentrant": true}),
+            ),
+            client(
+                1010,
+                1,
+                Kind::Ok,
+                "acquire",
+                json!({"lease": "1-0", "resource": "r", "node_errors": [1, 0, 0]}),
+            ),
+            client(
+                1030,
+                1,
+                Kind::Invoke,
+                "release",
+                json!({"lease": "1-0", "node_errors": [1, 0, 0]}),
+            ),
+            client(
+                1040,
+                1,
+                Kind::Ok,
+                "release",
+                json!({"lease": "1-0", "node_errors": [2, 0, 0]}),
+            ),
+            nemesis(1200, Verb::PartitionEnd, json!({})),
+            client(
+                2500,
+                1,
+                Kind::Invoke,
+                "acquire",
+                json!({"lease": "1-1", "resource": "r", "node_errors": [2, 0, 0], "reentrant": true}),
+            ),
+            client(
+                2510,
+                1,
+                Kind::Ok,
+                "acquire",
+                json!({"lease": "1-1", "resource": "r", "node_errors": [2, 0, 0]}),
+            ),
+            client(
+                2520,
+                1,
+                Kind::Invoke,
+                "release",
+                json!({"lease": "1-1", "node_errors": [2, 0, 0]}),
+            ),
+            client(
+                2530,
+                1,
+                Kind::Ok,
+                "release",
+                json!({"lease": "1-1", "node_errors": [2, 0, 0]}),
+            ),
+            client(
+                3100,
+                1,
+                Kind::Invoke,
+                "acquire",
+                json!({"lease": "1-2", "resource": "s", "node_errors": [2, 0, 0]}),
+            ),
+            // Refreshed at 2510 by the re-entry: there until 4510.
+            read(4000, 0, &[("r", 500)]),
+        ];
+        let report = judge(events.clone());
+        assert_eq!(report.violations(), 0, "{report:?}");
+        for e in &mut events {
+            if let Some(fields) = e.value.as_object_mut() {
+                fields.remove("reentrant");
+            }
+        }
+        assert_eq!(judge(events).leaked.len(), 1);
     }
 
     /// An operation cut off by its process's crash may leave a key up to a lifetime after the
