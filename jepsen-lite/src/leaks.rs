@@ -25,8 +25,10 @@
 //! Not judged: a master that crashed, restarted or had its clock faulted within three TTLs
 //! (keys may come back from disk or outlive their TTL on a slowed clock). Still lets through:
 //! a key left by a failed round while another operation on the same resource could explain
-//! it (the sampler sees that a key is there, not whose it is), and any key left on such a
-//! master.
+//! it (the sampler sees that a key is there, not whose it is), any key left on such a
+//! master, and a key left on a master to which the client counted a failed request during the
+//! operation, whatever failed (the counter is the client process's, over all its operations):
+//! a library that released only on its granting quorum would leak there unseen.
 
 use std::collections::HashMap;
 
