@@ -81,6 +81,17 @@ pub fn process_stopped(pid: u32) -> Result<String, String> {
     }
 }
 
+/// Whether process `pid` has exited (a zombie not yet reaped, or gone): a stop cannot reach it.
+pub fn process_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
 /// The packets the loopback `DROP` rules matching `port` (as source or destination) counted,
 /// from `iptables -L INPUT -v -x -n` output.
 pub fn dropped_packets(listing: &str, port: u16) -> u64 {
@@ -118,6 +129,23 @@ pub fn offset_took_effect(measured_ms: i64, expected_ms: i64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// A running process has not exited; one that is gone has.
+    #[test]
+    fn exited_processes_are_told_apart() {
+        assert!(!super::process_exited(std::process::id()));
+        assert!(super::process_exited(u32::MAX - 1));
+        // A child that exited and was not reaped yet: a zombie.
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !super::process_exited(child.id()) {
+            assert!(std::time::Instant::now() < deadline, "true never exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.wait().expect("reap");
+    }
+
     use super::*;
 
     #[test]

@@ -633,8 +633,17 @@ impl Nemesis {
             Fault::PauseClient { client } => {
                 let pid = t.clients.get(*client).copied().unwrap_or(0);
                 signal(pid, nix::sys::signal::Signal::SIGSTOP);
-                self.stopped_clients.push(*client);
                 let check = tokio::task::block_in_place(|| wait_stopped(pid));
+                if check.is_err() && crate::evidence::process_exited(pid) {
+                    // The client exited by itself (a crash while holding, which its history
+                    // tells) after the step was drawn: there was nothing to stop. Neither a
+                    // fault nor an unproven one; the watcher starts the client again.
+                    if let Some(n) = self.counts.get_mut(&fault.kind()) {
+                        *n = n.saturating_sub(1);
+                    }
+                    return Ok(());
+                }
+                self.stopped_clients.push(*client);
                 self.evidence.record(label, check);
             }
             Fault::KernelDrop(n) => {
