@@ -7,6 +7,9 @@
 //! `lock_all_until`, `campaign`, `run_exclusive`; `LockGuard::{release, extend,
 //! release_holding}`, `MultiLockGuard::{release, extend}`, `Lease::{release, release_holding}`,
 //! `Leadership::resign`; the acquisitions again beside a paused master.
+//! Slot claims are swept in `slot_cancellation.rs`, `connect`, `provision` and
+//! `master_uptimes` in `admin_cancellation.rs`, the `lost()` futures and the election observer
+//! in `watch_cancellation.rs`.
 //!
 //! Fencing is on, so a grant that did not come with one token from a quorum adds its
 //! write-back round: more await points than a plain round.
