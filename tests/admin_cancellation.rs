@@ -14,10 +14,10 @@ mod support;
 use std::cell::RefCell;
 use std::time::Duration;
 
-use quorumlock::testing::{RedisCluster, RedisMaster};
+use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
 use quorumlock::{Redlock, DEFAULT_KEY_PREFIX};
 use support::sweep::cancellation_sweep;
-use support::{builder, cluster, epoch_key, get, grant, patient_builder};
+use support::{builder, cluster, epoch_key, grant, patient_builder};
 
 /// Enough polls for any of these calls to complete on a loaded machine.
 const MAX_POLLS: usize = 200;
@@ -100,8 +100,21 @@ fn run_id(master: &RedisMaster) -> String {
 /// Whether `master` is provisioned; panics if it is half provisioned (a marker without a
 /// record or the other way round) or vouched for another process.
 fn provisioned(master: &RedisMaster, k: usize) -> bool {
-    let marker = get(master, &epoch_key());
-    let record = get(master, &record_key());
+    // One MGET, atomic like the provisioning script: a script still on its way after the drop
+    // may run between two separate reads.
+    let (marker, record) = match master
+        .query(&["MGET", &epoch_key(), &record_key()])
+        .expect("MGET")
+    {
+        Reply::Array(values) => {
+            let text = |v: &Reply| match v {
+                Reply::Bulk(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                _ => None,
+            };
+            (values.first().and_then(text), values.get(1).and_then(text))
+        }
+        other => panic!("MGET on port {} gave {other:?}", master.port()),
+    };
     match (marker, record) {
         (None, None) => false,
         (Some(marker), Some(record)) => {
