@@ -303,12 +303,20 @@ pub fn overstated(events: &[Event], slack_ns: u64) -> Vec<String> {
 
 /// The grants whose validity ends past the bound by more than `slack_ns`: by how much, and
 /// what to say.
+/// A grant whose client was paused between its call's start and the grant is not judged: the
+/// round may rightly have begun after the pause (still lets through: an overstatement by a
+/// client paused meanwhile).
 fn grants_past(events: &[Event], slack_ns: u64) -> Vec<(u64, String)> {
+    let paused = client_pauses(events);
     events
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
         .filter_map(|e| {
-            let bound = validity_bound(e.u64_field("t_start_ns")?, e.u64_field("ttl_ms")?);
+            let start = e.u64_field("t_start_ns")?;
+            if paused_between(&paused, e, start) {
+                return None;
+            }
+            let bound = validity_bound(start, e.u64_field("ttl_ms")?);
             let reported = e.u64_field("valid_until_ns")?;
             (reported > bound.saturating_add(slack_ns)).then(|| {
                 let excess = reported - bound;
@@ -450,6 +458,7 @@ pub fn overstated_extensions(events: &[Event], slack_ns: u64) -> Vec<String> {
 /// The extensions whose validity ends past the bound by more than `slack_ns`: by how much,
 /// and what to say.
 fn extensions_past(events: &[Event], slack_ns: u64) -> Vec<(u64, String)> {
+    let paused = client_pauses(events);
     let ttl_ms: HashMap<&str, u64> = events
         .iter()
         .filter(|e| e.f == "acquire" && e.kind == Kind::Ok)
@@ -464,6 +473,9 @@ fn extensions_past(events: &[Event], slack_ns: u64) -> Vec<(u64, String)> {
                 .u64_field("ttl_ms")
                 .or_else(|| ttl_ms.get(lease).copied())?;
             let start = e.u64_field("t_start_ns").unwrap_or(e.time_ns);
+            if paused_between(&paused, e, start) {
+                return None;
+            }
             let bound = validity_bound(start, ttl);
             let reported = e.u64_field("valid_until_ns")?;
             (reported > bound.saturating_add(slack_ns)).then(|| {
@@ -1035,6 +1047,26 @@ mod tests {
             rep.claims.overstated
         );
         assert!(rep.broke());
+        // Stopped between reading its start and the round's start, a client's grant may end a
+        // whole pause past that start: not judged.
+        let mut h = Hist::new();
+        h.ev(6000, 2, Kind::Ok, "acquire", grant("2-1", 2900, 6980));
+        assert_eq!(h.check().claims.overstated.len(), 1);
+        h.events.push(Event::at(
+            m(2950),
+            Process::nemesis(),
+            Kind::Info,
+            "pause-client",
+            json!({"client": 2}),
+        ));
+        h.events.push(Event::at(
+            m(5900),
+            Process::nemesis(),
+            Kind::Info,
+            "resume-client",
+            json!({"client": 2}),
+        ));
+        assert!(h.check().claims.overstated.is_empty());
     }
 
     /// Overstatements between 10 and 50 ms count once there are more than a preempted client
