@@ -209,6 +209,11 @@ impl<'a> Acquisition<'a> {
             waiters.extend(self.queue_behind(line, patience, poll, deadline).await);
         }
         let mut in_line = !waiters.is_empty();
+        // A set waiter woken by the release of one of its keys may find another still held:
+        // that round is no retry, and the poll it waited for stays due when it was. Else a
+        // stream of releases of one key would spend every retry in milliseconds, or, the poll
+        // drawn anew after each, never let it come.
+        let mut poll_due: Option<Instant> = None;
         loop {
             if until_deadline && Instant::now() >= deadline {
                 return Err(LockError::DeadlinePassed {
@@ -227,7 +232,7 @@ impl<'a> Acquisition<'a> {
                 Err(failure) if failure.error.is_retryable() => failure,
                 Err(failure) => return Err(failure.error),
             };
-            if retries_left == 0 {
+            if retries_left == 0 && poll_due.is_none() {
                 return Err(failure.error);
             }
             // Any retryable failure, not only contention: a round that timed out on a loaded
@@ -244,11 +249,11 @@ impl<'a> Acquisition<'a> {
                 last = Some(failure.error);
                 continue;
             }
-            if !until_deadline {
+            if !until_deadline && poll_due.is_none() {
                 retries_left -= 1;
             }
             let now = Instant::now();
-            let mut poll_at = poll.next();
+            let mut poll_at = poll_due.take().unwrap_or_else(|| poll.next());
             if let Some(free_in) = failure.free_in {
                 poll_at = poll_at.min(deadline_after(now, free_in + EXPIRY_SLACK));
             }
@@ -263,6 +268,9 @@ impl<'a> Acquisition<'a> {
                 let until = if until_deadline { deadline } else { poll_at };
                 let woken = wait_any(&waiters, poll_at, until).await;
                 tracing::trace!(resource, ?woken, "waiter woken");
+                if woken == Woken::Released && !until_deadline && matches!(line, Line::All(_)) {
+                    poll_due = Some(poll_at);
+                }
                 let behind = woken == Woken::Deadline
                     && !until_deadline
                     && !waiters.iter().any(Waiter::polls);

@@ -498,3 +498,47 @@ async fn lock_all_is_woken_by_a_release() {
     .await;
     assert!(took < Duration::from_secs(10), "woken after {took:?}");
 }
+
+/// A `lock_all` waiter woken by releases of one key of its set while another stays held spends
+/// no retry on those rounds: its retries go at its polls, as `lock`'s do. Here `b` is held
+/// and `a` is handed around without pause by another manager's clients: with 3 retries of up
+/// to a second each, the call lasts three random polls (below 0.1 s together once in about
+/// 6,000), not the few milliseconds in which the releases of `a` came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_spends_no_retry_on_releases_of_a_key_it_does_not_wait_for() {
+    let cluster = cluster(3);
+    let churn = manager(&cluster);
+    let holder = manager(&cluster);
+    let _b = holder.lock("b", TTL).await.expect("b");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (locks, stop) = (churn.clone(), Arc::clone(&stop));
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                if let Ok(guard) = locks.lock_until("a", TTL, deadline).await {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let _ = guard.release().await;
+                }
+            }
+        }));
+    }
+    let waiter = builder(&cluster.urls())
+        .retry_count(3)
+        .retry_delay(Duration::from_secs(1))
+        .build()
+        .expect("build manager");
+    let start = Instant::now();
+    let refused = waiter.lock_all(&["a", "b"], TTL).await;
+    let took = start.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.expect("churn");
+    }
+    assert!(refused.is_err(), "b is held: {refused:?}");
+    assert!(
+        took >= Duration::from_millis(100),
+        "gave up after {took:?}: its retries went on releases of a"
+    );
+}
