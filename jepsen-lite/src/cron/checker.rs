@@ -5,7 +5,12 @@
 //! worker process and token. It **ran** when the fenced store accepted its write. For every due
 //! slot:
 //! * at most one execution ran (more is a **double run**); for a job whose long runs are cut
-//!   before they write (at most once), an execution ran once it began;
+//!   before they write (at most once), an execution ran once it began. One exception, which
+//!   the scheduler documents (at least once, not exactly once): a runner that the nemesis
+//!   stopped (paused or killed) within a claim TTL of its write, before it could record the
+//!   slot's completion, and one retry of the slot (attempt above 1) that began after the stop.
+//!   Such a pair is a **retry after a stop**, listed apart; a third run, a retry that began
+//!   before the stop, or a second run that is not a retry is still a double run;
 //! * one ran, and started within the slot's starting deadline, unless no quorum was reachable
 //!   while the fleet could start it (else a **miss**). "Within the deadline" is judged on the
 //!   host's true clock: due + starting deadline + how far the most lagging worker's clock runs
@@ -46,7 +51,23 @@ pub struct Limits {
     pub max_ahead_ms: i64,
     /// Added to the deadline for a claim round and the store's round trip, ms.
     pub slack_ms: i64,
+    /// The short jobs' claim TTL, ms: how long after its write a stopped runner may still have
+    /// left its slot's completion unrecorded (past it, its claim had expired under it anyway).
+    pub claim_ttl_ms: i64,
 }
+
+/// One process the nemesis stopped (`SIGSTOP` or `SIGKILL`), and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Stop {
+    /// The worker process.
+    pub pid: u32,
+    /// When the signal was sent, host monotonic ns.
+    pub at_ns: u64,
+}
+
+/// How long before the store stamped a write the stop may have been sent, ns: the write was
+/// on its way when the process stopped.
+const WRITE_IN_FLIGHT_NS: u64 = 100_000_000;
 
 /// One slot that ran more than once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,6 +89,9 @@ pub struct Observation {
     pub executed: usize,
     /// Slots that ran more than once.
     pub double_runs: Vec<DoubleRun>,
+    /// Slots run twice because the nemesis stopped their first runner between its write and
+    /// its record, the second run a retry after the stop (not a violation, see the module).
+    pub retried_after_stop: Vec<DoubleRun>,
     /// Slots due while a quorum was reachable with no run started within the deadline:
     /// (job, slot, lateness of a late run if any).
     pub misses: Vec<(String, i64, Option<i64>)>,
@@ -140,19 +164,41 @@ fn ms_between(from_ns: u64, to_ns: u64) -> i64 {
 #[derive(Debug)]
 struct Execution {
     worker: usize,
+    pid: u32,
     token: Option<u64>,
     attempt: u32,
     start_ns: u64,
     own_lateness_ms: Option<f64>,
     began: bool,
     wrote: bool,
+    /// When the store accepted its write.
+    wrote_ns: Option<u64>,
 }
 
-/// Checks the run.
+impl Execution {
+    /// Whether `later` is a retry of this run's slot that the nemesis's stop of this run's
+    /// process explains: this run wrote, its process was stopped within a claim TTL of the
+    /// write (before it could record completion), and `later` is a retry that began after.
+    fn explains_retry(&self, later: &Execution, stops: &[Stop], claim_ttl_ns: u64) -> bool {
+        let Some(wrote) = self.wrote_ns else {
+            return false;
+        };
+        later.attempt > 1
+            && stops.iter().any(|s| {
+                s.pid == self.pid
+                    && s.at_ns + WRITE_IN_FLIGHT_NS >= wrote
+                    && s.at_ns <= wrote + claim_ttl_ns
+                    && s.at_ns < later.start_ns
+            })
+    }
+}
+
+/// Checks the run: `stops` are the nemesis's pauses and kills of workers.
 pub fn check(
     slots: &[DueSlot],
     log: &[Access],
     outages: &[(u64, u64)],
+    stops: &[Stop],
     limits: &Limits,
 ) -> Observation {
     use std::collections::HashMap;
@@ -175,12 +221,14 @@ pub fn check(
             None => {
                 list.push(Execution {
                     worker: r.worker,
+                    pid: r.pid,
                     token: r.token,
                     attempt: r.attempt,
                     start_ns: a.time_ns,
                     own_lateness_ms: None,
                     began: false,
                     wrote: false,
+                    wrote_ns: None,
                 });
                 let last = list.len() - 1;
                 &mut list[last]
@@ -192,7 +240,11 @@ pub fn check(
                 e.own_lateness_ms = r.own_lateness_ms;
                 e.began |= a.accepted;
             }
-            Kind::Write => e.wrote |= a.accepted,
+            Kind::Write if a.accepted => {
+                e.wrote = true;
+                e.wrote_ns = Some(e.wrote_ns.map_or(a.time_ns, |t| t.min(a.time_ns)));
+            }
+            Kind::Write => {}
             Kind::Clock => {}
         }
     }
@@ -216,14 +268,24 @@ pub fn check(
         ran.sort_by_key(|e| e.start_ns);
         obs.retried_runs += ran.iter().filter(|e| e.attempt > 1).count();
         if ran.len() > 1 {
-            obs.double_runs.push(DoubleRun {
+            let double = DoubleRun {
                 job: slot.job.clone(),
                 slot_ms: slot.slot_ms,
                 runs: ran
                     .iter()
                     .map(|e| (e.worker, e.token, ms_between(slot.due_ns, e.start_ns)))
                     .collect(),
-            });
+            };
+            let claim_ttl_ns = u64::try_from(limits.claim_ttl_ms).unwrap_or(0) * 1_000_000;
+            match ran[..] {
+                [first, second]
+                    if !slot.at_most_once
+                        && first.explains_retry(second, stops, claim_ttl_ns) =>
+                {
+                    obs.retried_after_stop.push(double)
+                }
+                _ => obs.double_runs.push(double),
+            }
         }
         let first = ran.first().map(|e| ms_between(slot.due_ns, e.start_ns));
         if let Some(late) = first {
@@ -305,8 +367,11 @@ pub fn verdict(obs: &Observation, evidence: &Evidence, min: &Minimum) -> (Verdic
         (
             Verdict::Pass,
             format!(
-                "every one of {} slots ran once and in time ({} excused for lack of quorum)",
-                obs.slots_due, obs.excused
+                "every one of {} slots ran once and in time ({} excused for lack of quorum, \
+                 {} run again by a retry after their runner stopped between write and record)",
+                obs.slots_due,
+                obs.excused,
+                obs.retried_after_stop.len()
             ),
         )
     } else {
@@ -325,6 +390,7 @@ mod tests {
         max_lag_ms: 2000,
         max_ahead_ms: 2000,
         slack_ms: 500,
+        claim_ttl_ms: 1000,
     };
 
     fn access(kind: Kind, worker: usize, slot_ms: i64, token: u64, t_ms: u64, ok: bool) -> Access {
@@ -367,14 +433,14 @@ mod tests {
             at_most_once: true,
             ..slot(1, 1000)
         };
-        let obs = check(std::slice::from_ref(&long), &log, &[], &LIMITS);
+        let obs = check(std::slice::from_ref(&long), &log, &[], &[], &LIMITS);
         assert_eq!(obs.executed, 1);
         assert_eq!(
             obs.double_runs[0].runs,
             [(0, Some(10), -100), (4, Some(12), 2700)]
         );
         // One start alone is one run, written or not.
-        let obs = check(&[long], &log[..1], &[], &LIMITS);
+        let obs = check(&[long], &log[..1], &[], &[], &LIMITS);
         assert!(obs.double_runs.is_empty() && obs.misses.is_empty());
         assert_eq!(obs.executed, 1);
     }
@@ -387,7 +453,7 @@ mod tests {
             access(Kind::Begin, 1, 2, 11, 2010, true),
             access(Kind::Write, 1, 2, 11, 2400, true),
         ];
-        let obs = check(&[slot(1, 1000), slot(2, 2000)], &log, &[], &LIMITS);
+        let obs = check(&[slot(1, 1000), slot(2, 2000)], &log, &[], &[], &LIMITS);
         assert_eq!((obs.slots_due, obs.executed), (2, 2));
         assert!(obs.double_runs.is_empty() && obs.misses.is_empty());
         assert_eq!(obs.lateness_ms, [-100, 10]);
@@ -402,12 +468,66 @@ mod tests {
             access(Kind::Begin, 3, 1, 12, 3000, true),
             access(Kind::Write, 3, 1, 12, 3400, true),
         ];
-        let obs = check(&[slot(1, 1000)], &log, &[], &LIMITS);
+        let obs = check(&[slot(1, 1000)], &log, &[], &[], &LIMITS);
         assert_eq!(obs.double_runs.len(), 1);
         assert_eq!(
             obs.double_runs[0].runs,
             [(0, Some(10), -100), (3, Some(12), 2000)]
         );
+    }
+
+    fn retry(mut a: Access) -> Access {
+        a.req.attempt = 2;
+        a
+    }
+
+    #[test]
+    fn a_retry_after_its_first_runner_stopped_between_write_and_record_is_listed_apart() {
+        // Worker 0 wrote at 1300 and was paused at 1350, before it recorded completion; its
+        // claim expired and worker 3 retried the slot at 2600.
+        let log = [
+            access(Kind::Begin, 0, 1, 10, 900, true),
+            access(Kind::Write, 0, 1, 10, 1300, true),
+            retry(access(Kind::Begin, 3, 1, 12, 2600, true)),
+            retry(access(Kind::Write, 3, 1, 12, 3000, true)),
+        ];
+        let paused = |at_ms: u64| Stop {
+            pid: 100,
+            at_ns: at_ms * MS,
+        };
+        let obs = check(&[slot(1, 1000)], &log, &[], &[paused(1350)], &LIMITS);
+        assert!(obs.double_runs.is_empty(), "{:?}", obs.double_runs);
+        assert_eq!(obs.retried_after_stop.len(), 1);
+        // The write may still have been on its way when the process stopped.
+        let obs = check(&[slot(1, 1000)], &log, &[], &[paused(1250)], &LIMITS);
+        assert_eq!(obs.retried_after_stop.len(), 1);
+
+        // Each condition is needed: no stop; a stop of another process; a stop more than a
+        // claim TTL after the write (its completion had time to be recorded) or before the
+        // write was sent; a retry that began before the stop; a second run that is no retry.
+        let double = |log: &[Access], stops: &[Stop]| {
+            let obs = check(&[slot(1, 1000)], log, &[], stops, &LIMITS);
+            assert!(obs.retried_after_stop.is_empty());
+            obs.double_runs.len()
+        };
+        assert_eq!(double(&log, &[]), 1);
+        let other = Stop {
+            pid: 103,
+            at_ns: 1350 * MS,
+        };
+        assert_eq!(double(&log, &[other]), 1);
+        assert_eq!(double(&log, &[paused(2400)]), 1);
+        assert_eq!(double(&log, &[paused(1100)]), 1);
+        assert_eq!(double(&log, &[paused(2700)]), 1);
+        let mut not_retry = log.clone();
+        not_retry[2].req.attempt = 1;
+        not_retry[3].req.attempt = 1;
+        assert_eq!(double(&not_retry, &[paused(1350)]), 1);
+        // A third run is a double run whatever stopped the first.
+        let mut three = log.to_vec();
+        three.push(retry(access(Kind::Begin, 4, 1, 13, 3500, true)));
+        three.push(retry(access(Kind::Write, 4, 1, 13, 3900, true)));
+        assert_eq!(double(&three, &[paused(1350)]), 1);
     }
 
     #[test]
@@ -419,7 +539,7 @@ mod tests {
             access(Kind::Write, 2, 1, 14, 2900, true),
             access(Kind::Write, 0, 1, 10, 5000, false),
         ];
-        let obs = check(&[slot(1, 1000)], &log, &[], &LIMITS);
+        let obs = check(&[slot(1, 1000)], &log, &[], &[], &LIMITS);
         assert!(obs.double_runs.is_empty());
         assert_eq!(
             (obs.executed, obs.rejected_writes, obs.unfinished),
@@ -435,7 +555,7 @@ mod tests {
             access(Kind::Write, 0, 2, 10, 2000 + 5900, true),
         ];
         let slots = [slot(1, 1000), slot(2, 2000), slot(3, 30_000)];
-        let obs = check(&slots, &log, &[], &LIMITS);
+        let obs = check(&slots, &log, &[], &[], &LIMITS);
         // Slot 1 never ran, slot 2 ran 5.6 s late (limit 5.5 s), slot 3 never ran.
         assert_eq!(
             obs.misses,
@@ -447,7 +567,7 @@ mod tests {
         );
         // An outage from 0.5 s to 1.5 s excuses slots 1 and 2 (they could start until 6.5 and
         // 7.5 s), not slot 3 (from 28 s).
-        let obs = check(&slots, &log, &[(500 * MS, 1500 * MS)], &LIMITS);
+        let obs = check(&slots, &log, &[(500 * MS, 1500 * MS)], &[], &LIMITS);
         assert_eq!(obs.excused, 2);
         assert_eq!(obs.misses, [("a".into(), 3, None)]);
     }

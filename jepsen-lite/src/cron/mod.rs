@@ -32,7 +32,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
-use self::checker::{DueSlot, Limits, Minimum, Observation};
+use self::checker::{DueSlot, Limits, Minimum, Observation, Stop};
 use self::store::{Access, Kind, Store};
 use self::worker::{JobSpec, LongRun, Mutant, WorkerConfig};
 use crate::clock::now_ns;
@@ -188,6 +188,9 @@ struct Env {
     config: WorkerConfig,
     mutant: Option<Mutant>,
     evidence: Evidence,
+    /// Every pause and kill of a worker: a runner stopped between its write and its record
+    /// leaves its slot to a retry.
+    stops: Vec<Stop>,
     rng: StdRng,
 }
 
@@ -208,6 +211,7 @@ struct Summary<'a> {
     lateness_max_ms: Option<i64>,
     rejected_writes: usize,
     retried_runs: usize,
+    retried_after_stop: usize,
     faults_injected: usize,
     faults_proven: usize,
 }
@@ -296,6 +300,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
         config,
         mutant: opts.mutant,
         evidence: Evidence::default(),
+        stops: Vec::new(),
         rng,
     };
     for w in 0..WORKERS {
@@ -313,6 +318,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
         max_lag_ms,
         max_ahead_ms,
         slack_ms: SLACK_MS,
+        claim_ttl_ms: i64::try_from(CLAIM_TTL_MS).unwrap_or(0),
     };
     // Slots due from the warm-up's end until late enough that the slowest start is seen.
     let tail_ns =
@@ -334,7 +340,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
     prove_clocks(&mut env.evidence, &log, &set, &base);
     let slots = due_slots(&jobs(), &base, measured);
     let outages = checker::quorum_outages(MASTERS, &env.masters.unusable);
-    let obs = checker::check(&slots, &log, &outages, &limits);
+    let obs = checker::check(&slots, &log, &outages, &env.stops, &limits);
     let min = Minimum {
         slots: opts.min_slots,
         // One fault of each kind at least, every clock offset and the fast rate.
@@ -357,6 +363,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
         lateness_max_ms: obs.lateness_ms.last().copied(),
         rejected_writes: obs.rejected_writes,
         retried_runs: obs.retried_runs,
+        retried_after_stop: obs.retried_after_stop.len(),
         faults_injected: env.evidence.injected(),
         faults_proven: env.evidence.proven(),
     };
@@ -365,6 +372,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
         "observation": obs,
         "limits": limits,
         "evidence": env.evidence,
+        "stops": env.stops,
     });
     let history = serde_json::json!({
         "seed": opts.seed,
@@ -567,6 +575,10 @@ impl Env {
             }
             None => (self.rng.random_range(0..WORKERS), "holding no slot".into()),
         };
+        self.stops.push(Stop {
+            pid: self.workers[w].pid,
+            at_ns: now_ns(),
+        });
         let check = proven::pause(self.workers[w].pid, PAUSE_FOR)
             .await
             .map(|r| format!("{r}, {holding}"));
@@ -586,6 +598,10 @@ impl Env {
             );
             return;
         };
+        self.stops.push(Stop {
+            pid: self.workers[w].pid,
+            at_ns: now_ns(),
+        });
         let killed = self.workers[w].kill9().await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let new = self.spawn(w);
@@ -665,6 +681,12 @@ fn print_table(obs: &Observation, evidence: &Evidence, verdict: Verdict, why: &s
             d.slot_ms,
             d.runs.len(),
             d.runs
+        );
+    }
+    for d in obs.retried_after_stop.iter().take(5) {
+        println!(
+            "  retried after a stop: {} slot {}: its runner was stopped between its write and its record (worker, token, ms after due): {:?}",
+            d.job, d.slot_ms, d.runs
         );
     }
     for (job, slot, late) in obs.misses.iter().take(5) {
