@@ -279,8 +279,7 @@ pub fn check(
             let claim_ttl_ns = u64::try_from(limits.claim_ttl_ms).unwrap_or(0) * 1_000_000;
             match ran[..] {
                 [first, second]
-                    if !slot.at_most_once
-                        && first.explains_retry(second, stops, claim_ttl_ns) =>
+                    if !slot.at_most_once && first.explains_retry(second, stops, claim_ttl_ns) =>
                 {
                     obs.retried_after_stop.push(double)
                 }
