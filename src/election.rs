@@ -48,7 +48,7 @@ use futures::stream::FuturesUnordered;
 
 use crate::acquisition::{Acquisition, Line, Patience, PollDelay};
 use crate::error::{InvalidArgument, LockError};
-use crate::keys::RESERVED;
+use crate::keys::announcement_key;
 use crate::lease::check_against;
 use crate::manager::Redlock;
 use crate::multi::guard::MultiLockGuard;
@@ -121,11 +121,6 @@ impl CampaignOptions {
 /// `quorumlock status`) shows as the holder.
 pub fn holder_identity(value: &str) -> Option<&str> {
     crate::multi::keyset::identity_of(value)
-}
-
-/// The key beside an election's lock that carries the leader's token.
-pub(crate) fn announcement_key(prefix: &str, name: &str) -> Arc<str> {
-    Arc::from(format!("{prefix}{RESERVED}leader:{name}"))
 }
 
 fn check_identity(identity: &str) -> Result<(), InvalidArgument> {

@@ -1,6 +1,7 @@
 //! The keys quorumlock writes on each master, named in one place: a resource's lock key, and
-//! the keys kept beside the locks (fence counters, reentrant holds, the epoch marker and the
-//! provisioning record of restart protection).
+//! the keys kept beside the locks (fence counters, reentrant holds, an election's announcement,
+//! a slot's running key and record, the epoch marker and the provisioning record of restart
+//! protection).
 //!
 //! Every key starts with the manager's `key_prefix`. The keys beside the locks continue with
 //! [`RESERVED`], a byte no resource name may start with, so no resource can collide with them.
@@ -31,15 +32,19 @@ pub(crate) fn lock_keys(config: &Config, resource: &str) -> Result<LockKeys, Inv
     let prefix = &config.key_prefix;
     Ok(LockKeys {
         lock: Arc::from(format!("{prefix}{resource}")),
-        fence: config
-            .fencing
-            .then(|| Arc::from(format!("{prefix}{RESERVED}fence:{resource}"))),
+        fence: config.fencing.then(|| fence_key(prefix, resource)),
         epoch: config.restart_protection.then(|| epoch_key(config)),
         reentrant: config.owner.as_ref().map(|owner| {
             let holds = Arc::from(format!("{prefix}{RESERVED}holds:{resource}"));
             (owner.clone(), holds)
         }),
     })
+}
+
+/// The fence counter of `resource`: the tokens of its locks, and of the slots of the job of
+/// that name, come from this one sequence.
+fn fence_key(prefix: &str, resource: &str) -> Arc<str> {
+    Arc::from(format!("{prefix}{RESERVED}fence:{resource}"))
 }
 
 /// The epoch marker key of a manager's key prefix (restart protection).
@@ -51,4 +56,37 @@ pub(crate) fn epoch_key(config: &Config) -> Arc<str> {
 /// [`Redlock::provision`](crate::Redlock::provision) vouched for (restart protection).
 pub(crate) fn record_key(key_prefix: &str) -> Arc<str> {
     Arc::from(format!("{key_prefix}{RESERVED}provisioned"))
+}
+
+/// The key beside an election's lock that carries the leader's token.
+pub(crate) fn announcement_key(prefix: &str, name: &str) -> Arc<str> {
+    Arc::from(format!("{prefix}{RESERVED}leader:{name}"))
+}
+
+/// The keys of one slot on every master.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotKeys {
+    /// The running claim: a lock key holding the claim's value.
+    pub(crate) running: Arc<str>,
+    /// The record (a hash), kept for the retention.
+    pub(crate) record: Arc<str>,
+    /// The fence counter of the resource `job`, on a fenced manager: slot runs and plain
+    /// fenced locks on `job` draw tokens from one sequence, so a fenced store of the job
+    /// orders them all, across slots.
+    pub(crate) fence: Option<Arc<str>>,
+    /// The epoch marker, under restart protection.
+    pub(crate) epoch: Option<Arc<str>>,
+}
+
+/// The keys of slot `slot` of `job` under `config`. The job's length is part of the key, so
+/// no `(job, slot)` pair can collide with another whatever bytes they contain.
+pub(crate) fn slot_keys(config: &Config, job: &str, slot: &str) -> SlotKeys {
+    let prefix = &config.key_prefix;
+    let name = format!("{}:{job}:{slot}", job.len());
+    SlotKeys {
+        running: Arc::from(format!("{prefix}{RESERVED}slot:{name}")),
+        record: Arc::from(format!("{prefix}{RESERVED}slot-record:{name}")),
+        fence: config.fencing.then(|| fence_key(prefix, job)),
+        epoch: config.restart_protection.then(|| epoch_key(config)),
+    }
 }

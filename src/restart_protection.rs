@@ -45,6 +45,16 @@ use crate::transport::connection::Connection;
 use crate::transport::reply::{shown, unexpected};
 use crate::transport::resp::{Command, Reply};
 
+/// A master's age for restart protection: the younger of its epoch marker's age (`marker`,
+/// data lost) and its current life's (`life`, restarted whatever it reloaded); whichever is
+/// known when only one is.
+pub(crate) fn master_age(marker: Option<Duration>, life: Option<Duration>) -> Option<Duration> {
+    match (marker, life) {
+        (Some(marker), Some(life)) => Some(marker.min(life)),
+        (marker, life) => marker.or(life),
+    }
+}
+
 /// What a connection reads about its master when it opens, under restart protection: the
 /// provisioning record's key, the master's name for traces, and whether a durable restart is
 /// trusted.

@@ -4,6 +4,8 @@
 //! Generic over [`Master`] so the unit and property tests can drive it with fake masters on
 //! tokio's paused (virtual) clock.
 //!
+//! * [`engine`]: the round every kind of claim runs on (fan-out, early decision, undo on
+//!   cancellation) and the rules a grant must pass (quarantine, validity);
 //! * [`master`]: the one small interface through which a round reaches a master;
 //! * [`spec`]: what a round needs to know (TTL, drift, quorum, quarantine, fencing limits);
 //! * [`tally`]: the votes and when they decide the round;
@@ -11,6 +13,7 @@
 //! * `fake` and `properties` (tests only): fake masters on a virtual clock, and the round's
 //!   safety properties over them.
 
+pub(crate) mod engine;
 pub(crate) mod master;
 pub(crate) mod spec;
 pub(crate) mod tally;
@@ -21,21 +24,17 @@ pub(crate) mod fake;
 #[cfg(test)]
 mod properties;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
-use futures::future::{Either, Ready};
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::time::Instant;
-
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::clock;
 use crate::error::{LockError, NodeErrorKind, NotHeldReason};
 use crate::mutation::Mutation;
+use crate::round::engine::{Count, UndoOnDrop};
 use crate::round::master::{AcquireRequest, Master};
 use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
@@ -109,43 +108,6 @@ pub(crate) struct RoundFailure {
     pub(crate) free_in: Option<Duration>,
 }
 
-/// Releases the key in the background when dropped while armed: the cleanup of a round whose
-/// future was dropped mid-flight (cancellation). Released explicitly on failure.
-struct CleanupGuard<'a, M: Master> {
-    nodes: &'a Nodes<M>,
-    key: &'a Arc<str>,
-    claim: &'a Claim,
-    armed: bool,
-}
-
-impl<M: Master> CleanupGuard<'_, M> {
-    /// Releases on `holders` now (in the background) and disarms.
-    fn release(mut self, holders: &[bool]) -> Option<JoinHandle<()>> {
-        self.armed = false;
-        release_in_background(
-            Arc::clone(self.nodes),
-            Arc::clone(self.key),
-            self.claim.clone(),
-            holders,
-        )
-    }
-}
-
-impl<M: Master> Drop for CleanupGuard<'_, M> {
-    fn drop(&mut self) {
-        if self.armed {
-            // Cancelled mid-flight: any master may hold the key.
-            let all: Vec<bool> = self.nodes.iter().map(|_| true).collect();
-            release_in_background(
-                Arc::clone(self.nodes),
-                Arc::clone(self.key),
-                self.claim.clone(),
-                &all,
-            );
-        }
-    }
-}
-
 /// One acquire round: `SET key value NX PX ttl` on every master at once (through the acquire
 /// script when a fencing token or the epoch check is wanted).
 ///
@@ -180,13 +142,16 @@ pub(crate) async fn acquire_reporting<M: Master>(
         keys.reentrant.as_ref().map(|(owner, _)| owner),
         keys.reentrant.as_ref().map(|(_, holds)| holds),
     );
-    let drift = timing.drift();
-    let cleanup = CleanupGuard {
-        nodes,
-        key: &keys.lock,
-        claim: &claim,
-        armed: true,
-    };
+    let cleanup = UndoOnDrop::armed(|| {
+        // Cancelled mid-flight: any master may hold the key.
+        let all: Vec<bool> = nodes.iter().map(|_| true).collect();
+        release_in_background(
+            Arc::clone(nodes),
+            Arc::clone(&keys.lock),
+            claim.clone(),
+            &all,
+        );
+    });
     let request = AcquireRequest {
         key: &keys.lock,
         claim: &claim,
@@ -208,76 +173,68 @@ pub(crate) async fn acquire_reporting<M: Master>(
         nodes.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let free = &free;
     let mut tally = Tally::new(nodes.iter().map(|_| true), timing.quorum(nodes.len()));
-    // Elapsed time is measured on the lock clock, which counts a suspend of the machine: the
-    // keys expire on the masters while this client is suspended.
-    let t0 = clock::now();
     #[cfg(quorumlock_mutants)]
     let (first_reply, lowest) = (&std::sync::OnceLock::new(), &std::sync::Mutex::new(None));
-    let mut requests = sent_to_all(nodes.iter().enumerate().map(|(i, node)| async move {
-        let reply = node.acquire(request).await;
-        #[cfg(quorumlock_mutants)]
-        crate::mutation::observe_reply(first_reply, lowest, reply.as_ref().ok());
-        if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
-            let at = match (reply.granted, timing.quarantine, reply.epoch_age) {
-                // A quarantined master grants but counts only once its quarantine ends:
-                // free "at once" there would send a waiter straight into the next round
-                // that it cannot count.
-                (true, Some(quarantine), Some(age)) if age < quarantine => Some(quarantine - age),
-                (true, _, _) => Some(Duration::ZERO),
-                (false, _, _) => reply.remaining,
-            };
-            *slot
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+    let send = |i: usize, node: &Arc<M>| {
+        let node = Arc::clone(node);
+        async move {
+            let reply = node.acquire(request).await;
+            #[cfg(quorumlock_mutants)]
+            crate::mutation::observe_reply(first_reply, lowest, reply.as_ref().ok());
+            if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
+                let at = match (reply.granted, timing.quarantined(reply.epoch_age)) {
+                    // A quarantined master grants but counts only once its quarantine ends:
+                    // free "at once" there would send a waiter straight into the next round
+                    // that it cannot count.
+                    (true, Some(NodeErrorKind::Quarantined { remaining, .. })) => Some(remaining),
+                    (true, _) => Some(Duration::ZERO),
+                    (false, _) => reply.remaining,
+                };
+                *slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+            }
+            match reply {
+                Ok(reply) if reply.granted => match timing.quarantined(reply.epoch_age) {
+                    Some(quarantined) => (Err(quarantined), None),
+                    None => (Ok(true), reply.token),
+                },
+                Ok(_) => (Ok(false), None),
+                Err(kind) => (Err(kind), None),
+            }
         }
-        let vote = match reply {
-            Ok(reply) if reply.granted => match (timing.quarantine, reply.epoch_age) {
-                // Restart protection: this master may have forgotten locks it granted. Its
-                // key is set (and will be released), but its vote does not count.
-                (Some(quarantine), Some(age))
-                    if age < quarantine && !timing.mutant(Mutation::QuarantineIgnored) =>
-                {
-                    Err(NodeErrorKind::Quarantined {
-                        age,
-                        remaining: quarantine - age,
-                    })
-                }
-                _ => return (i, Ok(true), reply.token),
-            },
-            Ok(_) => Ok(false),
-            Err(kind) => Err(kind),
-        };
-        (i, vote, None)
-    }))
+    };
+    let span = engine::run(nodes, send, |i, (vote, token)| {
+        tally.record_token(i, vote, token);
+        match tally.decided() {
+            true => Count::Decided,
+            false => Count::Open,
+        }
+    })
     .await;
-    tally.collect(&mut requests).await;
-    drop(requests);
     #[cfg(quorumlock_mutants)]
-    let t0 = crate::mutation::clock_start(timing.mutation, t0, first_reply);
+    let span = {
+        let t0 = crate::mutation::clock_start(timing.mutation, span.t0, first_reply);
+        engine::Span {
+            t0,
+            elapsed: clock::elapsed(t0),
+        }
+    };
     #[cfg(quorumlock_mutants)]
     crate::mutation::token(timing.mutation, &mut tally.max_token, lowest);
-    let elapsed = clock::elapsed(t0);
     tracing::debug!(
         resource,
         granted = tally.yes,
         refused = tally.no,
         failed = tally.failed,
-        ?elapsed,
+        elapsed = ?span.elapsed,
         "acquire round decided"
     );
     let holders = tally.may_hold();
     let error = if tally.won() {
-        let valid_until = validity(timing.ttl, timing.counted(elapsed), drift)
-            .and_then(|v| t0.checked_add(v + elapsed))
-            .or_else(|| {
-                let exhausted = t0.checked_add(timing.ttl.saturating_sub(drift));
-                exhausted.filter(|_| timing.mutant(Mutation::GrantExhausted))
-            });
-        let wants_token = keys.fence.is_some();
-        match valid_until {
-            Some(valid_until) if !wants_token || tally.max_token.is_some() => {
-                let mut cleanup = cleanup;
-                cleanup.armed = false;
+        match engine::grant_validity(&tally, &timing, span, keys.fence.is_some(), resource) {
+            Ok(valid_until) => {
+                cleanup.disarm();
                 return Ok(Grant {
                     claim: claim.clone(),
                     valid_until,
@@ -289,12 +246,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
                     token_on_quorum: tally.at_max_token >= tally.quorum,
                 });
             }
-            _ => LockError::ValidityExhausted {
-                resource: resource.to_string(),
-                elapsed,
-                ttl: timing.ttl,
-                drift,
-            },
+            Err(error) => error,
         }
     } else {
         tally.acquire_error(nodes, resource)
@@ -312,51 +264,24 @@ pub(crate) async fn acquire_reporting<M: Master>(
             crate::wake::free_in(&free, timing.quorum(nodes.len()))
         })
         .flatten();
+    cleanup.disarm();
     let cleanup = if timing.mutant(Mutation::NoCleanupOnFailure)
         || (tally.failed > 0 && timing.mutant(Mutation::NoCleanupWhenDegraded))
     {
-        let mut cleanup = cleanup;
-        cleanup.armed = false;
         None
     } else {
-        cleanup.release(&holders)
+        release_in_background(
+            Arc::clone(nodes),
+            Arc::clone(&keys.lock),
+            claim.clone(),
+            &holders,
+        )
     };
     Err(RoundFailure {
         error,
         cleanup,
         free_in,
     })
-}
-
-/// Polls each of `requests` once, so that every master's request is queued on its connection
-/// before any reply is counted, and returns them (those already answered as ready futures).
-///
-/// Polled only through a `FuturesUnordered`, which returns the first answer it meets, a round
-/// whose first replies arrive while the fan-out is still being polled (its thread preempted on
-/// a loaded machine) could be decided before the last masters' requests were even queued: they
-/// were then never sent, and the round's cleanup went to masters that never saw its `SET`.
-async fn sent_to_all<F: Future>(
-    requests: impl IntoIterator<Item = F>,
-) -> FuturesUnordered<Either<Ready<F::Output>, Pin<Box<F>>>> {
-    let mut requests: Vec<Pin<Box<F>>> = requests.into_iter().map(Box::pin).collect();
-    let mut answers: Vec<Option<F::Output>> = requests.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        for (request, answer) in requests.iter_mut().zip(answers.iter_mut()) {
-            if let Poll::Ready(output) = request.as_mut().poll(cx) {
-                *answer = Some(output);
-            }
-        }
-        Poll::Ready(())
-    })
-    .await;
-    requests
-        .into_iter()
-        .zip(answers)
-        .map(|(request, answer)| match answer {
-            Some(output) => Either::Left(futures::future::ready(output)),
-            None => Either::Right(request),
-        })
-        .collect()
 }
 
 /// Writes a granted fencing token back to a quorum (raise-to-max), so that any later granting

@@ -31,8 +31,9 @@ macro_rules! lua_script {
     };
 }
 
-// One file per script family: its source, what it takes and what it returns (the arguments
-// are written in `transport::node`, the replies read in `transport::reply`).
+// One file per script family: its source, what it takes and what it returns (for most, the
+// arguments are written in `transport::node` and the replies read in `transport::reply`; the
+// slot scripts' files write and read their own).
 mod acquire;
 mod extend;
 mod fence;
@@ -41,7 +42,9 @@ mod multi;
 mod mutants;
 mod release;
 mod restart;
-mod slot;
+pub(crate) mod slot_claim;
+pub(crate) mod slot_finish;
+pub(crate) mod slot_status;
 
 pub(crate) use acquire::ACQUIRE;
 pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION};
@@ -51,12 +54,12 @@ pub(crate) use multi::{ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE,
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
 pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
-pub(crate) use slot::{
-    CLAIM_SLOT, CLAIM_SLOTS, FINISH_SLOT, FINISH_SLOTS, REVERT_SLOT, REVERT_SLOTS, SLOT_STATUS,
-};
+pub(crate) use slot_claim::{CLAIM_SLOTS, REVERT_SLOTS};
+pub(crate) use slot_finish::FINISH_SLOTS;
+pub(crate) use slot_status::SLOT_STATUS;
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
-pub(crate) fn all() -> [&'static LuaScript; 22] {
+pub(crate) fn all() -> [&'static LuaScript; 19] {
     [
         &EXTEND_WITH_COMPANION,
         &COMPARE_AND_DELETE,
@@ -73,9 +76,6 @@ pub(crate) fn all() -> [&'static LuaScript; 22] {
         &MULTI_RAISE_FENCE,
         &ANNOUNCE,
         &RELEASE_HOLDING,
-        &CLAIM_SLOT,
-        &REVERT_SLOT,
-        &FINISH_SLOT,
         &SLOT_STATUS,
         &CLAIM_SLOTS,
         &REVERT_SLOTS,

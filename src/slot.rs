@@ -122,7 +122,6 @@
 //! A master whose clock jumps forward expires claims early, as it would locks; records expire
 //! too, after the retention.
 
-mod batch;
 mod complete;
 mod many;
 mod options;
@@ -137,16 +136,18 @@ use std::time::Duration;
 use crate::acquisition::{random_delay, settle};
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::keys::{slot_keys, SlotKeys};
 use crate::manager::Redlock;
 use crate::round::spec::round_spec;
 use crate::round::Grant;
+use crate::scripts::slot_status::Seen;
 use crate::value::{Claim, Companion};
 pub use many::MAX_SLOT_BATCH;
 pub use options::{
     SlotOptions, DEFAULT_SLOT_RETENTION, DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
 };
 pub use outcome::{SlotClaim, SlotRecord, SlotStatus};
-use round::{ClaimSpec, RoundOutcome, Seen, SlotKeys};
+use round::{ClaimSpec, RoundOutcome, SlotToClaim};
 use run::RunInfo;
 pub use run::SlotRun;
 use undo::UndoClaim;
@@ -230,11 +231,10 @@ impl Redlock {
         let timing = round_spec(config, opts.ttl)?;
         // Every option is checked before any master is asked.
         let lease_opts = opts.lease_for(config, timing.ttl)?;
-        let keys = SlotKeys::new(config, job, slot);
+        let keys = slot_keys(config, job, slot);
         let resource = format!("{job}/{slot}");
         let runner = opts.runner_name();
         let spec = ClaimSpec {
-            resource: &resource,
             timing,
             retention: opts.retention,
             runner: &runner,
@@ -246,7 +246,12 @@ impl Redlock {
         let mut splits = 0u32;
         let won = loop {
             let started = crate::clock::now();
-            let (outcome, cleanup) = round::claim(nodes, &keys, spec).await;
+            let slot = SlotToClaim {
+                keys: keys.clone(),
+                resource: resource.clone(),
+                claim: Claim::fresh(None, None),
+            };
+            let (outcome, cleanup) = round::claim_one(nodes, slot, spec).await;
             // A final answer other than a win waits (at most a node timeout) for the undo of
             // this round's own claim: the caller's next read (`slot_status`, a status page)
             // must not see it as a live claim (seen as a flaky `Running` status in a test).
@@ -310,7 +315,7 @@ impl Redlock {
     /// Read-only: cancelling it leaves nothing behind.
     pub async fn slot_status(&self, job: &str, slot: &str) -> Result<SlotStatus, LockError> {
         options::check_names(job, slot)?;
-        let keys = SlotKeys::new(self.config(), job, slot);
+        let keys = slot_keys(self.config(), job, slot);
         let resource = format!("{job}/{slot}");
         let (seen, record) = round::status(&self.shared().nodes, &keys, &resource).await?;
         Ok(match seen {
@@ -409,7 +414,7 @@ async fn hand_over(
             drift: timing.drift(),
         }
     };
-    round::revert_routed_in_background(nodes, &route, &keys, &value, &may_hold);
+    round::undo_claim_in_background(nodes, &route, &keys, &value, &may_hold);
     Err(failed)
 }
 

@@ -9,8 +9,9 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::time::Instant;
 
-use super::{announcement_key, DEFAULT_POLL_EVERY};
+use super::DEFAULT_POLL_EVERY;
 use crate::error::LockError;
+use crate::keys::announcement_key;
 use crate::keys::lock_keys;
 use crate::manager::Redlock;
 use crate::multi::keyset::identity_of;

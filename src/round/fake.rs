@@ -9,6 +9,8 @@
 //! yields [`NodeErrorKind::Timeout`], but the request is still applied: a late `SET`, exactly
 //! what a paused master does. Every applied operation is logged for the properties to inspect.
 
+mod slots;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -46,10 +48,23 @@ pub(crate) enum Fault {
 /// An operation as the master applied it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Applied {
-    Set { value: String, ok: bool },
-    Delete { value: String, ok: bool },
-    Pexpire { value: String, ok: bool },
-    RaiseFence { token: u64 },
+    Set {
+        value: String,
+        ok: bool,
+    },
+    Delete {
+        value: String,
+        ok: bool,
+    },
+    Pexpire {
+        value: String,
+        ok: bool,
+    },
+    RaiseFence {
+        token: u64,
+    },
+    /// A slot claim, undo, ending or read (see [`slots`]).
+    SlotOp,
 }
 
 #[derive(Debug)]
@@ -67,14 +82,16 @@ enum OpKind {
     Delete(String, String),
     Pexpire(String, String, Duration),
     RaiseFence(String, u64, Duration),
+    Slots(slots::SlotOp),
 }
 
 /// What an applied operation answers.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Outcome {
     ok: bool,
     token: Option<u64>,
     epoch_age: Option<Duration>,
+    slots: Option<slots::SlotAnswer>,
 }
 
 #[derive(Debug)]
@@ -93,6 +110,8 @@ struct Store {
     counters: HashMap<String, (u64, Instant)>,
     /// Epoch markers, in node-clock microseconds.
     markers: HashMap<String, u64>,
+    /// Slot records (hashes), with their expiry.
+    records: HashMap<String, slots::Record>,
     /// The node clock reads `(now - clock_base)` in microseconds plus `CLOCK_START_US` plus
     /// `clock_ahead_us` (node clocks disagree; expiry still follows the shared virtual time).
     clock_base: Instant,
@@ -133,6 +152,7 @@ impl FakeMaster {
             keys: HashMap::new(),
             counters: HashMap::new(),
             markers: HashMap::new(),
+            records: HashMap::new(),
             clock_base: Instant::now(),
             clock_ahead_us: 0,
             next_id: 0,
@@ -198,6 +218,7 @@ impl FakeMaster {
         state.keys.clear();
         state.counters.clear();
         state.markers.clear();
+        state.records.clear();
     }
 
     /// Sets how far this node's clock runs ahead of the others (for tokens and epoch markers).
@@ -295,6 +316,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 fn settle(state: &mut Store, now: Instant) {
     while state.pending.first().is_some_and(|op| op.at <= now) {
         let op = state.pending.remove(0);
+        let op_at = op.at;
         let live = |keys: &HashMap<String, (String, Instant)>, key: &str| {
             keys.get(key)
                 .filter(|(_, expires)| *expires > op.at)
@@ -340,8 +362,20 @@ fn settle(state: &mut Store, now: Instant) {
                         ok,
                         token,
                         epoch_age,
+                        slots: None,
                     },
                     Applied::Set { value, ok },
+                )
+            }
+            OpKind::Slots(op) => {
+                let answer = slots::apply(state, op_at, now_us, op);
+                (
+                    Outcome {
+                        ok: true,
+                        slots: Some(answer),
+                        ..Outcome::default()
+                    },
+                    Applied::SlotOp,
                 )
             }
             OpKind::RaiseFence(fence_key, token, retention) => {

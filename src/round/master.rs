@@ -7,6 +7,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::NodeErrorKind;
+use crate::keys::SlotKeys;
+use crate::scripts::slot_claim::{ClaimArgs, ClaimReply, SlotClaimItem};
+use crate::scripts::slot_finish::{Ending, FinishArgs};
+use crate::scripts::slot_status::Seen;
+use crate::slot::SlotRecord;
 use crate::value::Claim;
 
 /// What one acquisition asks of a master.
@@ -111,6 +116,43 @@ pub(crate) trait Master: Send + Sync + 'static {
         claim: &Claim,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
+}
+
+/// A master that also keeps slot claims (see `crate::slot`): the real node and the fake; a key
+/// set's view of a master does not.
+pub(crate) trait SlotMaster: Master {
+    /// Claims slots, each on its own, in one request (see
+    /// [`CLAIM_SLOTS`](crate::scripts::CLAIM_SLOTS)): one reply per item, in order. Under
+    /// restart protection each reply's `epoch_age` is the master's age as for
+    /// [`acquire`](Self::acquire).
+    fn claim_slots(
+        &self,
+        items: &[SlotClaimItem<'_>],
+        args: &ClaimArgs,
+    ) -> impl Future<Output = Result<Vec<ClaimReply>, NodeErrorKind>> + Send;
+
+    /// Undoes the claims `items` (a cleanup, like
+    /// [`compare_and_delete`](Self::compare_and_delete)), on the connection of the key `route`
+    /// (the claim's first running key, so that the undo runs behind the claim).
+    fn undo_slot_claims(
+        &self,
+        route: &str,
+        items: &[SlotClaimItem<'_>],
+    ) -> impl Future<Output = Result<(), NodeErrorKind>> + Send;
+
+    /// Records how `runs` ended, each on its own (see
+    /// [`FINISH_SLOTS`](crate::scripts::FINISH_SLOTS)): whether each was written.
+    fn finish_slots(
+        &self,
+        ending: Ending,
+        runs: &[FinishArgs],
+    ) -> impl Future<Output = Result<Vec<bool>, NodeErrorKind>> + Send;
+
+    /// Reads a slot, changing nothing.
+    fn slot_status(
+        &self,
+        keys: &SlotKeys,
+    ) -> impl Future<Output = Result<(Seen, SlotRecord), NodeErrorKind>> + Send;
 }
 
 impl NodeErrorKind {

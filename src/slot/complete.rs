@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use futures::stream::StreamExt;
 
-use super::batch::{finish_batch, FinishItem};
 use super::many::MAX_SLOT_BATCH;
-use super::round::{Ending, FinishSpec};
+use super::round::{self, Finish};
 use super::run::SlotRun;
 use crate::error::LockError;
+use crate::scripts::slot_finish::Ending;
 
 /// Attempts per completion, as [`SlotRun::complete`] makes.
 const ATTEMPTS: u32 = 3;
@@ -92,24 +92,12 @@ impl SlotRun {
                 if attempt > 0 {
                     tokio::time::sleep(shared.config.node_timeout).await;
                 }
-                let items: Vec<FinishItem<'_>> = pending
+                let items: Vec<Finish<'_>> = pending
                     .iter()
                     .filter_map(|&j| runs.get(j))
-                    .map(|run| FinishItem {
-                        keys: &run.info.keys,
-                        spec: FinishSpec {
-                            resource: &run.info.resource,
-                            ending: Ending::Completed,
-                            value: &run.info.value,
-                            runner: &run.info.runner,
-                            retention: run.info.retention,
-                            token: run.fence(),
-                            attempt: run.info.attempt,
-                            release: run.releases_with_its_ending(),
-                        },
-                    })
+                    .map(|run| run.ending())
                     .collect();
-                let results = finish_batch(&shared.nodes, &items, Ending::Completed).await;
+                let results = round::finish(&shared.nodes, Ending::Completed, &items).await;
                 let mut again = Vec::new();
                 for (j, result) in pending.iter().copied().zip(results) {
                     if matches!(&result, Err(e) if e.is_retryable()) {

@@ -3,14 +3,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::batch::{claim_batch, BatchSlot};
 use super::options::SlotOptions;
 use super::outcome::SlotClaim;
-use super::round::{ClaimSpec, RoundOutcome, SlotKeys};
+use super::round::{self, ClaimSpec, RoundOutcome, SlotToClaim};
 use super::undo::UndoClaim;
 use super::{hand_over, split_backoff};
 use crate::acquisition::settle;
 use crate::error::{InvalidArgument, LockError};
+use crate::keys::slot_keys;
 use crate::manager::Redlock;
 use crate::round::spec::round_spec;
 use crate::value::Claim;
@@ -98,7 +98,6 @@ impl Redlock {
         let lease_opts = opts.lease_for(config, timing.ttl)?;
         let runner = opts.runner_name();
         let spec = ClaimSpec {
-            resource: "",
             timing,
             retention: opts.retention,
             runner: &runner,
@@ -118,17 +117,17 @@ impl Redlock {
         let mut retries_left = config.retry_count;
         let mut splits = 0u32;
         while !pending.is_empty() {
-            let batch: Vec<BatchSlot> = pending
+            let batch: Vec<SlotToClaim> = pending
                 .iter()
                 .filter_map(|&j| name(j))
-                .map(|(job, slot)| BatchSlot {
-                    keys: SlotKeys::new(config, job, slot),
+                .map(|(job, slot)| SlotToClaim {
+                    keys: slot_keys(config, job, slot),
                     resource: format!("{job}/{slot}"),
                     claim: Claim::fresh(None, None),
                 })
                 .collect();
             let started = crate::clock::now();
-            let (outcomes, cleanup) = claim_batch(nodes, &batch, spec).await;
+            let (outcomes, cleanup) = round::claim(nodes, &batch, spec).await;
             let (mut again, mut settled) = (Vec::new(), false);
             // The connection of the batch's claim, which the first slot's running key picks.
             let Some(route) = batch.first().map(|first| Arc::clone(&first.keys.running)) else {

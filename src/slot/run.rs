@@ -5,9 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::round::{self, Ending, FinishSpec, SlotKeys};
+use super::round::{self, Finish};
 use crate::error::LockError;
+use crate::keys::SlotKeys;
 use crate::lease::{Lease, LeaseHandle};
+use crate::scripts::slot_finish::{Ending, FinishArgs};
 use crate::shared::Shared;
 use crate::value::LockValue;
 
@@ -162,17 +164,25 @@ impl SlotRun {
         if self.releases_with_its_ending() {
             self.lease.stop_renewing();
         }
-        let spec = FinishSpec {
+        let runs = [self.ending()];
+        let outcome = round::finish(&self.info.shared.nodes, ending, &runs).await;
+        outcome.into_iter().next().unwrap_or(Ok(()))
+    }
+
+    /// What recording this run's ending writes.
+    pub(super) fn ending(&self) -> Finish<'_> {
+        Finish {
             resource: &self.info.resource,
-            ending,
-            value: &self.info.value,
-            runner: &self.info.runner,
-            retention: self.info.retention,
-            token: self.fence(),
-            attempt: self.info.attempt,
-            release: self.releases_with_its_ending(),
-        };
-        round::finish(&self.info.shared.nodes, &self.info.keys, spec).await
+            args: FinishArgs {
+                keys: self.info.keys.clone(),
+                value: self.info.value.as_str().to_string(),
+                runner: self.info.runner.clone(),
+                retention: self.info.retention,
+                token: self.fence(),
+                attempt: self.info.attempt,
+                release: self.releases_with_its_ending(),
+            },
+        }
     }
 
     /// Undoes a run that its caller never received (a batch claim whose future was dropped
@@ -182,7 +192,7 @@ impl SlotRun {
         let nodes = &self.info.shared.nodes;
         let all: Vec<bool> = nodes.iter().map(|_| true).collect();
         let info = &self.info;
-        round::revert_routed_in_background(nodes, &info.route, &info.keys, &info.value, &all);
+        round::undo_claim_in_background(nodes, &info.route, &info.keys, &info.value, &all);
         // The lease's own release deletes the claim too, wherever it lands first.
         drop(self.lease);
     }

@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use super::round::{self, SlotKeys, Won};
+use super::round::{self, Won};
+use crate::keys::SlotKeys;
 use crate::round::Nodes;
 use crate::transport::node::RedisNode;
 use crate::value::LockValue;
@@ -55,7 +56,7 @@ impl UndoClaim {
 impl Drop for UndoClaim {
     fn drop(&mut self) {
         if self.armed {
-            round::revert_routed_in_background(
+            round::undo_claim_in_background(
                 &self.nodes,
                 &self.route,
                 &self.keys,

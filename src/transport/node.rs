@@ -34,9 +34,11 @@ use crate::value::Claim;
 // this node's private request path rather than widening it.
 mod keyset;
 pub(crate) use keyset::SetAcquire;
-// Slot claims and hold-at-least releases (src/slot/, src/guard/hold.rs): their scripts go
-// through this node's private request path, from a child module.
+// Hold-at-least releases (src/guard/hold.rs): their script goes through this node's private
+// request path, from a child module.
 mod script;
+// Slot claims: their scripts, from a child module likewise.
+mod slots;
 
 /// One request to a master, about one key.
 enum Request<'a> {
@@ -514,12 +516,8 @@ impl Master for RedisNode {
             // Restart protection: the master's age is the younger of its epoch marker (data
             // lost) and its current life (restarted, whatever it reloaded). With no connection
             // open any more, the life is unknown: counted as just restarted.
-            let life = self.connection_for(request.key.as_bytes()).life();
-            let since_restart = life.map_or(Some(Duration::ZERO), |life| life.age());
-            value.epoch_age = match (value.epoch_age, since_restart) {
-                (Some(marker), Some(restart)) => Some(marker.min(restart)),
-                (marker, restart) => marker.or(restart),
-            };
+            let life = self.life_age(request.key.as_bytes());
+            value.epoch_age = crate::restart_protection::master_age(value.epoch_age, life);
         }
         if retried && !value.granted {
             // The first attempt may have set the key before the connection broke: this "no"
