@@ -23,6 +23,8 @@ pub(crate) mod timing;
 pub(crate) mod fake;
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod slot_properties;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -126,7 +126,7 @@ mod complete;
 mod many;
 mod options;
 mod outcome;
-mod round;
+pub(crate) mod round;
 mod run;
 mod undo;
 

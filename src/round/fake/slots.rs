@@ -319,3 +319,24 @@ impl SlotMaster for FakeMaster {
         }
     }
 }
+
+impl FakeMaster {
+    /// The live record of slot record `key` now, as `(state, value)`.
+    pub(crate) fn slot_record(&self, key: &str) -> Option<(String, String)> {
+        let now = Instant::now();
+        let mut state = self.state();
+        super::settle(&mut state, now);
+        live_record(&state.records, key, now).map(|r| (r.state.clone(), r.value.clone()))
+    }
+
+    /// Records slot record `key` as completed by a foreign run (kept for the whole test).
+    pub(crate) fn preset_completed(&self, key: &str) {
+        let record = Record {
+            state: "completed".into(),
+            runner: "foreign".into(),
+            attempts: 1,
+            ..Record::default()
+        };
+        self.state().records.insert(key.into(), record);
+    }
+}
