@@ -7,8 +7,8 @@
 //! four times, each time with three separate worker processes (this binary, run again as
 //! `flash_sale worker ...`):
 //!
-//! 1. **no lease, TTL too short**: the lock's TTL (20 ms) is shorter than most deductions (read
-//!    the stock, 5 to 50 ms of work, write it back): the lock expires mid-deduction, another instance
+//! 1. **no lease, TTL too short**: the lock's TTL (20 ms) is shorter than most deductions (read the
+//!    stock, 5 to 50 ms of work, write it back): the lock expires mid-deduction, another instance
 //!    reads the same stock, and the item is **oversold** (the example prints by how much);
 //! 2. **lease**: the same short TTL, renewed by a lease while the deduction runs
 //!    ([`Redlock::run_exclusive`]): nothing oversold;

@@ -66,7 +66,8 @@ impl Config {
     }
 }
 
-/// Builds a [`Redlock`](crate::Redlock) manager. Created by [`Redlock::builder`](crate::Redlock::builder).
+/// Builds a [`Redlock`](crate::Redlock) manager. Created by
+/// [`Redlock::builder`](crate::Redlock::builder).
 ///
 /// Every setter documents its default. [`build`](Self::build) validates everything and never
 /// connects: no node needs to be up at build time.
@@ -171,8 +172,8 @@ impl RedlockBuilder {
         self
     }
 
-    /// How many times [`Redlock::lock`](crate::Redlock::lock) retries after a failed first round (so it runs at most
-    /// `retry_count + 1` rounds). Defaults to 3.
+    /// How many times [`Redlock::lock`](crate::Redlock::lock) retries after a failed first round
+    /// (so it runs at most `retry_count + 1` rounds). Defaults to 3.
     pub fn retry_count(mut self, count: u32) -> Self {
         self.retry_count = count;
         self

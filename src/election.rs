@@ -117,8 +117,8 @@ impl CampaignOptions {
 }
 
 /// The identity an election stored in a lock value, if any (see the [crate
-/// docs](crate#leader-election) for the value's layout): what a tool that reads lock keys directly (such as
-/// `quorumlock status`) shows as the holder.
+/// docs](crate#leader-election) for the value's layout): what a tool that reads lock keys directly
+/// (such as `quorumlock status`) shows as the holder.
 pub fn holder_identity(value: &str) -> Option<&str> {
     crate::multi::keyset::identity_of(value)
 }

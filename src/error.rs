@@ -283,8 +283,8 @@ pub enum InvalidArgument {
         "election identity {0:?} is invalid: expected 1 to 256 bytes without control characters"
     )]
     InvalidIdentity(String),
-    /// An election's poll interval ([`CampaignOptions::poll_every`](crate::CampaignOptions::poll_every))
-    /// is zero.
+    /// An election's poll interval
+    /// ([`CampaignOptions::poll_every`](crate::CampaignOptions::poll_every)) is zero.
     #[error("election poll interval is zero: expected a positive duration")]
     ZeroPollInterval,
     /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given no slot.

@@ -91,20 +91,20 @@
 //!
 //! ## Beyond the plain algorithm (all opt-in)
 //!
-//! * **Fencing tokens** ([`RedlockBuilder::fencing`], or per call with [`Redlock::fenced`]):
-//!   every grant carries a `u64` ([`LockGuard::fence`]) strictly greater than the token of every
-//!   earlier grant of the resource whose lease has ended, as long as a majority of masters keeps
-//!   its data. Each master keeps a counter per resource, bumped atomically with the `SET NX`
-//!   and floored by the master's clock in microseconds and by a token the client proposes (its
-//!   wall clock plus half a second, capped at the master's clock plus one second). The token is the maximum over the granting quorum; it must
-//!   be stored on a quorum, so that any later quorum (which shares a master with this one)
-//!   starts above it. When a quorum issued that very token (clocks within half a second),
-//!   it already is, and the grant takes the one round; otherwise the client writes it back to
-//!   a quorum first, one more round trip. If
-//!   counters are lost (a restart without data, an expired counter), tokens stay monotonic as
-//!   long as master clocks never step backwards and two grants are further apart than the
-//!   masters' clock disagreement plus one second (a token may lead its master's clock by up to
-//!   the proposal cap). The protected resource must reject any token lower than the highest it has seen.
+//! * **Fencing tokens** ([`RedlockBuilder::fencing`], or per call with [`Redlock::fenced`]): every
+//!   grant carries a `u64` ([`LockGuard::fence`]) strictly greater than the token of every earlier
+//!   grant of the resource whose lease has ended, as long as a majority of masters keeps its data.
+//!   Each master keeps a counter per resource, bumped atomically with the `SET NX` and floored by
+//!   the master's clock in microseconds and by a token the client proposes (its wall clock plus
+//!   half a second, capped at the master's clock plus one second). The token is the maximum over
+//!   the granting quorum; it must be stored on a quorum, so that any later quorum (which shares a
+//!   master with this one) starts above it. When a quorum issued that very token (clocks within
+//!   half a second), it already is, and the grant takes the one round; otherwise the client writes
+//!   it back to a quorum first, one more round trip. If counters are lost (a restart without data,
+//!   an expired counter), tokens stay monotonic as long as master clocks never step backwards and
+//!   two grants are further apart than the masters' clock disagreement plus one second (a token may
+//!   lead its master's clock by up to the proposal cap). The protected resource must reject any
+//!   token lower than the highest it has seen.
 //! * **Restart protection** ([`RedlockBuilder::restart_protection`] with
 //!   [`RedlockBuilder::max_ttl`]): client-enforced *delayed restarts*. A master's vote does not
 //!   count until the maximum TTL (plus drift) has passed since it last **restarted**, whatever

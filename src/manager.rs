@@ -62,12 +62,12 @@ impl RedlockBuilder {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the setting and what it expected when no node is given, a URL
-    /// does not parse (the message shows the URL with its password redacted), a master is
-    /// listed twice, the drift factor is outside `[0, 1)`, a timeout or `max_unanswered` is
-    /// zero, `connections_per_node` is outside 1 to 64, or `fence_retention` or `max_ttl` is
-    /// zero or beyond [`MAX_TTL`](crate::MAX_TTL). Timeouts and delays too long for the clock are not errors:
-    /// they saturate (about 30 years, as good as none).
+    /// A [`ConfigError`] naming the setting and what it expected when no node is given, a URL does
+    /// not parse (the message shows the URL with its password redacted), a master is listed twice,
+    /// the drift factor is outside `[0, 1)`, a timeout or `max_unanswered` is zero,
+    /// `connections_per_node` is outside 1 to 64, or `fence_retention` or `max_ttl` is zero or
+    /// beyond [`MAX_TTL`](crate::MAX_TTL). Timeouts and delays too long for the clock are not
+    /// errors: they saturate (about 30 years, as good as none).
     pub fn build(self) -> Result<Redlock, ConfigError> {
         let (config, addresses) = self.validate()?;
         let nodes = addresses
@@ -340,7 +340,8 @@ impl Redlock {
     /// * [`LockError::QuorumUnreachable`]: too many masters failed, each listed with its error;
     /// * [`LockError::ValidityExhausted`]: the quorum came too late to leave any validity;
     /// * [`LockError::InvalidArgument`]: an empty resource, a TTL of zero, one that leaves no
-    ///   validity after drift, or one beyond the maximum TTL ([`MAX_TTL`](crate::MAX_TTL) or the manager's [`max_ttl`](crate::RedlockBuilder::max_ttl)).
+    ///   validity after drift, or one beyond the maximum TTL ([`MAX_TTL`](crate::MAX_TTL) or the
+    ///   manager's [`max_ttl`](crate::RedlockBuilder::max_ttl)).
     ///
     /// On any error, the keys this round may have set are released in the background.
     ///

@@ -4,7 +4,8 @@ use std::fmt;
 
 use crate::value::LockValue;
 
-/// The identity of a reentrant lock's owner (see [`Redlock::reentrant`](crate::Redlock::reentrant)).
+/// The identity of a reentrant lock's owner (see
+/// [`Redlock::reentrant`](crate::Redlock::reentrant)).
 ///
 /// Async tasks move between threads, so ownership cannot be the thread: it is this explicit
 /// identity, a v4 UUID (122 random bits from the OS CSPRNG), which the owner passes to every nested

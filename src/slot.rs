@@ -157,8 +157,9 @@ impl Redlock {
     /// for what wins when masters disagree and what "once" means.
     ///
     /// On [`SlotClaim::Claimed`] run the job, then [`SlotRun::complete`] it. Fenced when the
-    /// manager is ([`Redlock::fenced`], [`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)):
-    /// [`SlotRun::fence`] then carries a token. Restart protection applies as for locks.
+    /// manager is ([`Redlock::fenced`],
+    /// [`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)): [`SlotRun::fence`] then
+    /// carries a token. Restart protection applies as for locks.
     ///
     /// # Errors
     ///

@@ -232,9 +232,9 @@ fn pick_master(
     (!free.is_empty()).then(|| free[rng.random_range(0..free.len())])
 }
 
-/// One to three faults of any kind (a slow client network among them, so that a round's
-/// timing is tested with requests that take a while); faults that take masters out of every client's reach touch
-/// at most a minority of them (one for a single master), each master at most once.
+/// One to three faults of any kind (a slow client network among them, so that a round's timing is
+/// tested with requests that take a while); faults that take masters out of every client's reach
+/// touch at most a minority of them (one for a single master), each master at most once.
 fn composed(rng: &mut impl Rng, shape: &Shape) -> Vec<Fault> {
     let n = shape.nodes;
     if n >= 3 && rng.random_bool(QUORUM_RESTART_SHARE) {

@@ -439,28 +439,26 @@ pub fn composed_observation(
         .iter()
         .filter(|o| !explained(o.at_ns))
         .count();
-    // Token order between claims rests on the same exclusivity as the claims themselves: near
-    // a clock fault a master's keys may expire early, so a round still in flight while another
-    // claim was held (its client learning of the grant late) can hold a quorum beside that
-    // claim, and come back with the lower token after it ended. Only that is excused: a lower token from a
-    // round that began after the other claim ended is judged everywhere (the token mutants'
-    // kind), as is the store's order (no token accepted below one accepted before). And only
-    // where a master whose clock was faulted (within a TTL before) is in the later grant's
-    // quorum (`granted_by`): the excuse rests on that master letting go of the earlier claim's
-    // key early, which gives a quorum of masters with sound clocks no ground.
-    // Still let through: such an inversion whose later quorum has a master of a clock fault
-    // (any quorum under a clock-rate fault, which runs every master's clock fast).
-    // And a token issued by a master whose clock ran ahead during a clock fault stays above
-    // the tokens that master issues from its clock once it lost its counter (a restart): the
-    // library's token floor assumes master clocks within the quarantine minus the proposal cap
-    // of each other (a clock bumped seconds ahead, then the master restarted empty: the tokens
-    // granted after its quarantine are below those of the bump).
-    // That excuse is legitimate only where no quorum kept the higher token: on a single
-    // master, or once a master may have lost its counter (a restart) after the inflated
-    // grant. With three or more masters and nothing lost, the write-back put the token on a
-    // quorum, which every later quorum meets.
-    // Still let through: a token at or below one issued more than a second above the usual
-    // line near a clock fault, on one master or after a restart between the two grants.
+    // Token order between claims rests on the same exclusivity as the claims themselves: near a
+    // clock fault a master's keys may expire early, so a round still in flight while another claim
+    // was held (its client learning of the grant late) can hold a quorum beside that claim, and
+    // come back with the lower token after it ended. Only that is excused: a lower token from a
+    // round that began after the other claim ended is judged everywhere (the token mutants' kind),
+    // as is the store's order (no token accepted below one accepted before). And only where a
+    // master whose clock was faulted (within a TTL before) is in the later grant's quorum
+    // (`granted_by`): the excuse rests on that master letting go of the earlier claim's key early,
+    // which gives a quorum of masters with sound clocks no ground. Still let through: such an
+    // inversion whose later quorum has a master of a clock fault (any quorum under a clock-rate
+    // fault, which runs every master's clock fast). And a token issued by a master whose clock ran
+    // ahead during a clock fault stays above the tokens that master issues from its clock once it
+    // lost its counter (a restart): the library's token floor assumes master clocks within the
+    // quarantine minus the proposal cap of each other (a clock bumped seconds ahead, then the
+    // master restarted empty: the tokens granted after its quarantine are below those of the bump).
+    // That excuse is legitimate only where no quorum kept the higher token: on a single master, or
+    // once a master may have lost its counter (a restart) after the inflated grant. With three or
+    // more masters and nothing lost, the write-back put the token on a quorum, which every later
+    // quorum meets. Still let through: a token at or below one issued more than a second above the
+    // usual line near a clock fault, on one master or after a restart between the two grants.
     let inflated = inflated_tokens(&checker::claims(events), &explained);
     let losses = counter_losses(events);
     let inflated_then_lost = |o: &checker::Overlap| {

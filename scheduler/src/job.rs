@@ -33,7 +33,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 pub const DEFAULT_HISTORY: usize = 20;
 /// The spread of the workers' claims of one slot, unless set: 20 ms (see [`Job::stagger`]).
 pub const DEFAULT_STAGGER: Duration = Duration::from_millis(20);
-/// What the default retention adds to the longer of the claim TTL and the starting deadline: 10 min.
+/// What the default retention adds to the longer of the claim TTL and the starting deadline:
+/// 10 min.
 const RETENTION_MARGIN: Duration = Duration::from_secs(600);
 
 /// A periodic job: a name (unique in the fleet: slots are claimed under it), a [`Schedule`], an
@@ -154,8 +155,8 @@ impl Job {
 
     /// How late (after its due time, by the worker's clock) a slot may still start, like
     /// Kubernetes' `startingDeadlineSeconds`; later it counts as missed. Also how far back a
-    /// starting worker looks for slots to catch up. Defaults to [`DEFAULT_STARTING_DEADLINE`] (60 s).
-    /// At most the [retention](Self::retention), itself at most
+    /// starting worker looks for slots to catch up. Defaults to [`DEFAULT_STARTING_DEADLINE`]
+    /// (60 s). At most the [retention](Self::retention), itself at most
     /// [`quorumlock::MAX_SLOT_RETENTION`].
     ///
     /// It bounds a slot's first start (and the claims retried after a split vote), not the

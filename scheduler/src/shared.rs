@@ -21,7 +21,8 @@ pub(crate) enum Phase {
     Cancelling,
 }
 
-/// The workers that share the jobs, when the builder was told ([`SchedulerBuilder::fleet`](crate::SchedulerBuilder::fleet)).
+/// The workers that share the jobs, when the builder was told
+/// ([`SchedulerBuilder::fleet`](crate::SchedulerBuilder::fleet)).
 pub(crate) struct Fleet {
     pub(crate) workers: Vec<Arc<str>>,
     /// How much later each rank claims than the one before.

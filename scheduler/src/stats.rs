@@ -35,8 +35,8 @@ pub struct JobStats {
     pub elsewhere: u64,
     /// Slots skipped by [`Concurrency::Forbid`](crate::Concurrency::Forbid).
     pub forbidden: u64,
-    /// Slots found abandoned and not retried (policy [`OnAbandoned::Skip`](crate::OnAbandoned::Skip),
-    /// or attempts used up).
+    /// Slots found abandoned and not retried (policy
+    /// [`OnAbandoned::Skip`](crate::OnAbandoned::Skip), or attempts used up).
     pub abandoned: u64,
     /// Slots past their starting deadline when this worker got to them: **this worker's** view
     /// only. Another worker may well have run such a slot (a backup of a

@@ -23,7 +23,8 @@ pub enum SlotOutcome {
     TimedOut,
     /// This worker's run was cancelled (why); the slot was abandoned.
     Cancelled(String),
-    /// This worker's run was cancelled by the next slot ([`Concurrency::Replace`](crate::Concurrency::Replace)).
+    /// This worker's run was cancelled by the next slot
+    /// ([`Concurrency::Replace`](crate::Concurrency::Replace)).
     Replaced,
     /// Another worker completed it.
     CompletedElsewhere,

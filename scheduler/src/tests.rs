@@ -811,9 +811,9 @@ async fn a_skew_bound_past_the_starting_deadline_is_refused() {
     }
 }
 
-/// Regression test for an abandoned slot left to nobody: a worker that finds a slot abandoned
-/// (policy Retry) and loses its retry to a split vote (racing retriers, nobody holds it)
-/// recorded a claim failure and moved on; it claims it again, within the starting deadline.
+/// A worker that finds a slot abandoned (policy Retry) and loses its retry to a split vote
+/// (racing retriers, nobody holds it) claims it again within the starting deadline, rather
+/// than recording a claim failure and leaving the slot to nobody.
 #[tokio::test(start_paused = true)]
 async fn a_split_retry_of_an_abandoned_slot_is_claimed_again() {
     let claims = FakeClaims::default();

@@ -386,7 +386,8 @@ async fn shutdown_past_the_grace_period_abandons_the_slot() {
 /// Who ran each (job, due instant).
 type Ran = BTreeMap<(usize, String), Vec<String>>;
 
-/// The script requests (`EVALSHA`: claims, completions, releases) the masters of `cluster` processed.
+/// The script requests (`EVALSHA`: claims, completions, releases) the masters of `cluster`
+/// processed.
 fn script_requests(cluster: &RedisCluster) -> u64 {
     cluster
         .iter()

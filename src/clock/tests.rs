@@ -72,8 +72,8 @@ async fn suspend_mid_round(duration: Duration) {
     suspend(duration);
 }
 
-/// Regression: a round that spans a suspend counted only the time the machine was awake
-/// (`Instant`), and granted a lock whose keys had expired on every master meanwhile.
+/// A round that spans a suspend counts the suspended time too: counted on `Instant` (awake
+/// time only) it would grant a lock whose keys expired on every master meanwhile.
 #[tokio::test(start_paused = true)]
 async fn a_round_spanning_a_suspend_longer_than_the_ttl_grants_nothing() {
     let nodes = masters();
@@ -112,8 +112,8 @@ async fn a_round_spanning_a_shorter_suspend_loses_that_much_validity() {
     assert_eq!(left, Duration::from_millis(3893));
 }
 
-/// Regression: an extension that spans a suspend past the current validity extended a lock
-/// whose keys had expired (and could belong to someone else).
+/// An extension that spans a suspend past the current validity fails: the keys may have
+/// expired (and belong to someone else).
 #[tokio::test(start_paused = true)]
 async fn an_extension_spanning_a_suspend_past_the_validity_fails() {
     let nodes = masters();
@@ -159,8 +159,8 @@ fn manager(master: &RedisMaster) -> Redlock {
         .expect("build manager")
 }
 
-/// Regression: a guard woken from a suspend longer than its validity still said it was valid
-/// (`Instant` stood still while the keys expired).
+/// A guard woken from a suspend longer than its validity is no longer valid (`Instant` stands
+/// still while the keys expire).
 #[tokio::test]
 async fn a_guard_woken_from_a_long_suspend_is_no_longer_valid() {
     let master = master();
@@ -184,8 +184,8 @@ async fn a_guard_woken_from_a_long_suspend_is_no_longer_valid() {
     );
 }
 
-/// Regression: a lease woken from a suspend longer than its validity still said it was held,
-/// and `lost()` waited for a timer on the stopped clock.
+/// A lease woken from a suspend longer than its validity is no longer held, and `lost()` does
+/// not wait for a timer on the stopped clock.
 #[tokio::test]
 async fn a_lease_woken_from_a_long_suspend_is_no_longer_held() {
     let master = master();

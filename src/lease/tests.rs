@@ -300,9 +300,9 @@ async fn a_renewal_ttl_shorter_than_the_validity_left_lowers_it_first() {
     assert!(error.is_not_held());
 }
 
-/// Regression: `lost()` resolved, and `is_held()` turned false, only at the end of the
-/// validity (a timer fires then or later), so work cancelled on a loss stopped after the lock
-/// may already have been someone else's. Both now happen the safety margin before it.
+/// `lost()` resolves, and `is_held()` turns false, the safety margin before the validity ends:
+/// at its end (a timer fires then or later) work cancelled on a loss would stop after the lock
+/// may already be someone else's.
 #[tokio::test(start_paused = true)]
 async fn validity_running_out_is_signalled_a_safety_margin_before_its_end() {
     // Every renewal hangs for 10 s (a paused majority with a huge node timeout).
@@ -485,9 +485,9 @@ async fn no_task_outlives_its_lease() {
     until(|| metrics.num_alive_tasks() == before).await;
 }
 
-/// Regression (seen in CI): a holder that saw the lease end and released it at once could
-/// reach the task before the task's own timer fired; the task then ended as a plain release
-/// and the loss was never counted in the manager's stats.
+/// A holder that sees the lease end and releases it at once may reach the task before the
+/// task's own timer fires: the loss is still counted in the manager's stats, not taken for a
+/// plain release.
 #[tokio::test(start_paused = true)]
 async fn a_release_after_the_lease_ended_still_counts_the_loss() {
     let (lease, log) = start([Step::Unreachable(Duration::from_secs(60))], None);

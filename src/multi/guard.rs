@@ -76,7 +76,8 @@ impl MultiLockGuard {
         self.held.ttl
     }
 
-    /// The instant the validity ends; see [`LockGuard::valid_until`](crate::LockGuard::valid_until).
+    /// The instant the validity ends; see
+    /// [`LockGuard::valid_until`](crate::LockGuard::valid_until).
     pub fn valid_until(&self) -> std::time::Instant {
         self.held.valid_until_std()
     }

@@ -1,13 +1,14 @@
 //! A fake [`Master`] on tokio's virtual clock, for the unit and property tests of the quorum
 //! round.
 //!
-//! A [`FakeMaster`] is one client's connection to a fake node: requests on it are applied
-//! strictly in order, like a Redis master behind one pipelined connection. A request is
-//! applied `apply_after` (plus a random jitter) after it is sent, or after the previous request
-//! on the same connection, whichever is later, and answered `reply_after` later. Connections of
-//! different clients ([`FakeMaster::connect`]) share the node's keys and interleave freely. A reply later than the node timeout
-//! yields [`NodeErrorKind::Timeout`], but the request is still applied: a late `SET`, exactly
-//! what a paused master does. Every applied operation is logged for the properties to inspect.
+//! A [`FakeMaster`] is one client's connection to a fake node: requests on it are applied strictly
+//! in order, like a Redis master behind one pipelined connection. A request is applied
+//! `apply_after` (plus a random jitter) after it is sent, or after the previous request on the same
+//! connection, whichever is later, and answered `reply_after` later. Connections of different
+//! clients ([`FakeMaster::connect`]) share the node's keys and interleave freely. A reply later
+//! than the node timeout yields [`NodeErrorKind::Timeout`], but the request is still applied: a
+//! late `SET`, exactly what a paused master does. Every applied operation is logged for the
+//! properties to inspect.
 
 mod slots;
 

@@ -1,7 +1,7 @@
 //! The one small interface through which the quorum logic reaches a master.
 //!
-//! The real implementation is [`RedisNode`](crate::transport::node::RedisNode); the unit and property
-//! tests of the quorum round implement it with fakes on a virtual clock.
+//! The real implementation is [`RedisNode`](crate::transport::node::RedisNode); the unit and
+//! property tests of the quorum round implement it with fakes on a virtual clock.
 
 use std::future::Future;
 use std::time::Duration;

@@ -6,8 +6,9 @@ lua_script! {
 }
 
 lua_script! {
-    /// Mutant `ExtendRecreates` (jepsen-lite only): like [`COMPARE_AND_PEXPIRE`](super::COMPARE_AND_PEXPIRE), but re-creates
-    /// a missing key, reviving a lock that may have moved on.
+    /// Mutant `ExtendRecreates` (jepsen-lite only): like
+    /// [`COMPARE_AND_PEXPIRE`](super::COMPARE_AND_PEXPIRE), but re-creates a missing key, reviving
+    /// a lock that may have moved on.
     EXTEND_RECREATES = r"local current = redis.call('get', KEYS[1])
 if current == ARGV[1] then
     return redis.call('pexpire', KEYS[1], ARGV[2])

@@ -1,7 +1,8 @@
 //! Release: compare-and-delete, plain and reentrant.
 
 lua_script! {
-    /// Deletes the lock key only if it still holds this owner's value. Returns 1 if deleted, else 0.
+    /// Deletes the lock key only if it still holds this owner's value. Returns 1 if deleted, else
+    /// 0.
     ///
     /// A plain `DEL` would remove the key of whoever acquired the lock after ours expired.
     ///

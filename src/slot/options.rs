@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::error::InvalidArgument;
 use crate::lease::LeaseOptions;
 
-/// The claim TTL [`SlotOptions::new`] starts with: 30 s, like [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL).
+/// The claim TTL [`SlotOptions::new`] starts with: 30 s, like
+/// [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL).
 pub const DEFAULT_SLOT_TTL: Duration = Duration::from_secs(30);
 
 /// How long [`SlotOptions::new`] keeps a slot's record: 24 hours.

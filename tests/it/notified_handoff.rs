@@ -407,11 +407,11 @@ async fn sixteen_contenders_all_get_grants() {
     );
 }
 
-/// Regression (found by the hand-off benchmark at N = 5, where the holder's grant was decided
-/// at a bare quorum): with the holder's key missing on one master, each waiter's round is
-/// granted there and cleaned up; that cleanup announced a release, waking the next waiter into
-/// the same failed round, thousands of rounds a second while the holder held. Cleanups are
-/// not announced: 8 waiters behind such a holder cost the masters a few requests in a second.
+/// A holder granted on a bare quorum: with its key missing on one master, each waiter's round
+/// is granted there and cleaned up. Were that cleanup announced as a release, it would wake
+/// the next waiter into the same failed round, thousands of rounds a second while the holder
+/// holds. Cleanups are not announced: 8 waiters behind such a holder cost the masters a few
+/// requests in a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cleanup_of_a_failed_round_wakes_no_one() {
     let cluster = cluster(3);

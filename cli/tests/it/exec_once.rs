@@ -202,8 +202,8 @@ fn split_slot(cluster: &quorumlock::testing::RedisCluster, slot: &str, ttl_ms: &
     }
 }
 
-/// Regression test for a slot left to nobody: a split vote that ends while `exec --once` is
-/// still claiming runs the command.
+/// A split vote that ends while `exec --once` is still claiming runs the command: the slot is
+/// not left to nobody.
 #[test]
 fn a_split_vote_is_claimed_again() {
     let cluster = cluster(5);

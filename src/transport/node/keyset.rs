@@ -90,11 +90,10 @@ impl RedisNode {
         Ok(value)
     }
 
-    /// Deletes the set's `n` lock keys where they hold `value`, and the keys after them if
-    /// all did (see [`scripts::MULTI_RELEASE`]), announcing the release to notified waiters
-    /// when `announce` (see [`Master::release_and_announce`](crate::round::master::Master::release_and_announce)).
-    /// A cleanup: it bypasses the backlog bound and is written even if its caller stops
-    /// waiting.
+    /// Deletes the set's `n` lock keys where they hold `value`, and the keys after them if all did
+    /// (see [`scripts::MULTI_RELEASE`]), announcing the release to notified waiters when `announce`
+    /// (see [`Master::release_and_announce`](crate::round::master::Master::release_and_announce)).
+    /// A cleanup: it bypasses the backlog bound and is written even if its caller stops waiting.
     pub(crate) async fn release_set(
         &self,
         keys: &[&str],
