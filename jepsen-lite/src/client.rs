@@ -654,12 +654,9 @@ impl Ctx {
         let guard = match attempt {
             Ok(g) => g,
             Err(e) => {
-                self.log(
-                    Kind::Fail,
-                    "acquire",
-                    json!({"lease": lease, "resource": spec.resource}),
-                    Some(e.to_string()),
-                );
+                let mut v = json!({"lease": lease, "resource": spec.resource});
+                let error = failure(&mut v, &e);
+                self.log(Kind::Fail, "acquire", v, error);
                 if !looping {
                     note("acquired", false, e.to_string());
                 }
@@ -723,12 +720,9 @@ impl Ctx {
                     } else {
                         Kind::Info
                     };
-                    self.log(
-                        kind,
-                        "release",
-                        json!({"lease": lease}),
-                        Some(e.to_string()),
-                    );
+                    let mut v = json!({"lease": lease});
+                    let error = failure(&mut v, &e);
+                    self.log(kind, "release", v, error);
                 }
             }
         } else {
@@ -874,12 +868,9 @@ impl Ctx {
                     note("extended", true, "");
                 }
                 Err(e) => {
-                    self.log(
-                        Kind::Fail,
-                        "extend",
-                        json!({"lease": lease}),
-                        Some(e.to_string()),
-                    );
+                    let mut v = json!({"lease": lease});
+                    let error = failure(&mut v, &e);
+                    self.log(Kind::Fail, "extend", v, error);
                     note("extended", false, e.to_string());
                     return guard;
                 }
@@ -975,4 +966,21 @@ mod tests {
         assert_eq!(count(1_000, Duration::from_secs(1), 0), 0, "0 is never");
         assert_eq!(count(1_000, Duration::ZERO, 5_000), 0);
     }
+}
+
+/// A library error as the history logs it: its text, and in `value` how many of the masters'
+/// answers did not fit their request (`unexpected_replies`, from the error's kinds), which
+/// the verdict counts without reading the text.
+fn failure(value: &mut serde_json::Value, error: &LockError) -> Option<String> {
+    let unexpected = error
+        .node_errors()
+        .iter()
+        .filter(|e| matches!(e.kind(), quorumlock::NodeErrorKind::UnexpectedReply(_)))
+        .count();
+    if let serde_json::Value::Object(fields) = value {
+        if unexpected > 0 {
+            fields.insert("unexpected_replies".into(), json!(unexpected));
+        }
+    }
+    Some(error.to_string())
 }
