@@ -943,6 +943,23 @@ impl Ctx {
     }
 }
 
+/// A library error as the history logs it: its text, and in `value` how many of the masters'
+/// answers did not fit their request (`unexpected_replies`, from the error's kinds), which
+/// the verdict counts without reading the text.
+fn failure(value: &mut serde_json::Value, error: &LockError) -> Option<String> {
+    let unexpected = error
+        .node_errors()
+        .iter()
+        .filter(|e| matches!(e.kind(), quorumlock::NodeErrorKind::UnexpectedReply(_)))
+        .count();
+    if let serde_json::Value::Object(fields) = value {
+        if unexpected > 0 {
+            fields.insert("unexpected_replies".into(), json!(unexpected));
+        }
+    }
+    Some(error.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -966,21 +983,4 @@ mod tests {
         assert_eq!(count(1_000, Duration::from_secs(1), 0), 0, "0 is never");
         assert_eq!(count(1_000, Duration::ZERO, 5_000), 0);
     }
-}
-
-/// A library error as the history logs it: its text, and in `value` how many of the masters'
-/// answers did not fit their request (`unexpected_replies`, from the error's kinds), which
-/// the verdict counts without reading the text.
-fn failure(value: &mut serde_json::Value, error: &LockError) -> Option<String> {
-    let unexpected = error
-        .node_errors()
-        .iter()
-        .filter(|e| matches!(e.kind(), quorumlock::NodeErrorKind::UnexpectedReply(_)))
-        .count();
-    if let serde_json::Value::Object(fields) = value {
-        if unexpected > 0 {
-            fields.insert("unexpected_replies".into(), json!(unexpected));
-        }
-    }
-    Some(error.to_string())
 }
