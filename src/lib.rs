@@ -255,6 +255,7 @@ mod clock;
 mod config;
 mod election;
 mod error;
+mod fencing;
 mod guard;
 mod holds;
 mod keys;

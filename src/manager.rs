@@ -445,10 +445,8 @@ impl Redlock {
             grant.token = rejoined;
         }
         // A token a quorum of masters issued is already stored on a quorum: no write-back.
-        let token = grant
-            .token
-            .filter(|_| !grant.token_on_quorum && rejoined.is_none())
-            .filter(|_| !timing.mutant(crate::mutation::Mutation::SkipWriteBack));
+        let token = crate::fencing::pending_write_back(grant.token, grant.token_on_quorum, &timing)
+            .filter(|_| rejoined.is_none());
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
         let mut guard = LockGuard::new(

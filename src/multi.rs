@@ -183,7 +183,7 @@ impl Redlock {
         let nodes = set_nodes(&shared.nodes, set);
         let keys = set.round_keys();
         let grant = round::acquire_reporting(&nodes, label, &keys, timing, true).await?;
-        let token = grant.token.filter(|_| !grant.token_on_quorum);
+        let token = crate::fencing::pending_write_back(grant.token, grant.token_on_quorum, &timing);
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
         let mut guard = MultiLockGuard::new(

@@ -286,34 +286,6 @@ pub(crate) async fn acquire_reporting<M: Master>(
     })
 }
 
-/// Writes a granted fencing token back to a quorum (raise-to-max), so that any later granting
-/// quorum, which shares a master with this one, hands out a higher token.
-pub(crate) async fn raise_fence<M: Master>(
-    nodes: &Nodes<M>,
-    resource: &str,
-    fence_key: &str,
-    token: u64,
-    retention: Duration,
-) -> Result<(), LockError> {
-    let mut tally = Tally::new(nodes.iter().map(|_| true), quorum(nodes.len()));
-    let mut requests: FuturesUnordered<_> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| async move { (i, node.raise_fence(fence_key, token, retention).await) })
-        .collect();
-    tally.collect(&mut requests).await;
-    if tally.won() {
-        return Ok(());
-    }
-    Err(LockError::FenceUnconfirmed {
-        resource: resource.to_string(),
-        confirmed: tally.yes,
-        nodes: tally.n(),
-        quorum: tally.quorum,
-        failures: tally.failures(nodes),
-    })
-}
-
 /// One extend round: compare-and-`PEXPIRE` on the masters that may hold the key.
 ///
 /// Counts only if a quorum confirms before `valid_until`; returns the new end of validity.

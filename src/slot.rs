@@ -348,11 +348,12 @@ async fn hand_over(
     let nodes = &shared.nodes;
     let undo = UndoClaim::new(nodes, &keys, &route, &won);
     let timing = round_spec(&shared.config, opts.ttl)?;
-    if let (Some(fence), Some(token), false) = (&keys.fence, won.token, won.token_on_quorum) {
-        let retention = timing.fence_retention.max(timing.ttl);
+    let token = crate::fencing::pending_write_back(won.token, won.token_on_quorum, &timing);
+    if let (Some(fence), Some(token)) = (&keys.fence, token) {
         // `undo` is armed across this await: a future dropped here undoes the claim, and so
-        // does a write-back that failed.
-        crate::round::raise_fence(nodes, &resource, fence, token, retention).await?;
+        // does a write-back that failed or outlasted the claim's validity.
+        let valid_until = won.valid_until;
+        crate::fencing::write_back(nodes, &resource, fence, token, &timing, valid_until).await?;
     }
     undo.disarm();
     let value = won.claim.value.clone();

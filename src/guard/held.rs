@@ -84,10 +84,8 @@ impl<M: Master> Held<M> {
         clock::now() < self.valid_until
     }
 
-    /// Writes the grant's fencing `token` back to a quorum's `fence_key` counters (so a later
-    /// granting quorum, which shares a master with this one, hands out a higher token), kept
-    /// at least as long as the lock itself: a counter that expired while the lock is held would
-    /// let the next grant fall back to clock floors. The grant must still be valid after it.
+    /// Writes the grant's fencing `token` back to a quorum ([`crate::fencing::write_back`]); the
+    /// grant must still be valid after it.
     ///
     /// Until it succeeds the grant is part of its acquisition: dropped on an error or a
     /// cancellation, it is released without an announcement (see [`Self::set_quiet`]).
@@ -98,18 +96,11 @@ impl<M: Master> Held<M> {
         timing: &RoundSpec,
     ) -> Result<(), LockError> {
         self.quiet = true;
-        let retention = timing.fence_retention.max(timing.ttl);
-        round::raise_fence(&self.nodes, &self.label, fence_key, token, retention).await?;
-        if self.is_valid() {
-            self.quiet = false;
-            return Ok(());
-        }
-        Err(LockError::ValidityExhausted {
-            resource: self.label.clone(),
-            elapsed: timing.ttl.saturating_sub(timing.drift()),
-            ttl: timing.ttl,
-            drift: timing.drift(),
-        })
+        let (label, valid_until) = (&self.label, self.valid_until);
+        crate::fencing::write_back(&self.nodes, label, fence_key, token, timing, valid_until)
+            .await?;
+        self.quiet = false;
+        Ok(())
     }
 
     /// One extension round, traced and counted. `validity_changed` runs each time the validity

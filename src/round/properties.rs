@@ -464,7 +464,7 @@ proptest! {
                         let raised = if grant.token_on_quorum {
                             Ok(())
                         } else {
-                            round::raise_fence(&nodes, "r", fence_key, token, timing.fence_retention).await
+                            crate::fencing::write_back(&nodes, "r", fence_key, token, &timing, grant.valid_until).await
                         };
                         let from = Instant::now();
                         if raised.is_ok() && from < grant.valid_until {

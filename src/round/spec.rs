@@ -4,26 +4,9 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::InvalidArgument;
+use crate::fencing::FENCE_LEAD;
 use crate::mutation::Mutation;
 use crate::round::timing::{drift, quorum, validity};
-
-/// How far ahead of the client's wall clock (in microseconds, as a token) a fenced acquisition
-/// proposes its token. Each master issues `max(counter + 1, its own time, proposal)`; when the
-/// proposal is above both on every master of the quorum, they all issue the same token, which
-/// is then already stored on a quorum and needs no write-back round. Half a second covers clock
-/// differences between well-synchronised hosts and the request's trip; beyond it the masters
-/// disagree and the token is written back, as without a proposal.
-pub(crate) const FENCE_LEAD: Duration = Duration::from_millis(500);
-
-/// The most a master lets a proposal run ahead of its own clock (the acquire script caps it; see
-/// [`RoundSpec::fence_cap`]): a client whose clock runs far ahead cannot push tokens beyond
-/// what master clocks reach a moment later, which the clock floor of a master that lost its
-/// counter relies on.
-pub(crate) const FENCE_PROPOSAL_CAP: Duration = Duration::from_secs(1);
-
-/// The largest proposal sent: 2^52, where Lua's doubles are still exact (the year 2112 in
-/// microseconds).
-const MAX_PROPOSAL: u64 = 1 << 52;
 
 /// The settings of one acquire or extend round.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +18,7 @@ pub(crate) struct RoundSpec {
     /// How long an idle fence counter is kept.
     pub(crate) fence_retention: Duration,
     /// How far ahead of the client's wall clock its proposed fencing token is (see
-    /// [`FENCE_LEAD`]).
+    /// [`FENCE_LEAD`](crate::fencing::FENCE_LEAD)).
     pub(crate) fence_lead: Duration,
     /// A deliberately broken rule, for the jepsen-lite harness only.
     pub(crate) mutation: Option<Mutation>,
@@ -52,31 +35,6 @@ impl RoundSpec {
             fence_lead: FENCE_LEAD,
             mutation: None,
         }
-    }
-
-    /// How far ahead of its own clock a master accepts this round's proposal: at most
-    /// [`FENCE_PROPOSAL_CAP`], half the restart quarantine and half the fence counters'
-    /// retention. A master that lost its counter (restarted, or the counter expired) issues from
-    /// its clock again, and still starts above earlier tokens as long as master clocks disagree
-    /// by less than the quarantine (or retention) minus this cap.
-    pub(crate) fn fence_cap(&self) -> Duration {
-        let cap = FENCE_PROPOSAL_CAP.min(self.fence_retention.max(self.ttl) / 2);
-        match self.quarantine {
-            Some(quarantine) => cap.min(quarantine / 2),
-            None => cap,
-        }
-    }
-
-    /// The fencing token this round proposes: the wall clock in microseconds plus the lead
-    /// (at most half the cap, so that masters do not cut it down to their own, differing,
-    /// clocks).
-    pub(crate) fn fence_proposal(&self) -> u64 {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        // Kept where the acquire script's Lua numbers (doubles) are exact, whatever the clock says.
-        u64::try_from((now + self.fence_lead).as_micros())
-            .map_or(MAX_PROPOSAL, |p| p.min(MAX_PROPOSAL))
     }
 
     /// The drift allowance of this round's TTL.
