@@ -76,7 +76,7 @@ impl RoundSpec {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         // Kept where the acquire script's Lua numbers (doubles) are exact, whatever the clock says.
-        u64::try_from((now + self.fence_lead).as_micros())
+        u64::try_from((now + self.fence_lead.unwrap_or(FENCE_LEAD)).as_micros())
             .map_or(MAX_PROPOSAL, |p| p.min(MAX_PROPOSAL))
     }
 }

@@ -12,11 +12,11 @@ use crate::shared::Shared;
 use crate::transport::node::RedisNode;
 
 // What a guard of one resource and a guard of a set keep and do alike.
-pub(crate) mod held;
+pub(crate) mod state;
 // Hold at least: a release that keeps the lock until a minimum time after its grant.
-mod hold;
+mod min_hold;
 
-use held::Held;
+use state::GuardState;
 
 /// A lock held on a quorum of masters, valid until [`valid_until`](Self::valid_until).
 ///
@@ -35,7 +35,7 @@ use held::Held;
 #[must_use = "dropping the guard releases the lock at once (in the background)"]
 pub struct LockGuard {
     /// The grant; its `label` is the resource name.
-    held: Held<RedisNode>,
+    state: GuardState<RedisNode>,
     /// When the acquisition round started (`valid_until − (ttl − drift)` at the grant), on the
     /// lock clock: what [`release_holding`](Self::release_holding) counts from.
     granted: Instant,
@@ -47,8 +47,8 @@ pub struct LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("resource", &self.held.label)
-            .field("ttl", &self.held.ttl)
+            .field("resource", &self.state.label)
+            .field("ttl", &self.state.ttl)
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
     }
@@ -71,13 +71,13 @@ impl LockGuard {
         Self {
             granted,
             holding_until: None,
-            held: Held::new(shared, nodes, resource, key, ttl, grant),
+            state: GuardState::new(shared, nodes, resource, key, ttl, grant),
         }
     }
 
     /// The resource name this lock was acquired for.
     pub fn resource(&self) -> &str {
-        &self.held.label
+        &self.state.label
     }
 
     /// The fencing token of this grant, when fencing is on ([`RedlockBuilder::fencing`] or
@@ -118,7 +118,7 @@ impl LockGuard {
     /// [`Redlock::fenced`]: crate::Redlock::fenced
     /// [`Redlock::reentrant`]: crate::Redlock::reentrant
     pub fn fence(&self) -> Option<u64> {
-        self.held.fence
+        self.state.fence
     }
 
     /// The masters whose grant made up the quorum of this lock's acquisition round, ascending,
@@ -133,7 +133,7 @@ impl LockGuard {
     /// [`RedlockBuilder::node`]: crate::RedlockBuilder::node
     /// [`RedlockBuilder::nodes`]: crate::RedlockBuilder::nodes
     pub fn granted_by(&self) -> impl Iterator<Item = usize> + '_ {
-        let confirmed = self.held.holders.confirmed.iter();
+        let confirmed = self.state.holders.confirmed.iter();
         confirmed
             .enumerate()
             .filter_map(|(index, &granted)| granted.then_some(index))
@@ -141,7 +141,7 @@ impl LockGuard {
 
     /// The TTL of the last successful acquire or extend.
     pub fn ttl(&self) -> Duration {
-        self.held.ttl
+        self.state.ttl
     }
 
     /// The instant the lock's validity ends: the start of the last successful acquire or
@@ -152,22 +152,22 @@ impl LockGuard {
     /// keeping it. [`remaining`](Self::remaining) and [`is_valid`](Self::is_valid) count the
     /// suspend.
     pub fn valid_until(&self) -> std::time::Instant {
-        self.held.valid_until_std()
+        self.state.valid_until_std()
     }
 
     /// The validity left now (zero once it ran out).
     pub fn remaining(&self) -> Duration {
-        self.held.remaining()
+        self.state.remaining()
     }
 
     /// Whether the validity has not run out yet.
     pub fn is_valid(&self) -> bool {
-        self.held.is_valid()
+        self.state.is_valid()
     }
 
     /// The end of the validity on the lock clock, for the lease.
     pub(crate) fn valid_until_on_lock_clock(&self) -> Instant {
-        self.held.valid_until
+        self.state.valid_until
     }
 
     /// Sets the lock's TTL to `ttl` from now, on a quorum of the masters that hold it.
@@ -197,7 +197,7 @@ impl LockGuard {
     /// may hold.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
         // A reentrant owner's hold follows every move of the validity.
-        self.held.extend(ttl, hold_changed).await
+        self.state.extend(ttl, hold_changed).await
     }
 
     /// Releases the lock: compare-and-delete on every master that may hold it.
@@ -218,8 +218,8 @@ impl LockGuard {
     /// `Drop` sends the deletes again in the background (a second compare-and-delete is
     /// harmless), so nothing is left behind.
     pub async fn release(mut self) -> Result<(), LockError> {
-        self.leave_hold();
-        self.held.release().await
+        self.leave_reentrant_hold();
+        self.state.release().await
     }
 }
 
@@ -227,8 +227,8 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         // `held` releases the keys in the background when it is dropped right after this,
         // unless a dropped `release_holding` hands them to its hold.
-        if !self.held.is_released() {
-            self.leave_hold();
+        if !self.state.is_released() {
+            self.leave_reentrant_hold();
             self.keep_hold_in_background();
         }
     }
@@ -236,55 +236,55 @@ impl Drop for LockGuard {
 
 // accessors for lease.rs
 impl LockGuard {
-    /// Writes the grant's fencing token back to a quorum (see `Held::write_back_fence`).
+    /// Writes the grant's fencing token back to a quorum (see `GuardState::write_back_fence`).
     pub(crate) async fn write_back_fence(
         &mut self,
         fence_key: &str,
         token: u64,
         timing: &crate::round::spec::RoundSpec,
     ) -> Result<(), LockError> {
-        self.held.write_back_fence(fence_key, token, timing).await
+        self.state.write_back_fence(fence_key, token, timing).await
     }
 
-    /// Marks the keys released by another script (see `Held::released_elsewhere`).
+    /// Marks the keys released by another script (see `GuardState::released_elsewhere`).
     pub(crate) fn released_elsewhere(mut self) {
-        self.leave_hold();
-        self.held.released_elsewhere();
+        self.leave_reentrant_hold();
+        self.state.released_elsewhere();
     }
 
     /// Counts this lock as lost in the manager's stats, once per guard.
     pub(crate) fn count_lost(&mut self) {
-        self.held.count_lost();
+        self.state.count_lost();
     }
 
     /// The settings of the manager that granted this lock (drift factor, node timeout).
     pub(crate) fn config(&self) -> &crate::config::Config {
-        &self.held.shared.config
+        &self.state.shared.config
     }
 
     /// Enters a fenced, reentrant guard, whose token is stored on a quorum, in its owner's
-    /// hold: it takes the token of a hold that is still on (see [`crate::holds`]).
-    pub(crate) fn into_hold(mut self) -> Self {
-        let held = &mut self.held;
+    /// hold: it takes the token of a hold that is still on (see [`crate::reentrant_hold`]).
+    pub(crate) fn into_reentrant_hold(mut self) -> Self {
+        let held = &mut self.state;
         if let Some(token) = held.fence {
-            let holds = &held.shared.holds;
+            let holds = &held.shared.reentrant_holds;
             held.fence = Some(holds.begin(&held.key, &held.claim, token, held.valid_until));
         }
         self
     }
 
     /// Takes this guard out of its owner's hold (if any): it no longer holds the lock.
-    fn leave_hold(&self) {
-        let held = &self.held;
-        held.shared.holds.leave(&held.key, &held.claim);
+    fn leave_reentrant_hold(&self) {
+        let held = &self.state;
+        held.shared.reentrant_holds.leave(&held.key, &held.claim);
     }
 }
 
 /// Tells the owner's hold (if any) of a fenced guard's new validity.
-fn hold_changed(held: &Held<RedisNode>) {
+fn hold_changed(held: &GuardState<RedisNode>) {
     if held.fence.is_some() {
         held.shared
-            .holds
+            .reentrant_holds
             .update(&held.key, &held.claim, held.valid_until);
     }
 }

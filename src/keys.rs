@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::error::InvalidArgument;
 use crate::round::LockKeys;
+pub(crate) use crate::scripts::slot_keys::SlotKeys;
 
 /// Resource names may not start with this byte (ASCII unit separator): the keys quorumlock
 /// keeps next to the locks start with it after the prefix.
@@ -61,21 +62,6 @@ pub(crate) fn record_key(key_prefix: &str) -> Arc<str> {
 /// The key beside an election's lock that carries the leader's token.
 pub(crate) fn announcement_key(prefix: &str, name: &str) -> Arc<str> {
     Arc::from(format!("{prefix}{RESERVED}leader:{name}"))
-}
-
-/// The keys of one slot on every master.
-#[derive(Debug, Clone)]
-pub(crate) struct SlotKeys {
-    /// The running claim: a lock key holding the claim's value.
-    pub(crate) running: Arc<str>,
-    /// The record (a hash), kept for the retention.
-    pub(crate) record: Arc<str>,
-    /// The fence counter of the resource `job`, on a fenced manager: slot runs and plain
-    /// fenced locks on `job` draw tokens from one sequence, so a fenced store of the job
-    /// orders them all, across slots.
-    pub(crate) fence: Option<Arc<str>>,
-    /// The epoch marker, under restart protection.
-    pub(crate) epoch: Option<Arc<str>>,
 }
 
 /// The keys of slot `slot` of `job` under `config`. The job's length is part of the key, so

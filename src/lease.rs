@@ -26,7 +26,7 @@
 
 mod exclusive;
 mod handle;
-mod hold;
+mod min_hold;
 mod options;
 mod task;
 #[cfg(test)]
@@ -46,7 +46,7 @@ use crate::guard::LockGuard;
 use crate::round::spec::round_spec;
 
 pub use handle::{LeaseHandle, LeaseStats};
-pub(crate) use hold::check as check_hold;
+pub(crate) use min_hold::check as check_hold;
 use options::Resolved;
 pub use options::{LeaseOptions, DEFAULT_LEASE_TTL};
 // Plan and Renew are shared with the leases of other guards (elections' key sets).
@@ -90,7 +90,7 @@ pub struct Lease {
     handle: LeaseHandle,
     commands: oneshot::Sender<Command>,
     /// The minimum hold its release keeps (see [`hold`]); `None` for leases on fakes.
-    hold: Option<Arc<hold::HoldAtLeast>>,
+    hold: Option<Arc<min_hold::HoldAtLeast>>,
 }
 
 /// [`LockGuard::keep_alive`] refused to start a lease. The guard is handed back, still held.
@@ -207,7 +207,7 @@ impl LockGuard {
         let checked = opts
             .resolve(self.ttl())
             .and_then(|resolved| check_against(config, resolved).map(|()| resolved))
-            .and_then(|resolved| hold::check(config, opts.hold()).map(|()| resolved));
+            .and_then(|resolved| min_hold::check(config, opts.hold()).map(|()| resolved));
         let max_ttl = config.max_ttl;
         let resolved = match checked {
             Ok(resolved) => resolved,
@@ -232,8 +232,8 @@ impl LockGuard {
             self.valid_until_on_lock_clock(),
         );
         let (resource, fence) = (self.resource().to_owned(), self.fence());
-        let hold = Arc::new(hold::HoldAtLeast::new(opts.hold(), max_ttl));
-        let guard = hold::HoldingGuard::new(self, Arc::clone(&hold));
+        let hold = Arc::new(min_hold::HoldAtLeast::new(opts.hold(), max_ttl));
+        let guard = min_hold::HoldingGuard::new(self, Arc::clone(&hold));
         let mut lease = Lease::start(guard, &resource, fence, plan, &runtime);
         lease.hold = Some(hold);
         Ok(lease)

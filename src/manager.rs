@@ -93,7 +93,7 @@ impl Redlock {
                 nodes: nodes.into(),
                 config,
                 counters: Arc::default(),
-                holds: Arc::default(),
+                reentrant_holds: Arc::default(),
                 wakes,
             }),
         }
@@ -202,7 +202,7 @@ impl Redlock {
                 nodes: Arc::clone(&self.shared.nodes),
                 config,
                 counters: Arc::clone(&self.shared.counters),
-                holds: Arc::clone(&self.shared.holds),
+                reentrant_holds: Arc::clone(&self.shared.reentrant_holds),
                 wakes: self.shared.wakes.clone(),
             }),
         }
@@ -436,9 +436,11 @@ impl Redlock {
             round::acquire_reporting(&self.shared.nodes, resource, keys, timing, report_ttl)
                 .await?;
         // A reentrant owner's acquisition while another of its guards is valid keeps that
-        // hold's token, stored on a quorum already (see `holds`): no write-back.
+        // hold's token, stored on a quorum already (see `reentrant_hold`): no write-back.
         let rejoined = match grant.token {
-            Some(_) => (self.shared.holds).rejoin(&keys.lock, &grant.claim, grant.valid_until),
+            Some(_) => {
+                (self.shared.reentrant_holds).rejoin(&keys.lock, &grant.claim, grant.valid_until)
+            }
             None => None,
         };
         if rejoined.is_some() {
@@ -457,10 +459,10 @@ impl Redlock {
             grant,
         );
         let (Some(fence_key), Some(token)) = (&keys.fence, token) else {
-            return Ok(guard.into_hold());
+            return Ok(guard.into_reentrant_hold());
         };
         match guard.write_back_fence(fence_key, token, &timing).await {
-            Ok(()) => Ok(guard.into_hold()),
+            Ok(()) => Ok(guard.into_reentrant_hold()),
             Err(error) => Err(RoundFailure {
                 error,
                 cleanup: None,

@@ -44,9 +44,10 @@ mod release;
 mod restart;
 pub(crate) mod slot_claim;
 pub(crate) mod slot_finish;
+pub(crate) mod slot_keys;
 pub(crate) mod slot_status;
 
-pub(crate) use acquire::ACQUIRE;
+pub(crate) use acquire::{acquire_reply, ACQUIRE};
 pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION};
 pub(crate) use fence::RAISE_FENCE;
 pub(crate) use hold::RELEASE_HOLDING;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::holds::Holds;
+use crate::reentrant_hold::ReentrantHolds;
 use crate::round::Nodes;
 use crate::stats::Counters;
 use crate::transport::node::RedisNode;
@@ -18,7 +18,7 @@ pub(crate) struct Shared {
     /// Shared by every handle on the same nodes ([`Redlock::fenced`], [`Redlock::reentrant`]).
     pub(crate) counters: Arc<Counters>,
     /// The fencing tokens of reentrant owners' holds, shared like `counters`.
-    pub(crate) holds: Arc<Holds>,
+    pub(crate) reentrant_holds: Arc<ReentrantHolds>,
     /// The waiters of notified hand-offs and their subscriptions, shared like `counters`.
     pub(crate) wakes: WakeHub,
 }

@@ -18,6 +18,6 @@ pub(crate) mod connection;
 pub(crate) mod node;
 pub(crate) mod orphan;
 pub(crate) mod pipeline;
+pub(crate) mod pooled;
 pub(crate) mod reply;
 pub(crate) mod resp;
-pub(crate) mod slot;

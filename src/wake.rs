@@ -46,7 +46,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub(crate) use line::WakeMode;
-use line::{Lines, Slot};
+use line::{Lines, Place};
 use subscriber::{Status, Subscriber};
 
 /// Why [`Waiter::wait`] returned.
@@ -199,7 +199,7 @@ impl WakeHub {
 pub(crate) struct Waiter {
     hub: Arc<Inner>,
     channel: Arc<str>,
-    slot: Arc<Slot>,
+    slot: Arc<Place>,
     version: u64,
     done: bool,
 }

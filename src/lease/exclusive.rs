@@ -80,7 +80,7 @@ impl Redlock {
         // Every option is checked before any master is asked.
         let resolved = opts.resolve(DEFAULT_LEASE_TTL)?;
         super::check_against(self.config(), resolved)?;
-        super::hold::check(self.config(), opts.hold())?;
+        super::min_hold::check(self.config(), opts.hold())?;
         let guard = self.lock(resource, resolved.ttl).await?;
         let lease = guard.keep_alive(opts)?;
         let work = work(lease.handle());

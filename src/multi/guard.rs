@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::guard::held::Held;
+use crate::guard::state::GuardState;
 use crate::multi::keyset::{KeySet, SetNode};
 use crate::round::{Grant, Holders, Nodes};
 use crate::shared::Shared;
@@ -31,7 +31,7 @@ use crate::shared::Shared;
 #[must_use = "dropping the guard releases the locks at once (in the background)"]
 pub struct MultiLockGuard {
     /// The grant, on masters that present the set as one key; its `label` names the set.
-    held: Held<SetNode>,
+    state: GuardState<SetNode>,
     set: Arc<KeySet>,
 }
 
@@ -39,7 +39,7 @@ impl std::fmt::Debug for MultiLockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MultiLockGuard")
             .field("resources", &self.set.resources)
-            .field("ttl", &self.held.ttl)
+            .field("ttl", &self.state.ttl)
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
     }
@@ -56,7 +56,7 @@ impl MultiLockGuard {
         let label = set.label();
         let key = set.round_keys().lock;
         Self {
-            held: Held::new(shared, nodes, label, key, ttl, grant),
+            state: GuardState::new(shared, nodes, label, key, ttl, grant),
             set,
         }
     }
@@ -68,53 +68,53 @@ impl MultiLockGuard {
 
     /// The fencing token of the set (see [Fencing](Self#fencing)), when fencing is on.
     pub fn fence(&self) -> Option<u64> {
-        self.held.fence
+        self.state.fence
     }
 
     /// The TTL of the last successful acquire or extend.
     pub fn ttl(&self) -> Duration {
-        self.held.ttl
+        self.state.ttl
     }
 
     /// The instant the validity ends; see
     /// [`LockGuard::valid_until`](crate::LockGuard::valid_until).
     pub fn valid_until(&self) -> std::time::Instant {
-        self.held.valid_until_std()
+        self.state.valid_until_std()
     }
 
     /// The validity left now (zero once it ran out).
     pub fn remaining(&self) -> Duration {
-        self.held.remaining()
+        self.state.remaining()
     }
 
     /// Whether the validity has not run out yet.
     pub fn is_valid(&self) -> bool {
-        self.held.is_valid()
+        self.state.is_valid()
     }
 
     /// The end of the validity on the lock clock (leases).
     pub(crate) fn valid_until_on_lock_clock(&self) -> Instant {
-        self.held.valid_until
+        self.state.valid_until
     }
 
     /// The manager's settings (leases).
     pub(crate) fn config(&self) -> &crate::config::Config {
-        &self.held.shared.config
+        &self.state.shared.config
     }
 
     /// The claim's value as stored (elections announce it).
     pub(crate) fn stored_value(&self) -> String {
-        self.set.value(&self.held.claim)
+        self.set.value(&self.state.claim)
     }
 
     /// The set's first lock key (an election's only one).
     pub(crate) fn lock_key(&self) -> &str {
-        &self.held.key
+        &self.state.key
     }
 
     /// Which masters may hold the set (elections announce on them).
     pub(crate) fn holders(&self) -> &Holders {
-        &self.held.holders
+        &self.state.holders
     }
 
     /// Sets every resource's TTL to `ttl` from now, on a quorum of the masters that hold the
@@ -129,7 +129,7 @@ impl MultiLockGuard {
     /// As [`LockGuard::extend`](crate::LockGuard::extend): before any request is sent, the
     /// validity is lowered to what the new TTL alone would guarantee.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
-        self.held.extend(ttl, |_| ()).await
+        self.state.extend(ttl, |_| ()).await
     }
 
     /// Releases every resource of the set: one compare-and-delete of the whole set on every
@@ -145,26 +145,26 @@ impl MultiLockGuard {
     /// As [`LockGuard::release`](crate::LockGuard::release): if dropped early, the guard's
     /// `Drop` sends the deletes again in the background.
     pub async fn release(mut self) -> Result<(), LockError> {
-        self.held.release().await
+        self.state.release().await
     }
 
-    /// Writes the grant's fencing token back to a quorum (see `Held::write_back_fence`).
+    /// Writes the grant's fencing token back to a quorum (see `GuardState::write_back_fence`).
     pub(crate) async fn write_back_fence(
         &mut self,
         fence_key: &str,
         token: u64,
         timing: &crate::round::spec::RoundSpec,
     ) -> Result<(), LockError> {
-        self.held.write_back_fence(fence_key, token, timing).await
+        self.state.write_back_fence(fence_key, token, timing).await
     }
 
-    /// Whether a drop releases the set without announcing it (see `Held::set_quiet`).
+    /// Whether a drop releases the set without announcing it (see `GuardState::set_quiet`).
     pub(crate) fn set_quiet(&mut self, quiet: bool) {
-        self.held.set_quiet(quiet);
+        self.state.set_quiet(quiet);
     }
 
     /// Counts the set as lost in the manager's stats, once per guard.
     pub(crate) fn count_lost(&mut self) {
-        self.held.count_lost();
+        self.state.count_lost();
     }
 }

@@ -7,11 +7,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::NodeErrorKind;
-use crate::keys::SlotKeys;
 use crate::scripts::slot_claim::{ClaimArgs, ClaimReply, SlotClaimItem};
 use crate::scripts::slot_finish::{Ending, FinishArgs};
+use crate::scripts::slot_keys::SlotKeys;
 use crate::scripts::slot_status::Seen;
-use crate::slot::SlotRecord;
+use crate::scripts::slot_status::SlotRecord;
 use crate::value::Claim;
 
 /// What one acquisition asks of a master.

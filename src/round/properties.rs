@@ -441,7 +441,7 @@ proptest! {
             // to 200 ms: the half of the quarantine the proposal cap leaves.
             timing.quarantine = Some(ttl + drift(ttl, 0.01) + Duration::from_millis(300));
             timing.fence_retention = Duration::from_secs(3600);
-            timing.fence_lead = Duration::from_millis(lead_ms);
+            timing.fence_lead = Some(Duration::from_millis(lead_ms));
             let claims: Arc<Mutex<Vec<(Instant, Instant, u64)>>> = Arc::default();
             let stop = Instant::now() + Duration::from_secs(5);
             let mut tasks = Vec::new();

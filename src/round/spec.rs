@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::InvalidArgument;
-use crate::fencing::FENCE_LEAD;
 use crate::mutation::Mutation;
 use crate::round::timing::{drift, quorum, validity};
 
@@ -17,9 +16,9 @@ pub(crate) struct RoundSpec {
     pub(crate) quarantine: Option<Duration>,
     /// How long an idle fence counter is kept.
     pub(crate) fence_retention: Duration,
-    /// How far ahead of the client's wall clock its proposed fencing token is (see
-    /// [`FENCE_LEAD`](crate::fencing::FENCE_LEAD)).
-    pub(crate) fence_lead: Duration,
+    /// How far ahead of the client's wall clock its proposed fencing token is, when not
+    /// [`FENCE_LEAD`](crate::fencing::FENCE_LEAD) (tests only).
+    pub(crate) fence_lead: Option<Duration>,
     /// A deliberately broken rule, for the jepsen-lite harness only.
     pub(crate) mutation: Option<Mutation>,
 }
@@ -32,7 +31,7 @@ impl RoundSpec {
             drift_factor,
             quarantine: None,
             fence_retention: Duration::from_secs(24 * 60 * 60),
-            fence_lead: FENCE_LEAD,
+            fence_lead: None,
             mutation: None,
         }
     }

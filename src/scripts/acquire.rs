@@ -1,5 +1,13 @@
 //! The acquire script: `SET NX PX` with a fencing token, the epoch marker check and
-//! reentrancy, in one atomic step.
+//! reentrancy, in one atomic step; and its reply ([`acquire_reply`]), which the key set's
+//! script shares.
+
+use std::time::Duration;
+
+use crate::error::NodeErrorKind;
+use crate::round::master::AcquireReply;
+use crate::transport::reply::unexpected;
+use crate::transport::resp::Reply;
 
 lua_script! {
     /// Acquire with fencing and/or restart protection, in one atomic step.
@@ -73,4 +81,135 @@ if ARGV[3] == '1' then
     redis.call('set', KEYS[2], string.format('%d', token), 'px', ARGV[5])
 end
 return {1, token, epoch_age_ms, -2}";
+}
+
+/// Reads the `{granted, token, epoch_age_ms, pttl_ms}` reply of the acquire script.
+pub(crate) fn acquire_reply(
+    value: Reply,
+    fencing: bool,
+    epoch_check: bool,
+) -> Result<AcquireReply, NodeErrorKind> {
+    const EXPECTED: &str = "an array of four integers {granted, token, epoch_age_ms, pttl_ms}";
+    let Reply::Array(items) = &value else {
+        return Err(unexpected(EXPECTED, &value));
+    };
+    let [Reply::Int(granted), Reply::Int(token), Reply::Int(age), Reply::Int(pttl)] =
+        items.as_slice()
+    else {
+        return Err(unexpected(EXPECTED, &value));
+    };
+    let granted = match granted {
+        0 => false,
+        1 => true,
+        _ => return Err(unexpected(EXPECTED, &value)),
+    };
+    let token = match (granted && fencing, u64::try_from(*token)) {
+        (false, _) => None,
+        (true, Ok(token)) if token > 0 => Some(token),
+        (true, _) => return Err(unexpected("a positive fencing token", &value)),
+    };
+    let epoch_age = match (epoch_check, u64::try_from(*age)) {
+        (false, _) => None,
+        (true, Ok(ms)) => Some(Duration::from_millis(ms)),
+        // A marker "from the future" (the node's clock went backwards): treat it as brand new.
+        (true, Err(_)) => Some(Duration::ZERO),
+    };
+    Ok(AcquireReply {
+        granted,
+        token,
+        epoch_age,
+        remaining: if granted {
+            None
+        } else {
+            remaining_of_pttl(*pttl)
+        },
+    })
+}
+
+/// What a refusal's `PTTL` says about when the holder's key goes: `Some(ttl)`, `Some(ZERO)`
+/// for a key gone meanwhile (-2), `None` for a key without a TTL (-1: it never expires by
+/// itself) or anything else unexpected.
+fn remaining_of_pttl(pttl: i64) -> Option<Duration> {
+    match pttl {
+        -2 => Some(Duration::ZERO),
+        ms => u64::try_from(ms).ok().map(Duration::from_millis),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_replies_are_read_strictly() {
+        let ok = Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(42),
+            Reply::Int(5),
+            Reply::Int(-2),
+        ]);
+        assert_eq!(
+            acquire_reply(ok.clone(), true, true),
+            Ok(AcquireReply {
+                granted: true,
+                token: Some(42),
+                epoch_age: Some(Duration::from_millis(5)),
+                remaining: None,
+            })
+        );
+        assert_eq!(
+            acquire_reply(ok, false, false),
+            Ok(AcquireReply {
+                granted: true,
+                token: None,
+                epoch_age: None,
+                remaining: None,
+            })
+        );
+        let refused = |pttl| {
+            Reply::Array(vec![
+                Reply::Int(0),
+                Reply::Int(0),
+                Reply::Int(-1),
+                Reply::Int(pttl),
+            ])
+        };
+        assert_eq!(
+            acquire_reply(refused(1500), true, false).map(|r| (r.granted, r.remaining)),
+            Ok((false, Some(Duration::from_millis(1500))))
+        );
+        // A key gone meanwhile is free now; one without a TTL never frees itself.
+        assert_eq!(
+            acquire_reply(refused(-2), true, false).map(|r| r.remaining),
+            Ok(Some(Duration::ZERO))
+        );
+        assert_eq!(
+            acquire_reply(refused(-1), true, false).map(|r| r.remaining),
+            Ok(None)
+        );
+        for bad in [
+            Reply::Nil,
+            Reply::Array(vec![
+                Reply::Int(1),
+                Reply::Int(0),
+                Reply::Int(0),
+                Reply::Int(-2),
+            ]),
+            Reply::Array(vec![
+                Reply::Int(2),
+                Reply::Int(1),
+                Reply::Int(0),
+                Reply::Int(-2),
+            ]),
+            Reply::Array(vec![Reply::Int(1), Reply::Int(1), Reply::Int(0)]),
+            Reply::Array(vec![
+                Reply::Int(1),
+                Reply::Int(-4),
+                Reply::Int(0),
+                Reply::Int(-2),
+            ]),
+        ] {
+            assert!(acquire_reply(bad, true, true).is_err());
+        }
+    }
 }

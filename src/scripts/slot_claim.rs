@@ -14,10 +14,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::slot_keys::SlotKeys;
 use super::slot_status::record_of;
 use crate::error::NodeErrorKind;
-use crate::keys::SlotKeys;
-use crate::slot::SlotRecord;
+use crate::scripts::slot_status::SlotRecord;
 use crate::transport::reply::unexpected;
 use crate::transport::resp::{Decimal, Reply};
 

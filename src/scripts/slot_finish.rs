@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::slot_claim::millis;
 use crate::error::NodeErrorKind;
-use crate::keys::SlotKeys;
+use crate::scripts::slot_keys::SlotKeys;
 use crate::transport::reply::{flag_reply, unexpected};
 use crate::transport::resp::{Decimal, Reply};
 

@@ -1,13 +1,30 @@
 //! A slot read on one master, changing nothing: [`SLOT_STATUS`] and its reply
 //! ([`status_reply`]), and the record fields every slot script answers with ([`record_of`]).
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::NodeErrorKind;
-use crate::keys::SlotKeys;
-use crate::slot::SlotRecord;
+use crate::scripts::slot_keys::SlotKeys;
 use crate::transport::reply::unexpected;
 use crate::transport::resp::Reply;
+
+/// What the masters remember of a slot's last claim.
+///
+/// Masters can disagree (one missed a claim while unreachable): a claim or status reports the
+/// record with the most attempts among the masters whose answer decided the outcome.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlotRecord {
+    /// The runner that made the last claim ([`SlotOptions::runner`](crate::SlotOptions::runner)),
+    /// or completed it; `None` if the record does not say.
+    pub runner: Option<String>,
+    /// The fencing token of the last claim, when it was made on a fenced manager.
+    pub token: Option<u64>,
+    /// How many claims of the slot were granted so far (1 unless abandoned runs were retried).
+    pub attempts: u32,
+    /// When the record last changed, on the clock of the master that answered.
+    pub updated: Option<SystemTime>,
+}
 
 lua_script! {
     /// Reads a slot, changing nothing. `KEYS[1]` running key, `KEYS[2]` record. Returns

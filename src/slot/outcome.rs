@@ -1,8 +1,6 @@
 //! What a claim or a status read says about a slot: [`SlotClaim`], [`SlotStatus`] and the
 //! [`SlotRecord`] they carry.
 
-use std::time::SystemTime;
-
 use super::run::SlotRun;
 
 /// The outcome of [`Redlock::claim_slot`](crate::Redlock::claim_slot).
@@ -45,23 +43,7 @@ impl SlotClaim {
     }
 }
 
-/// What the masters remember of a slot's last claim.
-///
-/// Masters can disagree (one missed a claim while unreachable): a claim or status reports the
-/// record with the most attempts among the masters whose answer decided the outcome.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SlotRecord {
-    /// The runner that made the last claim ([`SlotOptions::runner`](crate::SlotOptions::runner)),
-    /// or completed it; `None` if the record does not say.
-    pub runner: Option<String>,
-    /// The fencing token of the last claim, when it was made on a fenced manager.
-    pub token: Option<u64>,
-    /// How many claims of the slot were granted so far (1 unless abandoned runs were retried).
-    pub attempts: u32,
-    /// When the record last changed, on the clock of the master that answered.
-    pub updated: Option<SystemTime>,
-}
+pub use crate::scripts::slot_status::SlotRecord;
 
 /// What a quorum says about a slot; from [`Redlock::slot_status`](crate::Redlock::slot_status).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,12 +22,13 @@ use crate::mutation::Mutation;
 use crate::restart_protection::LifeCheck;
 use crate::restart_protection::{provision_reply, uptime_of_info};
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
+use crate::scripts::acquire_reply;
 use crate::scripts::{self, LuaScript};
 use crate::transport::address::NodeAddress;
 use crate::transport::connection::Connection;
-use crate::transport::reply::{acquire_reply, flag_reply, set_reply};
+use crate::transport::pooled::PooledConnection;
+use crate::transport::reply::{flag_reply, set_reply};
 use crate::transport::resp::{Command, Decimal, Reply};
-use crate::transport::slot::ConnectionSlot;
 use crate::value::Claim;
 
 // Operations on a set of keys at once (lock_all, elections): a child module, so that it uses
@@ -72,7 +73,7 @@ pub(crate) struct RedisNode {
     connect_timeout: Duration,
     fence_retention: Duration,
     /// A key always goes through the same one (see [`Self::connection_for`]).
-    connections: Box<[ConnectionSlot]>,
+    connections: Box<[PooledConnection]>,
     /// A deliberately broken release or extend, for the jepsen-lite harness only.
     mutation: Option<Mutation>,
     /// Requests that failed, for [`Redlock::stats`](crate::Redlock::stats).
@@ -89,7 +90,7 @@ impl RedisNode {
         });
         let connections = (0..config.connections_per_node)
             .map(|_| {
-                ConnectionSlot::new(
+                PooledConnection::new(
                     address.client.clone(),
                     config.connect_timeout,
                     life_check.clone(),
@@ -110,7 +111,7 @@ impl RedisNode {
 
     /// The connection for `key`: always the same one, so that requests about one key run on
     /// the master in the order they were sent (a cleanup after the late `SET` it cleans up).
-    fn connection_for(&self, key: &[u8]) -> &ConnectionSlot {
+    fn connection_for(&self, key: &[u8]) -> &PooledConnection {
         &self.connections[connection_index(key, self.connections.len())]
     }
 
@@ -166,17 +167,17 @@ impl RedisNode {
         }
         let deadline =
             crate::round::timing::deadline_after(tokio::time::Instant::now(), self.node_timeout);
-        let slot = self.connection_for(request.key());
+        let pooled = self.connection_for(request.key());
         if !cleanup {
-            let unanswered = slot.backlog.unanswered.load(Ordering::Relaxed);
+            let unanswered = pooled.backlog.unanswered.load(Ordering::Relaxed);
             if unanswered >= self.max_unanswered {
-                self.start_probe(slot);
+                self.start_probe(pooled);
                 return Err(NodeErrorKind::Backlogged { unanswered });
             }
         }
         let mut retried = false;
         loop {
-            let connected = tokio::time::timeout_at(deadline, slot.get())
+            let connected = tokio::time::timeout_at(deadline, pooled.get())
                 .await
                 .unwrap_or_else(|_| {
                     Err(NodeErrorKind::Connect(format!(
@@ -200,7 +201,7 @@ impl RedisNode {
                 conn.reuse_after_timeout();
             }
             // Counts this request as abandoned unless it gets its reply (timeout or drop).
-            let pending = Unanswered::new(&slot.backlog.unanswered);
+            let pending = Unanswered::new(&pooled.backlog.unanswered);
             let reply = tokio::time::timeout_at(deadline, async {
                 match request {
                     Request::Args(args) => query(&conn, Command(&[args]), cleanup).await,
@@ -239,10 +240,10 @@ impl RedisNode {
                     kind
                 }
             };
-            let discarded = slot.discard(generation);
+            let discarded = pooled.discard(generation);
             if discarded {
                 tracing::debug!(node = %self.address.display, generation, error = %kind, "connection broken, discarding");
-                slot.backlog.unanswered.store(0, Ordering::Relaxed);
+                pooled.backlog.unanswered.store(0, Ordering::Relaxed);
             }
             // A connection found dead (the master restarted, the peer closed it) is replaced
             // once, within the same deadline: the master is up, and the dead socket can deliver
@@ -302,8 +303,8 @@ impl RedisNode {
 
     /// Opens every connection to this master (waiting at most the connect timeout each).
     pub(crate) async fn connect(&self) -> Result<(), NodeErrorKind> {
-        let opened = futures::future::join_all(self.connections.iter().map(|slot| async {
-            tokio::time::timeout(self.connect_timeout, slot.get())
+        let opened = futures::future::join_all(self.connections.iter().map(|pooled| async {
+            tokio::time::timeout(self.connect_timeout, pooled.get())
                 .await
                 .unwrap_or_else(|_| {
                     Err(NodeErrorKind::Connect(format!(
@@ -335,8 +336,8 @@ impl RedisNode {
         };
         let (reply, _) = self.request(script, false).await?;
         let (run_id, uptime) = provision_reply(reply)?;
-        for slot in self.connections.iter() {
-            slot.vouch(&run_id);
+        for pooled in self.connections.iter() {
+            pooled.vouch(&run_id);
         }
         Ok((run_id, uptime))
     }
@@ -348,10 +349,10 @@ impl RedisNode {
         uptime_of_info(&reply)
     }
 
-    /// Starts one background `PING` on `slot`'s connection that waits, without a timeout, for
+    /// Starts one background `PING` on `pooled`'s connection that waits, without a timeout, for
     /// the master to answer everything queued on it before; then the connection is used again.
-    fn start_probe(&self, slot: &ConnectionSlot) {
-        let backlog = &slot.backlog;
+    fn start_probe(&self, pooled: &PooledConnection) {
+        let backlog = &pooled.backlog;
         if backlog.probing.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -359,7 +360,7 @@ impl RedisNode {
             backlog.probing.store(false, Ordering::Release);
             return;
         };
-        let conn = slot.current();
+        let conn = pooled.current();
         let unanswered = Arc::clone(&backlog.unanswered);
         let probing = Arc::clone(&backlog.probing);
         let node = self.address.display.clone();

@@ -26,7 +26,7 @@ pub(crate) enum WakeMode {
 
 /// One waiter's wake-up state.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct Place {
     pub(crate) mode: WakeMode,
     /// Its place in its channel's line (or among its observers): joins are numbered in arrival
     /// order, so a waiter leaves by its number instead of being searched for.
@@ -41,7 +41,7 @@ pub(crate) struct Slot {
     pub(crate) promoted: Notify,
 }
 
-impl Slot {
+impl Place {
     fn new(mode: WakeMode, ticket: u64) -> Arc<Self> {
         Arc::new(Self {
             mode,
@@ -67,8 +67,8 @@ impl Slot {
 struct Channel {
     /// Hand-off waiters by ticket, so oldest first; leaving is O(log W) under a flood of W
     /// waiters, where searching an ordered list for the leaver made W leaves O(W²).
-    line: BTreeMap<u64, Arc<Slot>>,
-    observers: BTreeMap<u64, Arc<Slot>>,
+    line: BTreeMap<u64, Arc<Place>>,
+    observers: BTreeMap<u64, Arc<Place>>,
     /// Ids of the latest releases seen on this channel, with the masters that announced each.
     recent: VecDeque<(Vec<u8>, Vec<usize>)>,
 }
@@ -94,11 +94,11 @@ impl Channel {
 
     /// The oldest hand-off waiter not signalled yet. The signalled ones before it are few: a
     /// release signals one waiter, and each takes its signal as soon as it runs.
-    fn next_unsignalled(&self) -> Option<&Arc<Slot>> {
+    fn next_unsignalled(&self) -> Option<&Arc<Place>> {
         self.line.values().find(|slot| !slot.is_pending())
     }
 
-    fn first(&self) -> Option<&Arc<Slot>> {
+    fn first(&self) -> Option<&Arc<Place>> {
         self.line.first_key_value().map(|(_, slot)| slot)
     }
 }
@@ -133,8 +133,8 @@ impl Lines {
     }
 
     /// Joins `channel`'s line; returns the slot and the version at which the channel is wanted.
-    pub(crate) fn join(&mut self, channel: &Arc<str>, mode: WakeMode) -> (Arc<Slot>, u64) {
-        let slot = Slot::new(mode, self.next_ticket);
+    pub(crate) fn join(&mut self, channel: &Arc<str>, mode: WakeMode) -> (Arc<Place>, u64) {
+        let slot = Place::new(mode, self.next_ticket);
         self.next_ticket += 1;
         let entry = match self.channels.get_mut(channel) {
             Some(entry) => entry,
@@ -153,7 +153,7 @@ impl Lines {
     /// Leaves `channel`'s line. A waiter that leaves with a release signalled and not taken
     /// (`pass_on`, a cancelled waiter) hands that release to the next in line; a new first in
     /// line is told to take over the polling.
-    pub(crate) fn leave(&mut self, channel: &str, slot: &Arc<Slot>, pass_on: bool) -> Left {
+    pub(crate) fn leave(&mut self, channel: &str, slot: &Arc<Place>, pass_on: bool) -> Left {
         let Some(entry) = self.channels.get_mut(channel) else {
             return Left::default();
         };
@@ -188,7 +188,7 @@ impl Lines {
     }
 
     /// Whether `slot` polls as the fallback: the first in line, or an observer.
-    pub(crate) fn polls(&self, channel: &str, slot: &Arc<Slot>) -> bool {
+    pub(crate) fn polls(&self, channel: &str, slot: &Arc<Place>) -> bool {
         if slot.mode == WakeMode::All {
             return true;
         }
@@ -247,7 +247,7 @@ impl Lines {
 mod tests {
     use super::*;
 
-    fn pending(slot: &Slot) -> bool {
+    fn pending(slot: &Place) -> bool {
         slot.is_pending()
     }
 
@@ -365,7 +365,7 @@ mod tests {
         const W: usize = 50_000;
         let mut lines = Lines::new(1);
         let key: Arc<str> = Arc::from("k");
-        let slots: Vec<Arc<Slot>> = (0..W).map(|_| lines.join(&key, WakeMode::One).0).collect();
+        let slots: Vec<Arc<Place>> = (0..W).map(|_| lines.join(&key, WakeMode::One).0).collect();
         let started = std::time::Instant::now();
         for slot in slots[1..].iter().rev() {
             assert!(!lines.leave("k", slot, true).channel_gone);

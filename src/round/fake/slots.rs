@@ -9,12 +9,12 @@ use tokio::time::Instant;
 
 use super::{FakeMaster, OpKind, Outcome, Store};
 use crate::error::NodeErrorKind;
-use crate::keys::SlotKeys;
 use crate::round::master::SlotMaster;
 use crate::scripts::slot_claim::{ClaimArgs, ClaimCode, ClaimReply, SlotClaimItem};
 use crate::scripts::slot_finish::{Ending, FinishArgs};
+use crate::scripts::slot_keys::SlotKeys;
 use crate::scripts::slot_status::Seen;
-use crate::slot::SlotRecord;
+use crate::scripts::slot_status::SlotRecord;
 
 /// A slot's record hash, as the scripts keep it (a missing field reads as the empty string).
 #[derive(Debug, Clone, Default)]

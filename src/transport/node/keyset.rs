@@ -11,7 +11,8 @@ use super::{millis, RedisNode, Request};
 use crate::error::NodeErrorKind;
 use crate::round::master::AcquireReply;
 use crate::scripts;
-use crate::transport::reply::{acquire_reply, flag_reply, unexpected};
+use crate::scripts::acquire_reply;
+use crate::transport::reply::{flag_reply, unexpected};
 use crate::transport::resp::{Decimal, Reply};
 
 /// An all-or-nothing acquisition of a set of keys on one master.

@@ -4,14 +4,14 @@
 
 use super::RedisNode;
 use crate::error::NodeErrorKind;
-use crate::keys::SlotKeys;
 use crate::restart_protection::master_age;
 use crate::round::master::SlotMaster;
 use crate::scripts::slot_claim::{self, ClaimArgs, ClaimReply, SlotClaimItem};
 use crate::scripts::slot_finish::{self, Ending, FinishArgs};
+use crate::scripts::slot_keys::SlotKeys;
+use crate::scripts::slot_status::SlotRecord;
 use crate::scripts::slot_status::{self, Seen};
 use crate::scripts::{CLAIM_SLOTS, FINISH_SLOTS, REVERT_SLOTS, SLOT_STATUS};
-use crate::slot::SlotRecord;
 
 fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
     v.iter().map(Vec::as_slice).collect()

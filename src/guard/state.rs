@@ -1,4 +1,4 @@
-//! [`Held`]: what every guard of a grant keeps and does the same way, whether it holds one
+//! [`GuardState`]: what every guard of a grant keeps and does the same way, whether it holds one
 //! resource ([`LockGuard`](crate::LockGuard)) or a set of them
 //! ([`MultiLockGuard`](crate::MultiLockGuard)): the validity, extend, release, loss counting
 //! and the background release on drop. The guards add only what differs (the resource or the
@@ -20,7 +20,7 @@ use crate::traced::{in_span, record_outcome, record_with};
 use crate::value::Claim;
 
 /// A grant on the masters `nodes` (plain masters, or masters presenting a key set as one key).
-pub(crate) struct Held<M: Master> {
+pub(crate) struct GuardState<M: Master> {
     pub(crate) shared: Arc<Shared>,
     pub(crate) nodes: Nodes<M>,
     /// What traces and errors name: the resource, or the set's label.
@@ -44,7 +44,7 @@ pub(crate) struct Held<M: Master> {
     quiet: bool,
 }
 
-impl<M: Master> Held<M> {
+impl<M: Master> GuardState<M> {
     pub(crate) fn new(
         shared: Arc<Shared>,
         nodes: Nodes<M>,
@@ -254,7 +254,7 @@ impl<M: Master> Held<M> {
     }
 }
 
-impl<M: Master> Drop for Held<M> {
+impl<M: Master> Drop for GuardState<M> {
     fn drop(&mut self) {
         if self.released {
             return;

@@ -40,7 +40,7 @@ use crate::value::{Claim, LockValue};
 
 /// The live holds of one manager's reentrant owners, by lock key.
 #[derive(Debug, Default)]
-pub(crate) struct Holds(Mutex<HashMap<Arc<str>, Hold>>);
+pub(crate) struct ReentrantHolds(Mutex<HashMap<Arc<str>, Hold>>);
 
 /// One owner's hold of one lock key.
 #[derive(Debug)]
@@ -75,7 +75,7 @@ fn reentrant(claim: &Claim) -> Option<(&LockValue, &LockValue)> {
         .map(|reentry| (&claim.value, &reentry.acquisition))
 }
 
-impl Holds {
+impl ReentrantHolds {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Hold>> {
         // Every update leaves the map consistent: a panic elsewhere cannot poison its meaning.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
@@ -181,7 +181,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn re_entries_keep_the_token_while_a_guard_of_the_hold_is_valid() {
-        let holds = Holds::default();
+        let holds = ReentrantHolds::default();
         let owner = LockValue::random();
         let (outer, inner, third) = (claim(&owner), claim(&owner), claim(&owner));
         let now = clock::now();
@@ -204,7 +204,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_hold_whose_guards_ran_out_or_were_lost_is_over() {
-        let holds = Holds::default();
+        let holds = ReentrantHolds::default();
         let owner = LockValue::random();
         let (outer, inner) = (claim(&owner), claim(&owner));
         let now = clock::now();
@@ -237,7 +237,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn other_owners_and_plain_claims_never_share_a_token() {
-        let holds = Holds::default();
+        let holds = ReentrantHolds::default();
         let (alice, bob) = (LockValue::random(), LockValue::random());
         let now = clock::now();
         assert_eq!(holds.begin(&key(), &claim(&alice), 7, now + 100 * MS), 7);

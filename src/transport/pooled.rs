@@ -1,4 +1,4 @@
-//! One connection slot of a master (a master has `connections_per_node` of them): the
+//! One pooled connection of a master (a master has `connections_per_node` of them): the
 //! connection is opened lazily in the background, kept across timeouts, replaced only when
 //! broken.
 //!
@@ -39,14 +39,14 @@ type ConnectFuture = Shared<BoxFuture<'static, Result<Opened, NodeErrorKind>>>;
 
 /// The connection state. Each connection gets a generation number so that a request that saw
 /// connection 3 break never throws away connection 4.
-enum Slot {
+enum Conn {
     Empty,
     Connecting(u64, ConnectFuture),
     Ready(u64, Opened),
 }
 
 struct State {
-    slot: Slot,
+    conn: Conn,
     next_generation: u64,
     /// The last connection that broke, as the master knew it: the next connection closes it
     /// there before carrying any request (see [`crate::transport::orphan`]).
@@ -64,8 +64,8 @@ pub(crate) struct Backlog {
     pub(crate) probing: Arc<AtomicBool>,
 }
 
-/// One connection slot of a master.
-pub(crate) struct ConnectionSlot {
+/// One pooled connection of a master.
+pub(crate) struct PooledConnection {
     client: redis::Client,
     connect_timeout: Duration,
     /// Set under restart protection.
@@ -75,7 +75,7 @@ pub(crate) struct ConnectionSlot {
     pub(crate) backlog: Backlog,
 }
 
-impl ConnectionSlot {
+impl PooledConnection {
     pub(crate) fn new(
         client: redis::Client,
         connect_timeout: Duration,
@@ -86,7 +86,7 @@ impl ConnectionSlot {
             connect_timeout,
             life_check,
             state: Mutex::new(State {
-                slot: Slot::Empty,
+                conn: Conn::Empty,
                 next_generation: 0,
                 orphan: None,
             }),
@@ -95,7 +95,7 @@ impl ConnectionSlot {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // Held only to clone or swap the slot: a panic elsewhere cannot leave it half-updated,
+        // Held only to clone or swap the connection: a panic elsewhere cannot leave it half-updated,
         // so a poisoned lock is still consistent.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -105,33 +105,33 @@ impl ConnectionSlot {
     pub(crate) async fn get(&self) -> Result<(u64, Opened), NodeErrorKind> {
         let (generation, future) = {
             let mut state = self.state();
-            match &state.slot {
-                Slot::Ready(generation, opened) => return Ok((*generation, opened.clone())),
-                Slot::Connecting(generation, future) => (*generation, future.clone()),
-                Slot::Empty => {
+            match &state.conn {
+                Conn::Ready(generation, opened) => return Ok((*generation, opened.clone())),
+                Conn::Connecting(generation, future) => (*generation, future.clone()),
+                Conn::Empty => {
                     let generation = state.next_generation;
                     state.next_generation += 1;
                     let future = self.start_connecting(state.orphan.clone())?;
-                    state.slot = Slot::Connecting(generation, future.clone());
+                    state.conn = Conn::Connecting(generation, future.clone());
                     (generation, future)
                 }
             }
         };
         let result = future.await;
         let mut state = self.state();
-        let current = matches!(&state.slot, Slot::Connecting(g, _) if *g == generation);
+        let current = matches!(&state.conn, Conn::Connecting(g, _) if *g == generation);
         match result {
             Ok(conn) => {
                 if current {
                     // Its set-up closed the orphan on the master.
                     state.orphan = None;
-                    state.slot = Slot::Ready(generation, conn.clone());
+                    state.conn = Conn::Ready(generation, conn.clone());
                 }
                 Ok((generation, conn))
             }
             Err(error) => {
                 if current {
-                    state.slot = Slot::Empty;
+                    state.conn = Conn::Empty;
                 }
                 Err(error)
             }
@@ -140,8 +140,8 @@ impl ConnectionSlot {
 
     /// The open connection, if any, without opening one.
     pub(crate) fn current(&self) -> Option<Connection> {
-        match &self.state().slot {
-            Slot::Ready(_, opened) => Some(opened.conn.clone()),
+        match &self.state().conn {
+            Conn::Ready(_, opened) => Some(opened.conn.clone()),
             _ => None,
         }
     }
@@ -149,8 +149,8 @@ impl ConnectionSlot {
     /// The master's life as the current connection read it when it opened (under restart
     /// protection), or `None` when no connection is open.
     pub(crate) fn life(&self) -> Option<Arc<MasterLife>> {
-        match &self.state().slot {
-            Slot::Ready(_, opened) => opened.life.clone(),
+        match &self.state().conn {
+            Conn::Ready(_, opened) => opened.life.clone(),
             _ => None,
         }
     }
@@ -158,7 +158,7 @@ impl ConnectionSlot {
     /// Marks the current connection's view of the master as vouched for, if it talks to the
     /// life `run_id` (which [`Redlock::provision`](crate::Redlock::provision) just recorded).
     pub(crate) fn vouch(&self, run_id: &str) {
-        if let Slot::Ready(_, opened) = &mut self.state().slot {
+        if let Conn::Ready(_, opened) = &mut self.state().conn {
             if let Some(life) = &opened.life {
                 if life.run_id.as_deref() == Some(run_id) {
                     opened.life = Some(Arc::new(life.vouched()));
@@ -171,9 +171,9 @@ impl ConnectionSlot {
     /// one. Returns whether it was still the current connection.
     pub(crate) fn discard(&self, generation: u64) -> bool {
         let mut state = self.state();
-        let current = matches!(&state.slot, Slot::Ready(g, _) if *g == generation);
+        let current = matches!(&state.conn, Conn::Ready(g, _) if *g == generation);
         if current {
-            if let Slot::Ready(_, opened) = std::mem::replace(&mut state.slot, Slot::Empty) {
+            if let Conn::Ready(_, opened) = std::mem::replace(&mut state.conn, Conn::Empty) {
                 state.orphan = opened.master_side;
             }
         }

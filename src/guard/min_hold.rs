@@ -61,7 +61,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn release_holding(mut self, at_least: Duration) -> Result<(), LockError> {
-        let max = self.held.shared.config.max_ttl;
+        let max = self.state.shared.config.max_ttl;
         if at_least > max {
             return Err(InvalidArgument::HoldTooLong {
                 hold: at_least,
@@ -76,25 +76,25 @@ impl LockGuard {
         if keep_ms == 0 {
             return self.release().await;
         }
-        self.leave_hold();
+        self.leave_reentrant_hold();
         // From here a drop keeps the hold instead of deleting the keys (see `Drop`).
         self.holding_until = clock::now().checked_add(keep);
         let still_valid = self.is_valid();
         let span = tracing::debug_span!(
             "release",
-            resource = %self.held.label,
+            resource = %self.state.label,
             validity_left = ?self.remaining(),
             hold = ?keep,
             outcome = tracing::field::Empty,
         );
         let outcome = in_span(&span, self.hold_round(keep_ms, still_valid)).await;
-        self.held.released_with(&span, outcome)
+        self.state.released_with(&span, outcome)
     }
 
     /// One round of the hold script on every master that may hold the key; requests still in
     /// flight when the outcome is known finish in the background.
     async fn hold_round(&self, keep_ms: u64, still_valid: bool) -> Result<(), LockError> {
-        let held = &self.held;
+        let held = &self.state;
         let nodes = &held.nodes;
         let holders = &held.holders;
         let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
@@ -130,7 +130,7 @@ impl LockGuard {
         keep_ms: u64,
     ) -> FuturesUnordered<impl Future<Output = (usize, Result<bool, NodeErrorKind>)> + Send + 'static>
     {
-        let held = &self.held;
+        let held = &self.state;
         held.nodes
             .iter()
             .zip(held.holders.may_hold.iter())
@@ -179,7 +179,7 @@ impl LockGuard {
             return false;
         }
         crate::round::finish_in_background(self.hold_requests(keep_ms));
-        self.held.hand_over();
+        self.state.hand_over();
         true
     }
 }
