@@ -41,6 +41,7 @@ mod retries;
 mod slot_batches;
 mod slot_cancellation;
 mod slot_claims;
+mod slot_late_claims;
 mod slot_record_lifetime;
 mod stats;
 mod validity;
