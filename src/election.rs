@@ -229,7 +229,7 @@ impl Redlock {
         timing: RoundSpec,
     ) -> Result<MultiLockGuard, RoundFailure> {
         let started = crate::clock::now();
-        let mut guard = self.set_acquire(set, name, timing).await?;
+        let mut guard = self.acquire_set_round(set, name, timing).await?;
         // Not a leadership until announced: dropped before (an error, a cancellation), its
         // keys are cleaned up like a failed round's, silently.
         guard.set_quiet(true);

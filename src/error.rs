@@ -226,10 +226,10 @@ pub enum InvalidArgument {
     },
     /// A slot record's retention ([`SlotOptions::retention`](crate::SlotOptions::retention))
     /// is zero.
-    #[error("slot record retention is zero: expected at least the claim ttl")]
+    #[error("slot record retention is zero: expected at least the ownership ttl")]
     ZeroRetention,
     /// A slot record's retention is shorter than the claim TTL, or too long.
-    #[error("slot record retention {retention:?} is out of range: expected from the claim ttl {ttl:?} up to {max:?}")]
+    #[error("slot record retention {retention:?} is out of range: expected from the ownership ttl {ttl:?} up to {max:?}")]
     Retention {
         /// The retention asked for.
         retention: Duration,
@@ -288,7 +288,7 @@ pub enum InvalidArgument {
     #[error("election poll interval is zero: expected a positive duration")]
     ZeroPollInterval,
     /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given no slot.
-    #[error("no slots to claim: expected at least one (job, slot) pair")]
+    #[error("no slots to ownership: expected at least one (job, slot) pair")]
     NoSlots,
     /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given the same `(job, slot)`
     /// twice (an error rather than a silent merge: it is usually a bug in the caller's list).
@@ -301,7 +301,7 @@ pub enum InvalidArgument {
     },
     /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given more slots than one
     /// request may carry.
-    #[error("{count} slots to claim at once: expected at most {max}")]
+    #[error("{count} slots to ownership at once: expected at most {max}")]
     TooManySlots {
         /// How many were given.
         count: usize,

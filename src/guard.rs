@@ -268,7 +268,7 @@ impl LockGuard {
         let held = &mut self.state;
         if let Some(token) = held.fence {
             let holds = &held.shared.reentrant_holds;
-            held.fence = Some(holds.begin(&held.key, &held.claim, token, held.valid_until));
+            held.fence = Some(holds.begin(&held.key, &held.ownership, token, held.valid_until));
         }
         self
     }
@@ -276,7 +276,9 @@ impl LockGuard {
     /// Takes this guard out of its owner's hold (if any): it no longer holds the lock.
     fn leave_reentrant_hold(&self) {
         let held = &self.state;
-        held.shared.reentrant_holds.leave(&held.key, &held.claim);
+        held.shared
+            .reentrant_holds
+            .leave(&held.key, &held.ownership);
     }
 }
 
@@ -285,6 +287,6 @@ fn hold_changed(held: &GuardState<RedisNode>) {
     if held.fence.is_some() {
         held.shared
             .reentrant_holds
-            .update(&held.key, &held.claim, held.valid_until);
+            .update(&held.key, &held.ownership, held.valid_until);
     }
 }

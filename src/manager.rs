@@ -438,9 +438,11 @@ impl Redlock {
         // A reentrant owner's acquisition while another of its guards is valid keeps that
         // hold's token, stored on a quorum already (see `reentrant_hold`): no write-back.
         let rejoined = match grant.token {
-            Some(_) => {
-                (self.shared.reentrant_holds).rejoin(&keys.lock, &grant.claim, grant.valid_until)
-            }
+            Some(_) => (self.shared.reentrant_holds).rejoin(
+                &keys.lock,
+                &grant.ownership,
+                grant.valid_until,
+            ),
             None => None,
         };
         if rejoined.is_some() {

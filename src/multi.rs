@@ -29,7 +29,7 @@ use crate::round::{self, RoundFailure};
 
 pub use guard::MultiLockGuard;
 pub use keyset::MAX_LOCK_ALL;
-use keyset::{set_nodes, KeySet};
+use keyset::{nodes_of_set, KeySet};
 
 impl Redlock {
     /// One round, no retry: every resource in `resources`, or none, on a quorum of masters.
@@ -80,7 +80,7 @@ impl Redlock {
         let (set, timing) = self.validate_set(resources, ttl)?;
         let label = set.label();
         Acquisition::new(self.shared(), &label, timing.ttl)
-            .once(self.set_acquire(&set, &label, timing))
+            .once(self.acquire_set_round(&set, &label, timing))
             .await
     }
 
@@ -153,7 +153,7 @@ impl Redlock {
         let poll = PollDelay::below(self.shared().config.retry_delay);
         Acquisition::new(self.shared(), &label, timing.ttl)
             .retrying(patience, Line::All(set.locks()), poll, |_| {
-                self.set_acquire(&set, &label, timing)
+                self.acquire_set_round(&set, &label, timing)
             })
             .await
     }
@@ -173,14 +173,14 @@ impl Redlock {
     /// One acquire round of `set`, plus the fencing write-back when the granting masters did
     /// not all issue the same token. A refusal always says when the holders' keys expire: the
     /// set's script reads their TTLs on every refusal anyway.
-    pub(crate) async fn set_acquire(
+    pub(crate) async fn acquire_set_round(
         &self,
         set: &Arc<KeySet>,
         label: &str,
         timing: RoundSpec,
     ) -> Result<MultiLockGuard, RoundFailure> {
         let shared = self.shared();
-        let nodes = set_nodes(&shared.nodes, set);
+        let nodes = nodes_of_set(&shared.nodes, set);
         let keys = set.round_keys();
         let grant = round::acquire_reporting(&nodes, label, &keys, timing, true).await?;
         let token = crate::fencing::pending_write_back(grant.token, grant.token_on_quorum, &timing);

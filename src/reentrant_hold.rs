@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::time::Instant;
 
 use crate::clock;
-use crate::value::{Claim, LockValue};
+use crate::value::{LockValue, Ownership};
 
 /// The live holds of one manager's reentrant owners, by lock key.
 #[derive(Debug, Default)]
@@ -67,12 +67,12 @@ impl Hold {
     }
 }
 
-/// The owner and acquisition of a reentrant claim; `None` for a plain one.
-fn reentrant(claim: &Claim) -> Option<(&LockValue, &LockValue)> {
-    claim
+/// The owner and acquisition of a reentrant ownership; `None` for a plain one.
+fn reentrant(ownership: &Ownership) -> Option<(&LockValue, &LockValue)> {
+    ownership
         .reentry
         .as_ref()
-        .map(|reentry| (&claim.value, &reentry.acquisition))
+        .map(|reentry| (&ownership.value, &reentry.acquisition))
 }
 
 impl ReentrantHolds {
@@ -82,16 +82,16 @@ impl ReentrantHolds {
     }
 
     /// The token of the owner's hold of `key`, if one of its guards is valid now: the new
-    /// acquisition (`claim`, valid until `valid_until`) joins it. `None` for a plain claim, or
-    /// when there is no live hold (the caller stores its own token, then calls
+    /// acquisition (`ownership`, valid until `valid_until`) joins it. `None` for a plain ownership,
+    /// or when there is no live hold (the caller stores its own token, then calls
     /// [`begin`](Self::begin)).
     pub(crate) fn rejoin(
         &self,
         key: &Arc<str>,
-        claim: &Claim,
+        ownership: &Ownership,
         valid_until: Instant,
     ) -> Option<u64> {
-        let (owner, acquisition) = reentrant(claim)?;
+        let (owner, acquisition) = reentrant(ownership)?;
         let mut map = self.map();
         let hold = map.get_mut(key).filter(|h| h.live(owner, clock::now()))?;
         hold.enter(acquisition, valid_until);
@@ -104,11 +104,11 @@ impl ReentrantHolds {
     pub(crate) fn begin(
         &self,
         key: &Arc<str>,
-        claim: &Claim,
+        ownership: &Ownership,
         token: u64,
         valid_until: Instant,
     ) -> u64 {
-        let Some((owner, acquisition)) = reentrant(claim) else {
+        let Some((owner, acquisition)) = reentrant(ownership) else {
             return token;
         };
         let mut map = self.map();
@@ -129,8 +129,8 @@ impl ReentrantHolds {
     }
 
     /// A guard's validity changed (extended, lowered before an extension, or lost).
-    pub(crate) fn update(&self, key: &Arc<str>, claim: &Claim, valid_until: Instant) {
-        let Some((owner, acquisition)) = reentrant(claim) else {
+    pub(crate) fn update(&self, key: &Arc<str>, ownership: &Ownership, valid_until: Instant) {
+        let Some((owner, acquisition)) = reentrant(ownership) else {
             return;
         };
         let mut map = self.map();
@@ -143,8 +143,8 @@ impl ReentrantHolds {
 
     /// A guard was released or dropped: it no longer keeps the hold on. The last one to
     /// leave ends it.
-    pub(crate) fn leave(&self, key: &Arc<str>, claim: &Claim) {
-        let Some((owner, acquisition)) = reentrant(claim) else {
+    pub(crate) fn leave(&self, key: &Arc<str>, ownership: &Ownership) {
+        let Some((owner, acquisition)) = reentrant(ownership) else {
             return;
         };
         let mut map = self.map();
@@ -175,8 +175,8 @@ mod tests {
         Arc::from("r")
     }
 
-    fn claim(owner: &LockValue) -> Claim {
-        Claim::fresh(Some(owner), Some(&Arc::from("holds:r")))
+    fn claim(owner: &LockValue) -> Ownership {
+        Ownership::fresh(Some(owner), Some(&Arc::from("holds:r")))
     }
 
     #[tokio::test(start_paused = true)]
@@ -242,7 +242,7 @@ mod tests {
         let now = clock::now();
         assert_eq!(holds.begin(&key(), &claim(&alice), 7, now + 100 * MS), 7);
         assert_eq!(holds.rejoin(&key(), &claim(&bob), now + 100 * MS), None);
-        let plain = Claim::fresh(None, None);
+        let plain = Ownership::fresh(None, None);
         assert_eq!(holds.rejoin(&key(), &plain, now + 100 * MS), None);
         assert_eq!(holds.begin(&key(), &plain, 9, now + 100 * MS), 9);
         holds.leave(&key(), &claim(&bob));

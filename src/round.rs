@@ -41,7 +41,7 @@ use crate::round::master::{AcquireRequest, Master};
 use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
 use crate::round::timing::{quorum, validity};
-use crate::value::{Claim, LockValue};
+use crate::value::{LockValue, Ownership};
 
 /// The masters of one manager, shared by every round and guard.
 pub(crate) type Nodes<M> = Arc<[Arc<M>]>;
@@ -85,7 +85,7 @@ impl Holders {
 /// A granted lock, as the round hands it to the guard.
 #[derive(Debug)]
 pub(crate) struct Grant {
-    pub(crate) claim: Claim,
+    pub(crate) ownership: Ownership,
     /// The end of the validity: `t0 + ttl − drift`, with `t0` taken before the first request,
     /// on the lock clock (it counts a suspended machine: see [`crate::clock`]).
     pub(crate) valid_until: Instant,
@@ -140,7 +140,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
     timing: RoundSpec,
     report_ttl: bool,
 ) -> Result<Grant, RoundFailure> {
-    let claim = Claim::fresh(
+    let ownership = Ownership::fresh(
         keys.reentrant.as_ref().map(|(owner, _)| owner),
         keys.reentrant.as_ref().map(|(_, holds)| holds),
     );
@@ -150,13 +150,13 @@ pub(crate) async fn acquire_reporting<M: Master>(
         release_in_background(
             Arc::clone(nodes),
             Arc::clone(&keys.lock),
-            claim.clone(),
+            ownership.clone(),
             &all,
         );
     });
     let request = AcquireRequest {
         key: &keys.lock,
-        claim: &claim,
+        ownership: &ownership,
         ttl: timing.ttl,
         fence_key: keys.fence.as_deref(),
         fence_retention: timing.fence_retention,
@@ -238,7 +238,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
             Ok(valid_until) => {
                 cleanup.disarm();
                 return Ok(Grant {
-                    claim: claim.clone(),
+                    ownership: ownership.clone(),
                     valid_until,
                     holders: Holders {
                         may_hold: holders,
@@ -275,7 +275,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
         release_in_background(
             Arc::clone(nodes),
             Arc::clone(&keys.lock),
-            claim.clone(),
+            ownership.clone(),
             &holders,
         )
     };
@@ -294,7 +294,7 @@ pub(crate) async fn extend<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
     key: &str,
-    claim: &Claim,
+    ownership: &Ownership,
     holders: &Holders,
     timing: RoundSpec,
     valid_until: Instant,
@@ -306,16 +306,18 @@ pub(crate) async fn extend<M: Master>(
     }
     let mut tally = Tally::new(holders.may_hold.iter().copied(), timing.quorum(nodes.len()))
         .with_confirmed(&holders.confirmed);
-    let mut requests: FuturesUnordered<_> =
-        nodes
-            .iter()
-            .zip(holders.may_hold.iter())
-            .enumerate()
-            .filter(|(_, (_, holds))| **holds)
-            .map(|(i, (node, _))| async move {
-                (i, node.compare_and_pexpire(key, claim, timing.ttl).await)
-            })
-            .collect();
+    let mut requests: FuturesUnordered<_> = nodes
+        .iter()
+        .zip(holders.may_hold.iter())
+        .enumerate()
+        .filter(|(_, (_, holds))| **holds)
+        .map(|(i, (node, _))| async move {
+            (
+                i,
+                node.compare_and_pexpire(key, ownership, timing.ttl).await,
+            )
+        })
+        .collect();
     tally.collect(&mut requests).await;
     drop(requests);
     let now = clock::now();
@@ -358,14 +360,14 @@ pub(crate) async fn release<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
     key: &Arc<str>,
-    claim: &Claim,
+    ownership: &Ownership,
     holders: &Holders,
     still_valid: bool,
 ) -> Result<(), LockError> {
     let mut tally = Tally::new(holders.may_hold.iter().copied(), quorum(nodes.len()))
         .with_confirmed(&holders.confirmed);
     // The release of a held lock: announced to the waiters of notified hand-offs.
-    let mut requests = delete_requests(nodes, key, claim, &holders.may_hold, true);
+    let mut requests = delete_requests(nodes, key, ownership, &holders.may_hold, true);
     tally.collect(&mut requests).await;
     if !requests.is_empty() {
         spawn_or_drop(async move { while requests.next().await.is_some() {} });
@@ -390,7 +392,7 @@ pub(crate) async fn release<M: Master>(
 fn delete_requests<M: Master>(
     nodes: &Nodes<M>,
     key: &Arc<str>,
-    claim: &Claim,
+    ownership: &Ownership,
     holders: &[bool],
     announce: bool,
 ) -> FuturesUnordered<
@@ -404,12 +406,12 @@ fn delete_requests<M: Master>(
         .map(|(i, (node, _))| {
             let node = Arc::clone(node);
             let key = Arc::clone(key);
-            let claim = claim.clone();
+            let ownership = ownership.clone();
             async move {
                 let deleted = if announce {
-                    node.release_and_announce(&key, &claim).await
+                    node.release_and_announce(&key, &ownership).await
                 } else {
-                    node.compare_and_delete(&key, &claim).await
+                    node.compare_and_delete(&key, &ownership).await
                 };
                 (i, deleted)
             }
@@ -429,13 +431,13 @@ fn delete_requests<M: Master>(
 pub(crate) fn release_in_background<M: Master>(
     nodes: Nodes<M>,
     key: Arc<str>,
-    claim: Claim,
+    ownership: Ownership,
     holders: &[bool],
 ) -> Option<JoinHandle<()>> {
     // The cleanup of a failed or cancelled round: not announced (its key was never a held
     // lock, and waking waiters into a round that finds the lock free only on a minority
     // livelocks them), see `Master::release_and_announce`.
-    background_release(nodes, key, claim, holders, false)
+    background_release(nodes, key, ownership, holders, false)
 }
 
 /// Releases a lock that was held, as [`release_in_background`] does, and announces the
@@ -444,20 +446,20 @@ pub(crate) fn release_in_background<M: Master>(
 pub(crate) fn release_held_in_background<M: Master>(
     nodes: Nodes<M>,
     key: Arc<str>,
-    claim: Claim,
+    ownership: Ownership,
     holders: &[bool],
 ) -> Option<JoinHandle<()>> {
-    background_release(nodes, key, claim, holders, true)
+    background_release(nodes, key, ownership, holders, true)
 }
 
 fn background_release<M: Master>(
     nodes: Nodes<M>,
     key: Arc<str>,
-    claim: Claim,
+    ownership: Ownership,
     holders: &[bool],
     announce: bool,
 ) -> Option<JoinHandle<()>> {
-    let mut requests = delete_requests(&nodes, &key, &claim, holders, announce);
+    let mut requests = delete_requests(&nodes, &key, &ownership, holders, announce);
     if requests.is_empty() {
         return None;
     }

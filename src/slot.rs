@@ -141,7 +141,7 @@ use crate::manager::Redlock;
 use crate::round::spec::round_spec;
 use crate::round::Grant;
 use crate::scripts::slot_status::Seen;
-use crate::value::{Claim, Companion};
+use crate::value::{Companion, Ownership};
 pub use many::MAX_SLOT_BATCH;
 pub use options::{
     SlotOptions, DEFAULT_SLOT_RETENTION, DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
@@ -250,7 +250,7 @@ impl Redlock {
             let slot = SlotToClaim {
                 keys: keys.clone(),
                 resource: resource.clone(),
-                claim: Claim::fresh(None, None),
+                ownership: Ownership::fresh(None, None),
             };
             let (outcome, cleanup) = round::claim_one(nodes, slot, spec).await;
             // A final answer other than a win waits (at most a node timeout) for the undo of
@@ -356,7 +356,7 @@ async fn hand_over(
         crate::fencing::write_back(nodes, &resource, fence, token, &timing, valid_until).await?;
     }
     undo.disarm();
-    let value = won.claim.value.clone();
+    let value = won.ownership.value.clone();
     let may_hold = Arc::clone(&won.holders.may_hold);
     let attempt = won.attempt;
     // Every renewal of the claim keeps the record for the renewed TTL plus the retention, in
@@ -364,12 +364,12 @@ async fn hand_over(
     // lease TTL later, and the record must still say "abandoned" for the retention after that
     // (a record that expired with or under the claim would let the slot read free, and a late
     // host run it again).
-    let claim = Claim {
+    let ownership = Ownership {
         companion: Some(Companion {
             key: Arc::clone(&keys.record),
             keep: opts.retention.saturating_add(lease_opts.ttl_or(timing.ttl)),
         }),
-        ..won.claim
+        ..won.ownership
     };
     let guard = LockGuard::new(
         Arc::clone(shared),
@@ -377,7 +377,7 @@ async fn hand_over(
         Arc::clone(&keys.running),
         timing.ttl,
         Grant {
-            claim,
+            ownership,
             valid_until: won.valid_until,
             holders: won.holders,
             token: won.token,

@@ -1,4 +1,4 @@
-//! Lock values: the random token that proves which owner set a key, and the claim a guard
+//! Lock values: the random token that proves which owner set a key, and the ownership a guard
 //! holds (its value, and for a reentrant hold, which acquisition of the owner it is).
 
 use std::fmt;
@@ -53,15 +53,15 @@ pub(crate) struct Companion {
 /// What proves a key is ours: the value it must hold (random per attempt, or the owner's
 /// identity for a reentrant lock) and, for a reentrant lock, this acquisition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Claim {
+pub(crate) struct Ownership {
     pub(crate) value: LockValue,
     pub(crate) reentry: Option<Reentry>,
     /// A key kept alive with the lock key (never with a reentry).
     pub(crate) companion: Option<Companion>,
 }
 
-impl Claim {
-    /// A fresh claim: a new random value, or for `owner` its identity and a new acquisition.
+impl Ownership {
+    /// A fresh ownership: a new random value, or for `owner` its identity and a new acquisition.
     pub(crate) fn fresh(owner: Option<&LockValue>, holds_key: Option<&Arc<str>>) -> Self {
         match (owner, holds_key) {
             (Some(owner), Some(holds_key)) => Self {

@@ -128,7 +128,7 @@ async fn an_extension_spanning_a_suspend_past_the_validity_fails() {
             &nodes,
             "r",
             "r",
-            &grant.claim,
+            &grant.ownership,
             &holders,
             timing,
             grant.valid_until

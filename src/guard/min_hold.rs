@@ -139,16 +139,16 @@ impl LockGuard {
             .map(|(i, (node, _))| {
                 let node = Arc::clone(node);
                 let key = Arc::clone(&held.key);
-                let claim = held.claim.clone();
+                let ownership = held.ownership.clone();
                 async move {
                     let keep = Decimal::new(keep_ms);
-                    let reentry = claim.reentry.as_ref();
+                    let reentry = ownership.reentry.as_ref();
                     let keys = [
                         key.as_bytes(),
                         reentry.map_or(key.as_bytes(), |r| r.holds_key.as_bytes()),
                     ];
                     let args: [&[u8]; 3] = [
-                        claim.value.as_str().as_bytes(),
+                        ownership.value.as_str().as_bytes(),
                         keep.as_bytes(),
                         reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
                     ];

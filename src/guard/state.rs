@@ -17,7 +17,7 @@ use crate::round::timing::drift;
 use crate::round::{self, Grant, Holders, Nodes};
 use crate::shared::Shared;
 use crate::traced::{in_span, record_outcome, record_with};
-use crate::value::Claim;
+use crate::value::Ownership;
 
 /// A grant on the masters `nodes` (plain masters, or masters presenting a key set as one key).
 pub(crate) struct GuardState<M: Master> {
@@ -27,7 +27,7 @@ pub(crate) struct GuardState<M: Master> {
     pub(crate) label: String,
     /// The lock key (for a set, the key the round presents it as).
     pub(crate) key: Arc<str>,
-    pub(crate) claim: Claim,
+    pub(crate) ownership: Ownership,
     pub(crate) holders: Holders,
     /// The TTL of the last successful acquire or extend.
     pub(crate) ttl: Duration,
@@ -58,7 +58,7 @@ impl<M: Master> GuardState<M> {
             nodes,
             label,
             key,
-            claim: grant.claim,
+            ownership: grant.ownership,
             holders: grant.holders,
             ttl,
             valid_until: grant.valid_until,
@@ -150,7 +150,7 @@ impl<M: Master> GuardState<M> {
             &self.nodes,
             &self.label,
             &self.key,
-            &self.claim,
+            &self.ownership,
             &self.holders,
             timing,
             before,
@@ -187,7 +187,7 @@ impl<M: Master> GuardState<M> {
                 &self.nodes,
                 &self.label,
                 &self.key,
-                &self.claim,
+                &self.ownership,
                 &self.holders,
                 still_valid,
             ),
@@ -263,7 +263,7 @@ impl<M: Master> Drop for GuardState<M> {
             round::release_in_background(
                 Arc::clone(&self.nodes),
                 Arc::clone(&self.key),
-                self.claim.clone(),
+                self.ownership.clone(),
                 &self.holders.may_hold,
             );
             return;
@@ -272,7 +272,7 @@ impl<M: Master> Drop for GuardState<M> {
         round::release_held_in_background(
             Arc::clone(&self.nodes),
             Arc::clone(&self.key),
-            self.claim.clone(),
+            self.ownership.clone(),
             &self.holders.may_hold,
         );
     }

@@ -102,9 +102,9 @@ impl MultiLockGuard {
         &self.state.shared.config
     }
 
-    /// The claim's value as stored (elections announce it).
+    /// The ownership's value as stored (elections announce it).
     pub(crate) fn stored_value(&self) -> String {
-        self.set.value(&self.state.claim)
+        self.set.value(&self.state.ownership)
     }
 
     /// The set's first lock key (an election's only one).

@@ -16,7 +16,7 @@ use crate::keys::lock_keys;
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
 use crate::round::{LockKeys, Nodes};
 use crate::transport::node::{RedisNode, SetAcquire};
-use crate::value::Claim;
+use crate::value::Ownership;
 
 /// The most resources [`Redlock::lock_all`](crate::Redlock::lock_all) locks at once. Each is a
 /// key (two with fencing) in one script that blocks its master while it runs.
@@ -39,7 +39,7 @@ pub(crate) struct KeySet {
     fences: Option<Vec<Arc<str>>>,
     /// The epoch marker, when restart protection is on.
     epoch: Option<Arc<str>>,
-    /// Keys released and extended with the set but not part of the claim (an election's
+    /// Keys released and extended with the set but not part of the ownership (an election's
     /// announcement).
     pub(crate) extras: Vec<Arc<str>>,
     /// Written after the random value (an election's identity), so others can read it.
@@ -120,11 +120,11 @@ impl KeySet {
         &self.locks[0]
     }
 
-    /// The value stored for `claim`: its random value, then the identity if any.
-    pub(crate) fn value(&self, claim: &Claim) -> String {
+    /// The value stored for `ownership`: its random value, then the identity if any.
+    pub(crate) fn value(&self, ownership: &Ownership) -> String {
         match &self.identity {
-            Some(identity) => format!("{}{IDENTITY_SEPARATOR}{identity}", claim.value.as_str()),
-            None => claim.value.as_str().to_string(),
+            Some(identity) => format!("{}{IDENTITY_SEPARATOR}{identity}", ownership.value.as_str()),
+            None => ownership.value.as_str().to_string(),
         }
     }
 
@@ -158,10 +158,10 @@ pub(crate) struct SetNode {
 }
 
 impl SetNode {
-    /// Deletes the set where it holds `claim`'s value; publishes the release only when
+    /// Deletes the set where it holds `ownership`'s value; publishes the release only when
     /// `announce` (a held set's release, never a failed round's cleanup).
-    async fn delete(&self, claim: &Claim, announce: bool) -> Result<bool, NodeErrorKind> {
-        let value = self.set.value(claim);
+    async fn delete(&self, ownership: &Ownership, announce: bool) -> Result<bool, NodeErrorKind> {
+        let value = self.set.value(ownership);
         let keys = self.set.all_keys();
         self.node
             .release_set(&keys, self.set.locks.len(), &value, announce)
@@ -170,7 +170,7 @@ impl SetNode {
 }
 
 /// The masters of `nodes`, each presenting `set` as one key.
-pub(crate) fn set_nodes(nodes: &Nodes<RedisNode>, set: &Arc<KeySet>) -> Nodes<SetNode> {
+pub(crate) fn nodes_of_set(nodes: &Nodes<RedisNode>, set: &Arc<KeySet>) -> Nodes<SetNode> {
     nodes
         .iter()
         .map(|node| {
@@ -195,7 +195,7 @@ impl Master for SetNode {
             .as_ref()
             .filter(|_| request.fence_key.is_some())
             .map(|f| f.iter().map(|k| &**k).collect());
-        let value = set.value(request.claim);
+        let value = set.value(request.ownership);
         let acquire = SetAcquire {
             locks: &locks,
             fences: fences.as_deref(),
@@ -222,21 +222,29 @@ impl Master for SetNode {
         self.node.raise_set_fences(&fences, token, retention).await
     }
 
-    async fn compare_and_delete(&self, _key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
-        self.delete(claim, false).await
+    async fn compare_and_delete(
+        &self,
+        _key: &str,
+        ownership: &Ownership,
+    ) -> Result<bool, NodeErrorKind> {
+        self.delete(ownership, false).await
     }
 
-    async fn release_and_announce(&self, _key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
-        self.delete(claim, true).await
+    async fn release_and_announce(
+        &self,
+        _key: &str,
+        ownership: &Ownership,
+    ) -> Result<bool, NodeErrorKind> {
+        self.delete(ownership, true).await
     }
 
     async fn compare_and_pexpire(
         &self,
         _key: &str,
-        claim: &Claim,
+        ownership: &Ownership,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        let value = self.set.value(claim);
+        let value = self.set.value(ownership);
         let keys = self.set.all_keys();
         self.node
             .extend_set(&keys, self.set.locks.len(), &value, ttl)
@@ -291,9 +299,9 @@ mod tests {
         let set = KeySet::new(&config(false), &["leader"])
             .expect("valid")
             .with_identity("host-a");
-        let claim = Claim::fresh(None, None);
-        let value = set.value(&claim);
-        assert!(value.starts_with(claim.value.as_str()), "{value}");
+        let ownership = Ownership::fresh(None, None);
+        let value = set.value(&ownership);
+        assert!(value.starts_with(ownership.value.as_str()), "{value}");
         assert_eq!(identity_of(&value), Some("host-a"));
     }
 

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::error::NodeErrorKind;
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
-use crate::value::Claim;
+use crate::value::Ownership;
 
 /// How a fake master behaves.
 #[derive(Debug, Clone)]
@@ -299,9 +299,9 @@ impl FakeMaster {
     }
 }
 
-/// Reentrant claims are tested on real masters only; the fake refuses them loudly.
-fn not_reentrant(claim: &Claim) -> Result<(), NodeErrorKind> {
-    match claim.reentry {
+/// Reentrant ownerships are tested on real masters only; the fake refuses them loudly.
+fn not_reentrant(ownership: &Ownership) -> Result<(), NodeErrorKind> {
+    match ownership.reentry {
         None => Ok(()),
         Some(_) => Err(NodeErrorKind::UnexpectedReply(
             "fake: reentrant claims are not modelled".into(),
@@ -434,12 +434,12 @@ impl Master for FakeMaster {
     }
 
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply, NodeErrorKind> {
-        not_reentrant(request.claim)?;
+        not_reentrant(request.ownership)?;
         let outcome = self
             .call(
                 OpKind::Set {
                     key: request.key.into(),
-                    value: request.claim.value.as_str().into(),
+                    value: request.ownership.value.as_str().into(),
                     ttl: request.ttl,
                     fence_key: request.fence_key.map(Into::into),
                     fence_proposal: request.fence_proposal,
@@ -473,9 +473,13 @@ impl Master for FakeMaster {
         Ok(outcome.ok)
     }
 
-    async fn compare_and_delete(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
-        not_reentrant(claim)?;
-        let value = &claim.value;
+    async fn compare_and_delete(
+        &self,
+        key: &str,
+        ownership: &Ownership,
+    ) -> Result<bool, NodeErrorKind> {
+        not_reentrant(ownership)?;
+        let value = &ownership.value;
         let outcome = self
             .call(OpKind::Delete(key.into(), value.as_str().into()), true)
             .await?;
@@ -485,11 +489,11 @@ impl Master for FakeMaster {
     async fn compare_and_pexpire(
         &self,
         key: &str,
-        claim: &Claim,
+        ownership: &Ownership,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        not_reentrant(claim)?;
-        let value = &claim.value;
+        not_reentrant(ownership)?;
+        let value = &ownership.value;
         let outcome = self
             .call(
                 OpKind::Pexpire(key.into(), value.as_str().into(), ttl),

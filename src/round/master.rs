@@ -12,13 +12,13 @@ use crate::scripts::slot_finish::{Ending, FinishArgs};
 use crate::scripts::slot_keys::SlotKeys;
 use crate::scripts::slot_status::Seen;
 use crate::scripts::slot_status::SlotRecord;
-use crate::value::Claim;
+use crate::value::Ownership;
 
 /// What one acquisition asks of a master.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireRequest<'a> {
     pub(crate) key: &'a str,
-    pub(crate) claim: &'a Claim,
+    pub(crate) ownership: &'a Ownership,
     pub(crate) ttl: Duration,
     /// The fence counter key, when a fencing token is wanted.
     pub(crate) fence_key: Option<&'a str>,
@@ -42,7 +42,7 @@ impl AcquireRequest<'_> {
     pub(crate) fn is_plain(&self) -> bool {
         self.fence_key.is_none()
             && self.epoch_key.is_none()
-            && self.claim.reentry.is_none()
+            && self.ownership.reentry.is_none()
             && !self.report_ttl
     }
 }
@@ -83,7 +83,7 @@ pub(crate) trait Master: Send + Sync + 'static {
         retention: Duration,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
 
-    /// Deletes `key` if it holds the claim's value: `true` if deleted. For a reentrant claim,
+    /// Deletes `key` if it holds the ownership's value: `true` if deleted. For a reentrant one,
     /// removes this acquisition and deletes the key only when no acquisition is left.
     ///
     /// Cleanup must reach the master even when it is backlogged, so this bypasses the
@@ -91,7 +91,7 @@ pub(crate) trait Master: Send + Sync + 'static {
     fn compare_and_delete(
         &self,
         key: &str,
-        claim: &Claim,
+        ownership: &Ownership,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
 
     /// [`compare_and_delete`](Self::compare_and_delete) for the release of a held lock, which
@@ -103,17 +103,17 @@ pub(crate) trait Master: Send + Sync + 'static {
     fn release_and_announce(
         &self,
         key: &str,
-        claim: &Claim,
+        ownership: &Ownership,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send {
-        self.compare_and_delete(key, claim)
+        self.compare_and_delete(key, ownership)
     }
 
-    /// Sets `ttl` on `key` if it holds the claim's value: `true` if extended. For a reentrant
-    /// claim the TTL is only ever raised (other acquisitions of the owner rely on it).
+    /// Sets `ttl` on `key` if it holds the ownership's value: `true` if extended. For a
+    /// reentrant one the TTL is only ever raised (other acquisitions of the owner rely on it).
     fn compare_and_pexpire(
         &self,
         key: &str,
-        claim: &Claim,
+        ownership: &Ownership,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, NodeErrorKind>> + Send;
 }

@@ -139,14 +139,14 @@ proptest! {
             prop_assert!(end - start <= Duration::from_millis(timeout_ms), "a round never outlasts the node timeout");
             match outcome {
                 Ok(grant) => {
-                    let holding = fakes.iter().filter(|f| f.value_of(KEY).as_deref() == Some(grant.claim.value.as_str())).count();
+                    let holding = fakes.iter().filter(|f| f.value_of(KEY).as_deref() == Some(grant.ownership.value.as_str())).count();
                     // Counted here, not with `quorum()`, so a wrong quorum cannot hide itself.
                     prop_assert!(2 * holding > fakes.len(), "granted with {holding} of {}", fakes.len());
                     let bound = start + timing.ttl - drift(timing.ttl, timing.drift_factor);
                     prop_assert!(grant.valid_until <= bound);
                     prop_assert!(grant.valid_until > end);
                     // Release reaches every master that may hold the key, stragglers included.
-                    let _ = round::release(&nodes, "r", &key, &grant.claim, &grant.holders, true).await;
+                    let _ = round::release(&nodes, "r", &key, &grant.ownership, &grant.holders, true).await;
                     settle_then_check_cleanup(&fakes).await?;
                 }
                 Err(error) => {
@@ -175,7 +175,7 @@ proptest! {
             let keys = plain_keys();
             let attempt = round::acquire(&nodes, "r", &keys, timing);
             if let Ok(Ok(grant)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
-                let _ = round::release(&nodes, "r", &key, &grant.claim, &grant.holders, true).await;
+                let _ = round::release(&nodes, "r", &key, &grant.ownership, &grant.holders, true).await;
             }
             settle_then_check_cleanup(&fakes).await?;
             Ok(())
@@ -221,7 +221,7 @@ proptest! {
                                 tokio::time::sleep(hold).await;
                                 let until = Instant::now().min(grant.valid_until);
                                 claims.lock().unwrap_or_else(|p| p.into_inner()).push((client, from, until));
-                                let _ = round::release(&nodes, "r", &key, &grant.claim, &grant.holders, true).await;
+                                let _ = round::release(&nodes, "r", &key, &grant.ownership, &grant.holders, true).await;
                             }
                             Err(_) => tokio::time::sleep(Duration::from_millis(7 * (client as u64 + 1))).await,
                         }
@@ -349,7 +349,7 @@ fn extend_needs_quorum_within_validity() {
             &nodes,
             "r",
             &key,
-            &grant.claim,
+            &grant.ownership,
             &grant.holders,
             longer,
             grant.valid_until,
@@ -366,7 +366,7 @@ fn extend_needs_quorum_within_validity() {
             &nodes,
             "r",
             &key,
-            &grant.claim,
+            &grant.ownership,
             &grant.holders,
             longer,
             Instant::now() + Duration::from_secs(5),
@@ -379,7 +379,7 @@ fn extend_needs_quorum_within_validity() {
             &nodes,
             "r",
             &key,
-            &grant.claim,
+            &grant.ownership,
             &grant.holders,
             longer,
             grant.valid_until,
@@ -472,7 +472,7 @@ proptest! {
                             let until = Instant::now().min(grant.valid_until);
                             claims.lock().unwrap_or_else(|p| p.into_inner()).push((from, until, token));
                         }
-                        let _ = round::release(&nodes, "r", &keys.lock, &grant.claim, &grant.holders, true).await;
+                        let _ = round::release(&nodes, "r", &keys.lock, &grant.ownership, &grant.holders, true).await;
                     }
                     Ok(())
                 }));

@@ -17,7 +17,7 @@ use crate::round::timing::drift;
 use crate::round::Nodes;
 use crate::scripts::slot_finish::{Ending, FinishArgs};
 use crate::slot::round::{self as slots, ClaimSpec, Finish, RoundOutcome, SlotToClaim};
-use crate::value::Claim;
+use crate::value::Ownership;
 
 const EPOCH: &str = "quorumlock:\u{1f}epoch";
 
@@ -34,7 +34,7 @@ fn to_claim(slot: usize, fenced: bool, protected: bool) -> SlotToClaim {
     SlotToClaim {
         keys: keys(slot, fenced, protected),
         resource: format!("j/{slot}"),
-        claim: Claim::fresh(None, None),
+        ownership: Ownership::fresh(None, None),
     }
 }
 
@@ -127,11 +127,11 @@ fn build(
 /// No master holds `value`'s running key, nor a record of it still running: the claim was
 /// undone everywhere (or never landed).
 fn nothing_left(fakes: &[Arc<FakeMaster>], slot: &SlotToClaim) -> Result<(), String> {
-    let value = slot.claim.value.as_str();
+    let value = slot.ownership.value.as_str();
     for (i, fake) in fakes.iter().enumerate() {
         if fake.value_of(&slot.keys.running).as_deref() == Some(value) {
             return Err(format!(
-                "master {i} still holds the claim of {}",
+                "master {i} still holds the ownership of {}",
                 slot.resource
             ));
         }
@@ -192,7 +192,7 @@ proptest! {
             for (slot, outcome) in batch.iter().zip(&outcomes) {
                 match outcome {
                     RoundOutcome::Won(won) => {
-                        let value = slot.claim.value.as_str();
+                        let value = slot.ownership.value.as_str();
                         let holding = fakes.iter().filter(|f| f.value_of(&slot.keys.running).as_deref() == Some(value)).count();
                         // Counted here, not with `quorum()`, so a wrong quorum cannot hide itself.
                         prop_assert!(2 * holding > fakes.len(), "won with {holding} of {}", fakes.len());
@@ -205,7 +205,7 @@ proptest! {
                     }
                     RoundOutcome::Running(_) | RoundOutcome::Split(_) => {
                         let foreign = fakes.iter().any(|f| f.value_of(&slot.keys.running).as_deref() == Some("foreign"));
-                        prop_assert!(foreign, "{outcome:?} without a foreign claim");
+                        prop_assert!(foreign, "{outcome:?} without a foreign ownership");
                     }
                     RoundOutcome::Abandoned(_) => prop_assert!(false, "no slot was abandoned: {outcome:?}"),
                     RoundOutcome::Failed(error) => prop_assert!(matches!(
@@ -236,12 +236,12 @@ proptest! {
             let (nodes, fakes) = build(&spec_, count, Duration::from_millis(timeout_ms));
             let timing = RoundSpec::new(Duration::from_secs(60), 0.01);
             let batch: Vec<SlotToClaim> = (0..count).map(|s| to_claim(s, false, false)).collect();
-            let claim = slots::claim(&nodes, &batch, spec(timing, false));
-            if let Ok((outcomes, _)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), claim).await {
+            let ownership = slots::claim(&nodes, &batch, spec(timing, false));
+            if let Ok((outcomes, _)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), ownership).await {
                 // Decided before the cancellation: undo the wins as an abandoned hand-over does.
                 for (slot, outcome) in batch.iter().zip(outcomes) {
                     if let RoundOutcome::Won(won) = outcome {
-                        slots::undo_claim_in_background(&nodes, &slot.keys.running, &slot.keys, &won.claim.value, &won.holders.may_hold);
+                        slots::undo_claim_in_background(&nodes, &slot.keys.running, &slot.keys, &won.ownership.value, &won.holders.may_hold);
                     }
                 }
             }
@@ -307,7 +307,7 @@ proptest! {
                                 resource: "j",
                                 args: FinishArgs {
                                     keys: k,
-                                    value: won.claim.value.as_str().to_string(),
+                                    value: won.ownership.value.as_str().to_string(),
                                     runner: "test".into(),
                                     retention: Duration::from_secs(60),
                                     token: Some(token),
@@ -378,13 +378,13 @@ fn a_restarted_master_cannot_make_a_completed_slot_run_again_unless_the_quaranti
             let first = to_claim(0, false, true);
             let (outcome, _) = slots::claim_one(&nodes, first, spec(timing, false)).await;
             let RoundOutcome::Won(won) = outcome else {
-                panic!("the first claim did not win: {outcome:?}");
+                panic!("the first ownership did not win: {outcome:?}");
             };
             let ending = Finish {
                 resource: "j/0",
                 args: FinishArgs {
                     keys: keys(0, false, true),
-                    value: won.claim.value.as_str().to_string(),
+                    value: won.ownership.value.as_str().to_string(),
                     runner: "first".into(),
                     retention: Duration::from_secs(60),
                     token: None,

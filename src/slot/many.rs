@@ -13,7 +13,7 @@ use crate::error::{InvalidArgument, LockError};
 use crate::keys::slot_keys;
 use crate::manager::Redlock;
 use crate::round::spec::round_spec;
-use crate::value::Claim;
+use crate::value::Ownership;
 
 /// The most slots [`Redlock::claim_slots`] claims in one call: each master runs the whole batch
 /// in one script, during which it serves nobody else, so a batch is kept to a few milliseconds.
@@ -123,7 +123,7 @@ impl Redlock {
                 .map(|(job, slot)| SlotToClaim {
                     keys: slot_keys(config, job, slot),
                     resource: format!("{job}/{slot}"),
-                    claim: Claim::fresh(None, None),
+                    ownership: Ownership::fresh(None, None),
                 })
                 .collect();
             let started = crate::clock::now();

@@ -45,7 +45,7 @@ use crate::round::{Holders, Nodes};
 use crate::scripts::slot_claim::{ClaimArgs, ClaimCode, ClaimReply, SlotClaimItem};
 use crate::scripts::slot_finish::{Ending, FinishArgs};
 use crate::scripts::slot_status::Seen;
-use crate::value::{Claim, LockValue};
+use crate::value::{LockValue, Ownership};
 
 /// What one claim round needs besides the slots.
 #[derive(Debug, Clone, Copy)]
@@ -80,14 +80,14 @@ impl ClaimSpec<'_> {
 pub(crate) struct SlotToClaim {
     pub(crate) keys: SlotKeys,
     pub(crate) resource: String,
-    pub(crate) claim: Claim,
+    pub(crate) ownership: Ownership,
 }
 
 impl SlotToClaim {
     fn item(&self) -> SlotClaimItem<'_> {
         SlotClaimItem {
             keys: &self.keys,
-            value: self.claim.value.as_str(),
+            value: self.ownership.value.as_str(),
         }
     }
 }
@@ -95,7 +95,7 @@ impl SlotToClaim {
 /// A claim that won a quorum.
 #[derive(Debug)]
 pub(crate) struct Won {
-    pub(crate) claim: Claim,
+    pub(crate) ownership: Ownership,
     pub(crate) valid_until: Instant,
     pub(crate) holders: Holders,
     pub(crate) token: Option<u64>,
@@ -230,7 +230,7 @@ impl SlotTally {
             running = running.len(),
             abandoned = abandoned.len(),
             elapsed = ?span.elapsed,
-            "claim round decided"
+            "ownership round decided"
         );
         let holders = tally.may_hold();
         if let Some(record) = completed {
@@ -241,7 +241,7 @@ impl SlotTally {
             return match engine::grant_validity(&tally, &spec.timing, span, fencing, resource) {
                 Ok(valid_until) => {
                     let won = Won {
-                        claim: slot.claim.clone(),
+                        ownership: slot.ownership.clone(),
                         valid_until,
                         holders: Holders {
                             may_hold: Arc::clone(&holders),
@@ -348,7 +348,7 @@ pub(crate) async fn claim<M: SlotMaster>(
     })
     .await;
     cancelled.disarm();
-    tracing::debug!(slots = slots.len(), elapsed = ?span.elapsed, "slot claim round decided");
+    tracing::debug!(slots = slots.len(), elapsed = ?span.elapsed, "slot ownership round decided");
     // Per master, the slots to undo there.
     let mut undo: Vec<Vec<usize>> = vec![Vec::new(); n];
     let outcomes = tallies
@@ -400,7 +400,7 @@ fn undo_batch<M: SlotMaster>(
     let route = Arc::clone(&slots.first()?.keys.running);
     let claims: Vec<(SlotKeys, LockValue)> = slots
         .iter()
-        .map(|s| (s.keys.clone(), s.claim.value.clone()))
+        .map(|s| (s.keys.clone(), s.ownership.value.clone()))
         .collect();
     undo_in_background(nodes, &route, &Arc::new(claims), undo)
 }

@@ -41,7 +41,7 @@ impl UndoClaim {
             nodes: Arc::clone(nodes),
             keys: keys.clone(),
             route: Arc::clone(route),
-            value: won.claim.value.clone(),
+            value: won.ownership.value.clone(),
             may_hold: Arc::clone(&won.holders.may_hold),
             armed: true,
         }

@@ -27,9 +27,9 @@ use crate::scripts::{self, LuaScript};
 use crate::transport::address::NodeAddress;
 use crate::transport::connection::Connection;
 use crate::transport::pooled::PooledConnection;
-use crate::transport::reply::{flag_reply, set_reply};
+use crate::transport::reply::{flag_reply, set_nx_reply};
 use crate::transport::resp::{Command, Decimal, Reply};
-use crate::value::Claim;
+use crate::value::Ownership;
 
 // Operations on a set of keys at once (lock_all, elections): a child module, so that it uses
 // this node's private request path rather than widening it.
@@ -261,12 +261,12 @@ impl RedisNode {
     async fn delete_claim(
         &self,
         key: &str,
-        claim: &Claim,
+        ownership: &Ownership,
         announce: bool,
     ) -> Result<bool, NodeErrorKind> {
         let announce: &[u8] = if announce { b"1" } else { b"0" };
-        let value = claim.value.as_str().as_bytes();
-        let (reply, retried) = if let Some(reentry) = &claim.reentry {
+        let value = ownership.value.as_str().as_bytes();
+        let (reply, retried) = if let Some(reentry) = &ownership.reentry {
             let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
             let args: [&[u8]; 3] = [value, reentry.acquisition.as_str().as_bytes(), announce];
             let request = Request::Script {
@@ -447,13 +447,13 @@ impl Master for RedisNode {
             let set: [&[u8]; 6] = [
                 b"SET",
                 request.key.as_bytes(),
-                request.claim.value.as_str().as_bytes(),
+                request.ownership.value.as_str().as_bytes(),
                 b"NX",
                 b"PX",
                 ttl.as_bytes(),
             ];
             let (reply, retried) = self.request(Request::Args(&set), false).await?;
-            let granted = set_reply(reply)?;
+            let granted = set_nx_reply(reply)?;
             (
                 AcquireReply {
                     granted,
@@ -479,7 +479,7 @@ impl Master for RedisNode {
             } else {
                 "0"
             };
-            let reentry = request.claim.reentry.as_ref();
+            let reentry = request.ownership.reentry.as_ref();
             // Unused keys are passed as the lock key itself (never touched by the script).
             let keys = [
                 request.key,
@@ -489,7 +489,7 @@ impl Master for RedisNode {
             ]
             .map(str::as_bytes);
             let args: [&[u8]; 8] = [
-                request.claim.value.as_str().as_bytes(),
+                request.ownership.value.as_str().as_bytes(),
                 ttl.as_bytes(),
                 fencing.as_bytes(),
                 epoch.as_bytes(),
@@ -549,23 +549,31 @@ impl Master for RedisNode {
         flag_reply(reply)
     }
 
-    async fn compare_and_delete(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
-        self.delete_claim(key, claim, false).await
+    async fn compare_and_delete(
+        &self,
+        key: &str,
+        ownership: &Ownership,
+    ) -> Result<bool, NodeErrorKind> {
+        self.delete_claim(key, ownership, false).await
     }
 
-    async fn release_and_announce(&self, key: &str, claim: &Claim) -> Result<bool, NodeErrorKind> {
-        self.delete_claim(key, claim, true).await
+    async fn release_and_announce(
+        &self,
+        key: &str,
+        ownership: &Ownership,
+    ) -> Result<bool, NodeErrorKind> {
+        self.delete_claim(key, ownership, true).await
     }
 
     async fn compare_and_pexpire(
         &self,
         key: &str,
-        claim: &Claim,
+        ownership: &Ownership,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
         let ttl = Decimal::new(millis(ttl));
-        let value = claim.value.as_str().as_bytes();
-        let (reply, _) = if let Some(reentry) = &claim.reentry {
+        let value = ownership.value.as_str().as_bytes();
+        let (reply, _) = if let Some(reentry) = &ownership.reentry {
             let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
             let args: [&[u8]; 3] = [
                 value,
@@ -578,7 +586,7 @@ impl Master for RedisNode {
                 args: &args,
             };
             self.request(request, false).await?
-        } else if let Some(companion) = claim
+        } else if let Some(companion) = ownership
             .companion
             .as_ref()
             .filter(|_| self.mutation != Some(Mutation::SlotRecordNotRenewed))

@@ -95,8 +95,8 @@ impl PooledConnection {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // Held only to clone or swap the connection: a panic elsewhere cannot leave it half-updated,
-        // so a poisoned lock is still consistent.
+        // Held only to clone or swap the connection: a panic elsewhere cannot leave it
+        // half-updated, so a poisoned lock is still consistent.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 

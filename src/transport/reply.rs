@@ -7,7 +7,7 @@ use crate::error::NodeErrorKind;
 use crate::transport::resp::Reply;
 
 /// Reads the reply of `SET … NX`: `OK` if set, nil if the key exists.
-pub(crate) fn set_reply(value: Reply) -> Result<bool, NodeErrorKind> {
+pub(crate) fn set_nx_reply(value: Reply) -> Result<bool, NodeErrorKind> {
     match value {
         Reply::Status(s) if s == "OK" => Ok(true),
         Reply::Nil => Ok(false),
@@ -77,10 +77,10 @@ mod tests {
 
     #[test]
     fn replies_are_read_strictly() {
-        assert_eq!(set_reply(Reply::Status("OK".into())), Ok(true));
-        assert_eq!(set_reply(Reply::Nil), Ok(false));
+        assert_eq!(set_nx_reply(Reply::Status("OK".into())), Ok(true));
+        assert_eq!(set_nx_reply(Reply::Nil), Ok(false));
         assert!(matches!(
-            set_reply(Reply::Int(1)),
+            set_nx_reply(Reply::Int(1)),
             Err(NodeErrorKind::UnexpectedReply(_))
         ));
         assert_eq!(flag_reply(Reply::Int(1)), Ok(true));
