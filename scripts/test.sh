@@ -9,6 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step's heading says when it started, to see where CI's time goes.
+phase() { echo "== $* ($(date -u +%T), ${SECONDS}s in)"; }
+
 full=false
 case "${1:-}" in
     "") ;;
@@ -18,7 +21,7 @@ esac
 
 scripts/install-deps.sh --jepsen
 
-echo "== MSRV: rust-version is the pinned toolchain's version, the one it is checked with"
+phase "MSRV: rust-version is the pinned toolchain's version, the one it is checked with"
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 checked=$(rustc --version | awk '{print $2}')
 if [[ $checked != "$msrv" && $checked != "$msrv".* ]]; then
@@ -26,37 +29,38 @@ if [[ $checked != "$msrv" && $checked != "$msrv".* ]]; then
     exit 1
 fi
 
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== no import cycle between the modules of any crate"
+phase "no import cycle between the modules of any crate"
 python3 scripts/check-cycles.py src jepsen-lite/src cli/src bench/src scheduler/src
 
-echo "== cargo clippy: the crates as users get them (default features), then every feature"
+phase "cargo clippy: the crates as users get them (default features), then every feature"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 
-echo "== cargo test: the library with default features (unit tests, doctests, the README's code)"
-cargo test --locked -p quorumlock --lib
+# The unit tests run once, with every feature, below: clippy above already built every target
+# with default features.
+phase "cargo test: the library's doctests with default features (the README's code)"
 cargo test --locked -p quorumlock --doc
 
-echo "== cargo test: everything, every feature"
+phase "cargo test: everything, every feature"
 cargo test --locked --workspace --all-features
 
-echo "== cargo doc"
+phase "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --all-features --quiet
 
-echo "== all checks passed"
+phase "all checks passed"
 
-echo "== jepsen-lite smoke: the quick matrix (real redis-server, scripted faults, mutants; ~4 min)"
+phase "jepsen-lite smoke: the quick matrix (real redis-server, scripted faults, mutants; ~4 min)"
 scripts/jepsen.sh --quick
 if $full; then
-    echo "== jepsen-lite composed: two 60 s composed runs, N = 3 and 5, every fault kind (~3 min)"
+    phase "jepsen-lite composed: two 60 s composed runs, N = 3 and 5, every fault kind (~3 min)"
     # Dense enough for the subtle bugs the quick matrix's short runs miss (an extension or a
     # grant whose validity is overstated or already over, tokens out of order under clock
     # faults).
     scripts/jepsen.sh soak --minutes 10 --seeds 2 --nodes 3,5 --run-seconds 60
 else
-    echo "== (the composed runs are left to scripts/test.sh --full)"
+    phase "(the composed runs are left to scripts/test.sh --full)"
 fi
-echo "== jepsen-lite verdicts all as expected"
+phase "jepsen-lite verdicts all as expected"
