@@ -31,9 +31,9 @@ macro_rules! lua_script {
     };
 }
 
-// One file per script family: its source, what it takes and what it returns (for most, the
-// arguments are written in `transport::node` and the replies read in `transport::reply`; the
-// slot scripts' files write and read their own).
+// One file per script family: its source, what it takes and what it returns. The acquire and
+// slot scripts' files write their arguments and read their replies; for the others, the
+// arguments are still written in `transport::node` and the replies read in `transport::reply`.
 mod acquire;
 mod extend;
 mod fence;
@@ -47,7 +47,7 @@ pub(crate) mod slot_finish;
 pub(crate) mod slot_keys;
 pub(crate) mod slot_status;
 
-pub(crate) use acquire::{acquire_reply, ACQUIRE};
+pub(crate) use acquire::{acquire_keys, acquire_reply, AcquireNumbers, ACQUIRE};
 pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION};
 pub(crate) use fence::RAISE_FENCE;
 pub(crate) use hold::RELEASE_HOLDING;

@@ -1,13 +1,14 @@
 //! The acquire script: `SET NX PX` with a fencing token, the epoch marker check and
-//! reentrancy, in one atomic step; and its reply ([`acquire_reply`]), which the key set's
-//! script shares.
+//! reentrancy, in one atomic step; its keys and arguments ([`acquire_keys`],
+//! [`AcquireNumbers::args`]) and its reply ([`acquire_reply`], which the key set's script
+//! shares).
 
 use std::time::Duration;
 
 use crate::error::NodeErrorKind;
-use crate::round::master::AcquireReply;
+use crate::round::master::{AcquireReply, AcquireRequest};
 use crate::transport::reply::unexpected;
-use crate::transport::resp::Reply;
+use crate::transport::resp::{Decimal, Reply};
 
 lua_script! {
     /// Acquire with fencing and/or restart protection, in one atomic step.
@@ -81,6 +82,61 @@ if ARGV[3] == '1' then
     redis.call('set', KEYS[2], string.format('%d', token), 'px', ARGV[5])
 end
 return {1, token, epoch_age_ms, -2}";
+}
+
+/// [`ACQUIRE`]'s keys for `request`: unused ones are passed as the lock key itself (never
+/// touched by the script).
+pub(crate) fn acquire_keys<'a>(request: &AcquireRequest<'a>) -> [&'a [u8]; 4] {
+    let reentry = request.ownership.reentry.as_ref();
+    [
+        request.key,
+        request.fence_key.unwrap_or(request.key),
+        request.epoch_key.unwrap_or(request.key),
+        reentry.map_or(request.key, |r| &r.holds_key),
+    ]
+    .map(str::as_bytes)
+}
+
+/// [`ACQUIRE`]'s numeric arguments written out once, so that [`Self::args`] can lend them
+/// without allocating (the acquire path is the hot one).
+pub(crate) struct AcquireNumbers {
+    ttl: Decimal,
+    retention: Decimal,
+    proposal: Decimal,
+    cap: Decimal,
+}
+
+impl AcquireNumbers {
+    /// The numbers of `request`.
+    pub(crate) fn new(request: &AcquireRequest<'_>) -> Self {
+        Self {
+            ttl: Decimal::new(millis(request.ttl)),
+            retention: Decimal::new(millis(request.fence_retention.max(request.ttl))),
+            proposal: Decimal::new(request.fence_proposal),
+            cap: Decimal::new(u64::try_from(request.fence_cap.as_micros()).unwrap_or(u64::MAX)),
+        }
+    }
+
+    /// [`ACQUIRE`]'s `ARGV` for `request`.
+    pub(crate) fn args<'a>(&'a self, request: &AcquireRequest<'a>) -> [&'a [u8]; 8] {
+        let flag = |on: bool| if on { &b"1"[..] } else { &b"0"[..] };
+        let reentry = request.ownership.reentry.as_ref();
+        [
+            request.ownership.value.as_str().as_bytes(),
+            self.ttl.as_bytes(),
+            flag(request.fence_key.is_some()),
+            flag(request.epoch_key.is_some()),
+            self.retention.as_bytes(),
+            reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
+            self.proposal.as_bytes(),
+            self.cap.as_bytes(),
+        ]
+    }
+}
+
+/// Milliseconds for `PX`; TTLs are validated to fit long before this.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Reads the `{granted, token, epoch_age_ms, pttl_ms}` reply of the acquire script.

@@ -22,8 +22,8 @@ use crate::mutation::Mutation;
 use crate::restart_protection::LifeCheck;
 use crate::restart_protection::{provision_reply, uptime_of_info};
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
-use crate::scripts::acquire_reply;
 use crate::scripts::{self, LuaScript};
+use crate::scripts::{acquire_keys, acquire_reply, AcquireNumbers};
 use crate::transport::address::NodeAddress;
 use crate::transport::connection::Connection;
 use crate::transport::pooled::PooledConnection;
@@ -464,40 +464,8 @@ impl Master for RedisNode {
                 retried,
             )
         } else {
-            let ttl = Decimal::new(millis(request.ttl));
-            let retention = Decimal::new(millis(request.fence_retention.max(request.ttl)));
-            let proposal = Decimal::new(request.fence_proposal);
-            let cap =
-                Decimal::new(u64::try_from(request.fence_cap.as_micros()).unwrap_or(u64::MAX));
-            let fencing = if request.fence_key.is_some() {
-                "1"
-            } else {
-                "0"
-            };
-            let epoch = if request.epoch_key.is_some() {
-                "1"
-            } else {
-                "0"
-            };
-            let reentry = request.ownership.reentry.as_ref();
-            // Unused keys are passed as the lock key itself (never touched by the script).
-            let keys = [
-                request.key,
-                request.fence_key.unwrap_or(request.key),
-                request.epoch_key.unwrap_or(request.key),
-                reentry.map_or(request.key, |r| &r.holds_key),
-            ]
-            .map(str::as_bytes);
-            let args: [&[u8]; 8] = [
-                request.ownership.value.as_str().as_bytes(),
-                ttl.as_bytes(),
-                fencing.as_bytes(),
-                epoch.as_bytes(),
-                retention.as_bytes(),
-                reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
-                proposal.as_bytes(),
-                cap.as_bytes(),
-            ];
+            let numbers = AcquireNumbers::new(&request);
+            let (keys, args) = (acquire_keys(&request), numbers.args(&request));
             let script = Request::Script {
                 script: &scripts::ACQUIRE,
                 keys: &keys,
