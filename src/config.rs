@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::mutation::Mutation;
+use crate::mutant::Mutant;
 use crate::transport::address::NodeAddress;
 
 /// Default [`RedlockBuilder::node_timeout`]: 50 ms, the top of the 5–50 ms range the Redlock
@@ -41,7 +41,7 @@ pub(crate) struct Config {
     pub(crate) key_prefix: String,
     pub(crate) max_unanswered: usize,
     pub(crate) connections_per_node: usize,
-    pub(crate) mutation: Option<Mutation>,
+    pub(crate) mutant: Option<Mutant>,
     pub(crate) fencing: bool,
     pub(crate) fence_retention: Duration,
     pub(crate) max_ttl: Duration,
@@ -95,7 +95,7 @@ pub struct RedlockBuilder {
     key_prefix: String,
     max_unanswered: usize,
     connections_per_node: usize,
-    mutation: Option<Mutation>,
+    mutant: Option<Mutant>,
     fencing: bool,
     fence_retention: Duration,
     max_ttl: Option<Duration>,
@@ -116,7 +116,7 @@ impl Default for RedlockBuilder {
             key_prefix: DEFAULT_KEY_PREFIX.to_string(),
             max_unanswered: DEFAULT_MAX_UNANSWERED,
             connections_per_node: DEFAULT_CONNECTIONS_PER_NODE,
-            mutation: None,
+            mutant: None,
             fencing: false,
             fence_retention: DEFAULT_FENCE_RETENTION,
             max_ttl: None,
@@ -308,8 +308,8 @@ impl RedlockBuilder {
     /// Breaks the algorithm on purpose, for the jepsen-lite harness. Never use this.
     #[cfg(quorumlock_mutants)]
     #[doc(hidden)]
-    pub fn mutation(mut self, mutation: Mutation) -> Self {
-        self.mutation = Some(mutation);
+    pub fn mutant(mut self, mutant: Mutant) -> Self {
+        self.mutant = Some(mutant);
         self
     }
 
@@ -373,7 +373,7 @@ impl RedlockBuilder {
             key_prefix: self.key_prefix,
             max_unanswered: self.max_unanswered,
             connections_per_node: self.connections_per_node,
-            mutation: self.mutation,
+            mutant: self.mutant,
             fencing: self.fencing,
             fence_retention: self.fence_retention,
             max_ttl,

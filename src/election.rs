@@ -53,8 +53,8 @@ use crate::lease::check_against;
 use crate::manager::Redlock;
 use crate::multi::guard::MultiLockGuard;
 use crate::multi::keyset::KeySet;
-use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
+use crate::round::terms::RoundTerms;
 use crate::round::timing::quorum;
 use crate::round::RoundFailure;
 use crate::LeaseOptions;
@@ -196,7 +196,7 @@ impl Redlock {
         config.fencing = true;
         let resolved = opts.lease.resolve(crate::DEFAULT_LEASE_TTL)?;
         check_against(&config, resolved)?;
-        let timing = crate::round::spec::round_spec(&config, resolved.ttl)?;
+        let terms = crate::round::terms::round_terms(&config, resolved.ttl)?;
         let announcement = announcement_key(&config.key_prefix, name);
         let mut set = KeySet::new(&config, &[name])?.with_identity(identity);
         set.extras.push(Arc::clone(&announcement));
@@ -209,9 +209,9 @@ impl Redlock {
         // At least a millisecond, however short `poll_every`: campaigners do not spin.
         let poll = PollDelay::below(opts.poll_every).at_least(Duration::from_millis(1));
         let label = set.label();
-        let guard = Acquisition::new(shared, &label, timing.ttl)
+        let guard = Acquisition::new(shared, &label, terms.ttl)
             .retrying(patience, Line::One(set.first_lock()), poll, |_| {
-                self.announced_round(name, &announcement, &set, timing)
+                self.announced_round(name, &announcement, &set, terms)
             })
             .await?;
         tracing::info!(election = name, identity, fence = ?guard.fence(), "elected");
@@ -226,10 +226,10 @@ impl Redlock {
         name: &str,
         announcement: &str,
         set: &Arc<KeySet>,
-        timing: RoundSpec,
+        terms: RoundTerms,
     ) -> Result<MultiLockGuard, RoundFailure> {
         let started = crate::clock::now();
-        let mut guard = self.acquire_set_round(set, name, timing).await?;
+        let mut guard = self.acquire_set_round(set, name, terms).await?;
         // Not a leadership until announced: dropped before (an error, a cancellation), its
         // keys are cleaned up like a failed round's, silently.
         guard.set_quiet(true);
@@ -246,8 +246,8 @@ impl Redlock {
                     false => LockError::ValidityExhausted {
                         resource: name.to_string(),
                         elapsed: crate::clock::elapsed(started),
-                        ttl: timing.ttl,
-                        drift: timing.drift(),
+                        ttl: terms.ttl,
+                        drift: terms.drift(),
                     },
                 };
                 Err(RoundFailure {

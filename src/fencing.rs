@@ -8,7 +8,7 @@
 //!   `max(counter + 1, its own clock in µs, the client's proposal)` and stores it. The slots of
 //!   a job draw from the counter of the resource named like the job.
 //! * **Proposal.** The client proposes its wall clock plus [`FENCE_LEAD`]; a master caps it at
-//!   its own clock plus [`RoundSpec::fence_cap`], so that a client whose clock runs far ahead
+//!   its own clock plus [`RoundTerms::fence_cap`], so that a client whose clock runs far ahead
 //!   cannot push tokens beyond what master clocks reach a moment later.
 //! * **The grant's token** is the highest its granting quorum issued. It must be stored on a
 //!   quorum, so that any later granting quorum (which shares a master with this one) starts
@@ -29,10 +29,10 @@ use tokio::time::Instant;
 
 use crate::clock;
 use crate::error::LockError;
-use crate::mutation::Mutation;
+use crate::mutant::Mutant;
 use crate::round::master::Master;
-use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
+use crate::round::terms::RoundTerms;
 use crate::round::timing::quorum;
 use crate::round::Nodes;
 
@@ -45,7 +45,7 @@ use crate::round::Nodes;
 pub(crate) const FENCE_LEAD: Duration = Duration::from_millis(500);
 
 /// The most a master lets a proposal run ahead of its own clock (the acquire script caps it; see
-/// [`RoundSpec::fence_cap`]): a client whose clock runs far ahead cannot push tokens beyond
+/// [`RoundTerms::fence_cap`]): a client whose clock runs far ahead cannot push tokens beyond
 /// what master clocks reach a moment later, which the clock floor of a master that lost its
 /// counter relies on.
 pub(crate) const FENCE_PROPOSAL_CAP: Duration = Duration::from_secs(1);
@@ -54,7 +54,7 @@ pub(crate) const FENCE_PROPOSAL_CAP: Duration = Duration::from_secs(1);
 /// microseconds).
 const MAX_PROPOSAL: u64 = 1 << 52;
 
-impl RoundSpec {
+impl RoundTerms {
     /// How far ahead of its own clock a master accepts this round's proposal: at most
     /// [`FENCE_PROPOSAL_CAP`], half the restart quarantine and half the fence counters'
     /// retention. A master that lost its counter (restarted, or the counter expired) issues from
@@ -86,11 +86,11 @@ impl RoundSpec {
 pub(crate) fn pending_write_back(
     token: Option<u64>,
     token_on_quorum: bool,
-    timing: &RoundSpec,
+    terms: &RoundTerms,
 ) -> Option<u64> {
     token
         .filter(|_| !token_on_quorum)
-        .filter(|_| !timing.mutant(Mutation::SkipWriteBack))
+        .filter(|_| !terms.mutant(Mutant::SkipWriteBack))
 }
 
 /// Writes a granted `token` back to a quorum of `fence_key` counters (raise-to-max), kept at
@@ -107,10 +107,10 @@ pub(crate) async fn write_back<M: Master>(
     resource: &str,
     fence_key: &str,
     token: u64,
-    timing: &RoundSpec,
+    terms: &RoundTerms,
     valid_until: Instant,
 ) -> Result<(), LockError> {
-    let retention = timing.fence_retention.max(timing.ttl);
+    let retention = terms.fence_retention.max(terms.ttl);
     let mut tally = Tally::new(nodes.iter().map(|_| true), quorum(nodes.len()));
     let mut requests: FuturesUnordered<_> = nodes
         .iter()
@@ -132,9 +132,9 @@ pub(crate) async fn write_back<M: Master>(
     }
     Err(LockError::ValidityExhausted {
         resource: resource.to_string(),
-        elapsed: timing.ttl.saturating_sub(timing.drift()),
-        ttl: timing.ttl,
-        drift: timing.drift(),
+        elapsed: terms.ttl.saturating_sub(terms.drift()),
+        ttl: terms.ttl,
+        drift: terms.drift(),
     })
 }
 
@@ -164,30 +164,30 @@ mod tests {
 
     #[test]
     fn only_a_token_no_quorum_issued_is_written_back() {
-        let mut timing = RoundSpec::new(Duration::from_secs(10), 0.01);
-        assert_eq!(pending_write_back(Some(7), false, &timing), Some(7));
-        assert_eq!(pending_write_back(Some(7), true, &timing), None);
-        assert_eq!(pending_write_back(None, false, &timing), None);
-        timing.mutation = Some(Mutation::SkipWriteBack);
-        assert_eq!(pending_write_back(Some(7), false, &timing), None);
+        let mut terms = RoundTerms::new(Duration::from_secs(10), 0.01);
+        assert_eq!(pending_write_back(Some(7), false, &terms), Some(7));
+        assert_eq!(pending_write_back(Some(7), true, &terms), None);
+        assert_eq!(pending_write_back(None, false, &terms), None);
+        terms.mutant = Some(Mutant::SkipWriteBack);
+        assert_eq!(pending_write_back(Some(7), false, &terms), None);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_write_back_needs_a_quorum_and_a_grant_still_valid() {
-        let timing = RoundSpec::new(Duration::from_secs(10), 0.01);
+        let terms = RoundTerms::new(Duration::from_secs(10), 0.01);
         let later = Instant::now() + Duration::from_secs(5);
         let healthy = nodes(&[Fault::None, Fault::None, Fault::Unreachable]);
-        let ok = write_back(&healthy, "r", "f", 7, &timing, later).await;
+        let ok = write_back(&healthy, "r", "f", 7, &terms, later).await;
         assert!(ok.is_ok(), "{ok:?}");
         // Valid when it started, over when the quorum confirmed.
         let soon = Instant::now() + Duration::from_micros(500);
-        let late = write_back(&healthy, "r", "f", 8, &timing, soon).await;
+        let late = write_back(&healthy, "r", "f", 8, &terms, soon).await;
         assert!(
             matches!(late, Err(LockError::ValidityExhausted { .. })),
             "{late:?}"
         );
         let cut = nodes(&[Fault::None, Fault::Unreachable, Fault::Unreachable]);
-        let minority = write_back(&cut, "r", "f", 9, &timing, later).await;
+        let minority = write_back(&cut, "r", "f", 9, &terms, later).await;
         assert!(
             matches!(minority, Err(LockError::FenceUnconfirmed { quorum: 2, .. })),
             "{minority:?}"

@@ -241,9 +241,9 @@ impl LockGuard {
         &mut self,
         fence_key: &str,
         token: u64,
-        timing: &crate::round::spec::RoundSpec,
+        terms: &crate::round::terms::RoundTerms,
     ) -> Result<(), LockError> {
-        self.state.write_back_fence(fence_key, token, timing).await
+        self.state.write_back_fence(fence_key, token, terms).await
     }
 
     /// Marks the keys released by another script (see `GuardState::released_elsewhere`).

@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 use crate::error::{InvalidArgument, LockError};
 use crate::guard::LockGuard;
-use crate::round::spec::round_spec;
+use crate::round::terms::round_terms;
 
 pub use handle::{LeaseHandle, LeaseStats};
 pub(crate) use min_hold::check as check_hold;
@@ -246,8 +246,8 @@ pub(crate) fn check_against(
     config: &crate::config::Config,
     resolved: Resolved,
 ) -> Result<(), InvalidArgument> {
-    let timing = round_spec(config, resolved.ttl)?;
-    let validity = timing.ttl.saturating_sub(timing.drift());
+    let terms = round_terms(config, resolved.ttl)?;
+    let validity = terms.ttl.saturating_sub(terms.drift());
     if resolved.safety_margin >= validity {
         return Err(InvalidArgument::SafetyMarginTooLong {
             safety_margin: resolved.safety_margin,

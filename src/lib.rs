@@ -244,7 +244,7 @@
 //! * `keys`: every key written on a master, named once; `restart_protection`: which life of a
 //!   master a connection talks to; `holds`: the fencing token a reentrant owner's hold keeps;
 //!   `clock`: the lock clock, which counts a suspended machine;
-//! * `error`, `stats`, `traced`, `owner`, `value`, `mutation`: the typed errors, counters,
+//! * `error`, `stats`, `traced`, `owner`, `value`, `mutant`: the typed errors, counters,
 //!   tracing spans, reentrant owners, lock values and the jepsen-lite mutants;
 //! * `testing` (feature `testing`): real `redis-server` masters for tests, benches and
 //!   jepsen-lite, and the fault proxy (`proxy`) that cuts, holds and delays their traffic.
@@ -261,7 +261,7 @@ mod keys;
 mod lease;
 mod manager;
 mod multi;
-mod mutation;
+mod mutant;
 mod owner;
 mod reentrant_hold;
 mod restart_protection;
@@ -299,7 +299,7 @@ pub use manager::Redlock;
 pub use multi::{MultiLockGuard, MAX_LOCK_ALL};
 #[cfg(quorumlock_mutants)]
 #[doc(hidden)]
-pub use mutation::Mutation;
+pub use mutant::Mutant;
 pub use owner::Owner;
 pub use slot::{
     SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,

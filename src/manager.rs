@@ -11,7 +11,7 @@ use crate::error::{ConfigError, LockError, NodeError, NodeErrorKind};
 use crate::guard::LockGuard;
 use crate::keys::{epoch_key, lock_keys, record_key};
 use crate::owner::Owner;
-use crate::round::spec::{round_spec, RoundSpec};
+use crate::round::terms::{round_terms, RoundTerms};
 use crate::round::timing::{deadline_after, quorum};
 use crate::round::{self, LockKeys, RoundFailure};
 use crate::shared::Shared;
@@ -351,9 +351,9 @@ impl Redlock {
     /// requests not yet sent are never sent, requests already sent are followed by a
     /// compare-and-delete on the same connection, which the master runs after them.
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<LockGuard, LockError> {
-        let (keys, timing) = self.validate(resource, ttl)?;
-        Acquisition::new(&self.shared, resource, timing.ttl)
-            .once(self.acquire_round(resource, &keys, timing, false))
+        let (keys, terms) = self.validate(resource, ttl)?;
+        Acquisition::new(&self.shared, resource, terms.ttl)
+            .once(self.acquire_round(resource, &keys, terms, false))
             .await
     }
 
@@ -414,11 +414,11 @@ impl Redlock {
         ttl: Duration,
         patience: Patience,
     ) -> Result<LockGuard, LockError> {
-        let (keys, timing) = self.validate(resource, ttl)?;
+        let (keys, terms) = self.validate(resource, ttl)?;
         let poll = PollDelay::below(self.shared.config.retry_delay);
-        Acquisition::new(&self.shared, resource, timing.ttl)
+        Acquisition::new(&self.shared, resource, terms.ttl)
             .retrying(patience, Line::One(&keys.lock), poll, |waiting| {
-                self.acquire_round(resource, &keys, timing, waiting)
+                self.acquire_round(resource, &keys, terms, waiting)
             })
             .await
     }
@@ -429,12 +429,11 @@ impl Redlock {
         &self,
         resource: &str,
         keys: &LockKeys,
-        timing: RoundSpec,
+        terms: RoundTerms,
         report_ttl: bool,
     ) -> Result<LockGuard, RoundFailure> {
         let mut grant =
-            round::acquire_reporting(&self.shared.nodes, resource, keys, timing, report_ttl)
-                .await?;
+            round::acquire_reporting(&self.shared.nodes, resource, keys, terms, report_ttl).await?;
         // A reentrant owner's acquisition while another of its guards is valid keeps that
         // hold's token, stored on a quorum already (see `reentrant_hold`): no write-back.
         let rejoined = match grant.token {
@@ -449,7 +448,7 @@ impl Redlock {
             grant.token = rejoined;
         }
         // A token a quorum of masters issued is already stored on a quorum: no write-back.
-        let token = crate::fencing::pending_write_back(grant.token, grant.token_on_quorum, &timing)
+        let token = crate::fencing::pending_write_back(grant.token, grant.token_on_quorum, &terms)
             .filter(|_| rejoined.is_none());
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
@@ -457,13 +456,13 @@ impl Redlock {
             Arc::clone(&self.shared),
             resource.to_string(),
             Arc::clone(&keys.lock),
-            timing.ttl,
+            terms.ttl,
             grant,
         );
         let (Some(fence_key), Some(token)) = (&keys.fence, token) else {
             return Ok(guard.into_reentrant_hold());
         };
-        match guard.write_back_fence(fence_key, token, &timing).await {
+        match guard.write_back_fence(fence_key, token, &terms).await {
             Ok(()) => Ok(guard.into_reentrant_hold()),
             Err(error) => Err(RoundFailure {
                 error,
@@ -474,10 +473,10 @@ impl Redlock {
     }
 
     /// Checks the arguments and builds the keys; TTLs are truncated to whole milliseconds.
-    fn validate(&self, resource: &str, ttl: Duration) -> Result<(LockKeys, RoundSpec), LockError> {
+    fn validate(&self, resource: &str, ttl: Duration) -> Result<(LockKeys, RoundTerms), LockError> {
         let config = &self.shared.config;
         let keys = lock_keys(config, resource)?;
-        let timing = round_spec(config, ttl)?;
-        Ok((keys, timing))
+        let terms = round_terms(config, ttl)?;
+        Ok((keys, terms))
     }
 }

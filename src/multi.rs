@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::acquisition::{Acquisition, Line, Patience, PollDelay};
 use crate::error::LockError;
 use crate::manager::Redlock;
-use crate::round::spec::{round_spec, RoundSpec};
+use crate::round::terms::{round_terms, RoundTerms};
 use crate::round::{self, RoundFailure};
 
 pub use guard::MultiLockGuard;
@@ -77,10 +77,10 @@ impl Redlock {
         resources: &[S],
         ttl: Duration,
     ) -> Result<MultiLockGuard, LockError> {
-        let (set, timing) = self.validate_set(resources, ttl)?;
+        let (set, terms) = self.validate_set(resources, ttl)?;
         let label = set.label();
-        Acquisition::new(self.shared(), &label, timing.ttl)
-            .once(self.acquire_set_round(&set, &label, timing))
+        Acquisition::new(self.shared(), &label, terms.ttl)
+            .once(self.acquire_set_round(&set, &label, terms))
             .await
     }
 
@@ -148,12 +148,12 @@ impl Redlock {
         ttl: Duration,
         patience: Patience,
     ) -> Result<MultiLockGuard, LockError> {
-        let (set, timing) = self.validate_set(resources, ttl)?;
+        let (set, terms) = self.validate_set(resources, ttl)?;
         let label = set.label();
         let poll = PollDelay::below(self.shared().config.retry_delay);
-        Acquisition::new(self.shared(), &label, timing.ttl)
+        Acquisition::new(self.shared(), &label, terms.ttl)
             .retrying(patience, Line::All(set.locks()), poll, |_| {
-                self.acquire_set_round(&set, &label, timing)
+                self.acquire_set_round(&set, &label, terms)
             })
             .await
     }
@@ -163,11 +163,11 @@ impl Redlock {
         &self,
         resources: &[S],
         ttl: Duration,
-    ) -> Result<(Arc<KeySet>, RoundSpec), LockError> {
+    ) -> Result<(Arc<KeySet>, RoundTerms), LockError> {
         let config = &self.shared().config;
         let set = KeySet::new(config, resources)?;
-        let timing = round_spec(config, ttl)?;
-        Ok((Arc::new(set), timing))
+        let terms = round_terms(config, ttl)?;
+        Ok((Arc::new(set), terms))
     }
 
     /// One acquire round of `set`, plus the fencing write-back when the granting masters did
@@ -177,27 +177,27 @@ impl Redlock {
         &self,
         set: &Arc<KeySet>,
         label: &str,
-        timing: RoundSpec,
+        terms: RoundTerms,
     ) -> Result<MultiLockGuard, RoundFailure> {
         let shared = self.shared();
         let nodes = nodes_of_set(&shared.nodes, set);
         let keys = set.round_keys();
-        let grant = round::acquire_reporting(&nodes, label, &keys, timing, true).await?;
-        let token = crate::fencing::pending_write_back(grant.token, grant.token_on_quorum, &timing);
+        let grant = round::acquire_reporting(&nodes, label, &keys, terms, true).await?;
+        let token = crate::fencing::pending_write_back(grant.token, grant.token_on_quorum, &terms);
         // From here the guard owns the keys: an error or a cancellation drops it, which
         // releases them.
         let mut guard = MultiLockGuard::new(
             Arc::clone(shared),
             Arc::clone(&nodes),
             Arc::clone(set),
-            timing.ttl,
+            terms.ttl,
             grant,
         );
         let (Some(fence_key), Some(token)) = (&keys.fence, token) else {
             return Ok(guard);
         };
         // As for one key; an error drops the guard, which releases the set.
-        match guard.write_back_fence(fence_key, token, &timing).await {
+        match guard.write_back_fence(fence_key, token, &terms).await {
             Ok(()) => Ok(guard),
             Err(error) => Err(RoundFailure {
                 error,

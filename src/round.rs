@@ -7,7 +7,7 @@
 //! * [`engine`]: the round every kind of claim runs on (fan-out, early decision, undo on
 //!   cancellation) and the rules a grant must pass (quarantine, validity);
 //! * [`master`]: the one small interface through which a round reaches a master;
-//! * [`spec`]: what a round needs to know (TTL, drift, quorum, quarantine, fencing limits);
+//! * [`terms`]: the terms of a round (TTL, drift, quorum, quarantine, fencing limits, mutant);
 //! * [`tally`]: the votes and when they decide the round;
 //! * [`timing`]: the pure maths (quorum size, drift, validity), property-tested;
 //! * `fake` and `properties` (tests only): fake masters on a virtual clock, and the round's
@@ -15,8 +15,8 @@
 
 pub(crate) mod engine;
 pub(crate) mod master;
-pub(crate) mod spec;
 pub(crate) mod tally;
+pub(crate) mod terms;
 pub(crate) mod timing;
 
 #[cfg(test)]
@@ -35,11 +35,11 @@ use tokio::time::Instant;
 
 use crate::clock;
 use crate::error::{LockError, NodeErrorKind, NotHeldReason};
-use crate::mutation::Mutation;
+use crate::mutant::Mutant;
 use crate::round::engine::{Count, UndoOnDrop};
 use crate::round::master::{AcquireRequest, Master};
-use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
+use crate::round::terms::RoundTerms;
 use crate::round::timing::{quorum, validity};
 use crate::value::{LockValue, Ownership};
 
@@ -125,9 +125,9 @@ pub(crate) async fn acquire<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
     keys: &LockKeys,
-    timing: RoundSpec,
+    terms: RoundTerms,
 ) -> Result<Grant, RoundFailure> {
-    acquire_reporting(nodes, resource, keys, timing, false).await
+    acquire_reporting(nodes, resource, keys, terms, false).await
 }
 
 /// [`acquire`], and when `report_ttl`, a refusal reads the holder's remaining TTL on each
@@ -137,7 +137,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
     nodes: &Nodes<M>,
     resource: &str,
     keys: &LockKeys,
-    timing: RoundSpec,
+    terms: RoundTerms,
     report_ttl: bool,
 ) -> Result<Grant, RoundFailure> {
     let ownership = Ownership::fresh(
@@ -157,15 +157,15 @@ pub(crate) async fn acquire_reporting<M: Master>(
     let request = AcquireRequest {
         key: &keys.lock,
         ownership: &ownership,
-        ttl: timing.ttl,
+        ttl: terms.ttl,
         fence_key: keys.fence.as_deref(),
-        fence_retention: timing.fence_retention,
+        fence_retention: terms.fence_retention,
         fence_proposal: if keys.fence.is_some() {
-            timing.fence_proposal()
+            terms.fence_proposal()
         } else {
             0
         },
-        fence_cap: timing.fence_cap(),
+        fence_cap: terms.fence_cap(),
         epoch_key: keys.epoch.as_deref(),
         report_ttl,
     };
@@ -174,7 +174,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
     let free: Vec<std::sync::Mutex<Option<Duration>>> =
         nodes.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let free = &free;
-    let mut tally = Tally::new(nodes.iter().map(|_| true), timing.quorum(nodes.len()));
+    let mut tally = Tally::new(nodes.iter().map(|_| true), terms.quorum(nodes.len()));
     #[cfg(quorumlock_mutants)]
     let (first_reply, lowest) = (&std::sync::OnceLock::new(), &std::sync::Mutex::new(None));
     let send = |i: usize, node: &Arc<M>| {
@@ -182,9 +182,9 @@ pub(crate) async fn acquire_reporting<M: Master>(
         async move {
             let reply = node.acquire(request).await;
             #[cfg(quorumlock_mutants)]
-            crate::mutation::observe_reply(first_reply, lowest, reply.as_ref().ok());
+            crate::mutant::observe_reply(first_reply, lowest, reply.as_ref().ok());
             if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
-                let at = match (reply.granted, timing.quarantined(reply.epoch_age)) {
+                let at = match (reply.granted, terms.quarantined(reply.epoch_age)) {
                     // A quarantined master grants but counts only once its quarantine ends:
                     // free "at once" there would send a waiter straight into the next round
                     // that it cannot count.
@@ -197,7 +197,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
             }
             match reply {
-                Ok(reply) if reply.granted => match timing.quarantined(reply.epoch_age) {
+                Ok(reply) if reply.granted => match terms.quarantined(reply.epoch_age) {
                     Some(quarantined) => (Err(quarantined), None),
                     None => (Ok(true), reply.token),
                 },
@@ -216,14 +216,14 @@ pub(crate) async fn acquire_reporting<M: Master>(
     .await;
     #[cfg(quorumlock_mutants)]
     let span = {
-        let t0 = crate::mutation::clock_start(timing.mutation, span.t0, first_reply);
+        let t0 = crate::mutant::clock_start(terms.mutant, span.t0, first_reply);
         engine::Span {
             t0,
             elapsed: clock::elapsed(t0),
         }
     };
     #[cfg(quorumlock_mutants)]
-    crate::mutation::token(timing.mutation, &mut tally.max_token, lowest);
+    crate::mutant::token(terms.mutant, &mut tally.max_token, lowest);
     tracing::debug!(
         resource,
         granted = tally.yes,
@@ -234,7 +234,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
     );
     let holders = tally.may_hold();
     let error = if tally.won() {
-        match engine::grant_validity(&tally, &timing, span, keys.fence.is_some(), resource) {
+        match engine::grant_validity(&tally, &terms, span, keys.fence.is_some(), resource) {
             Ok(valid_until) => {
                 cleanup.disarm();
                 return Ok(Grant {
@@ -263,12 +263,12 @@ pub(crate) async fn acquire_reporting<M: Master>(
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                 })
                 .collect();
-            crate::wake::free_in(&free, timing.quorum(nodes.len()))
+            crate::wake::free_in(&free, terms.quorum(nodes.len()))
         })
         .flatten();
     cleanup.disarm();
-    let cleanup = if timing.mutant(Mutation::NoCleanupOnFailure)
-        || (tally.failed > 0 && timing.mutant(Mutation::NoCleanupWhenDegraded))
+    let cleanup = if terms.mutant(Mutant::NoCleanupOnFailure)
+        || (tally.failed > 0 && terms.mutant(Mutant::NoCleanupWhenDegraded))
     {
         None
     } else {
@@ -296,15 +296,15 @@ pub(crate) async fn extend<M: Master>(
     key: &str,
     ownership: &Ownership,
     holders: &Holders,
-    timing: RoundSpec,
+    terms: RoundTerms,
     valid_until: Instant,
 ) -> Result<Instant, LockError> {
-    let drift = timing.drift();
+    let drift = terms.drift();
     let t0 = clock::now();
-    if t0 >= valid_until && !timing.mutant(Mutation::LateExtend) {
+    if t0 >= valid_until && !terms.mutant(Mutant::LateExtend) {
         return Err(not_held(resource, NotHeldReason::Expired));
     }
-    let mut tally = Tally::new(holders.may_hold.iter().copied(), timing.quorum(nodes.len()))
+    let mut tally = Tally::new(holders.may_hold.iter().copied(), terms.quorum(nodes.len()))
         .with_confirmed(&holders.confirmed);
     let mut requests: FuturesUnordered<_> = nodes
         .iter()
@@ -312,10 +312,7 @@ pub(crate) async fn extend<M: Master>(
         .enumerate()
         .filter(|(_, (_, holds))| **holds)
         .map(|(i, (node, _))| async move {
-            (
-                i,
-                node.compare_and_pexpire(key, ownership, timing.ttl).await,
-            )
+            (i, node.compare_and_pexpire(key, ownership, terms.ttl).await)
         })
         .collect();
     tally.collect(&mut requests).await;
@@ -331,20 +328,20 @@ pub(crate) async fn extend<M: Master>(
         "extend round decided"
     );
     if tally.won() {
-        if now >= valid_until && !timing.mutant(Mutation::LateExtend) {
+        if now >= valid_until && !terms.mutant(Mutant::LateExtend) {
             return Err(not_held(resource, NotHeldReason::Expired));
         }
-        let counted = if timing.mutant(Mutation::ExtendFromQuorum) {
+        let counted = if terms.mutant(Mutant::ExtendFromQuorum) {
             Duration::ZERO
         } else {
-            timing.counted(elapsed)
+            terms.counted(elapsed)
         };
-        return validity(timing.ttl, counted, drift)
+        return validity(terms.ttl, counted, drift)
             .and_then(|v| now.checked_add(v))
             .ok_or_else(|| LockError::ValidityExhausted {
                 resource: resource.to_string(),
                 elapsed,
-                ttl: timing.ttl,
+                ttl: terms.ttl,
                 drift,
             });
     }

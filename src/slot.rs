@@ -138,7 +138,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::keys::{slot_keys, SlotKeys};
 use crate::manager::Redlock;
-use crate::round::spec::round_spec;
+use crate::round::terms::round_terms;
 use crate::round::Grant;
 use crate::scripts::slot_status::Seen;
 use crate::value::{Companion, Ownership};
@@ -229,14 +229,14 @@ impl Redlock {
     ) -> Result<SlotClaim, LockError> {
         let config = self.config();
         opts.check(job, slot)?;
-        let timing = round_spec(config, opts.ttl)?;
+        let terms = round_terms(config, opts.ttl)?;
         // Every option is checked before any master is asked.
-        let lease_opts = opts.lease_for(config, timing.ttl)?;
+        let lease_opts = opts.lease_for(config, terms.ttl)?;
         let keys = slot_keys(config, job, slot);
         let resource = format!("{job}/{slot}");
         let runner = opts.runner_name();
         let spec = ClaimSpec {
-            timing,
+            terms,
             retention: opts.retention,
             runner: &runner,
             retry_abandoned: opts.retry_abandoned,
@@ -347,13 +347,13 @@ async fn hand_over(
 ) -> Result<SlotClaim, LockError> {
     let nodes = &shared.nodes;
     let undo = UndoClaim::new(nodes, &keys, &route, &won);
-    let timing = round_spec(&shared.config, opts.ttl)?;
-    let token = crate::fencing::pending_write_back(won.token, won.token_on_quorum, &timing);
+    let terms = round_terms(&shared.config, opts.ttl)?;
+    let token = crate::fencing::pending_write_back(won.token, won.token_on_quorum, &terms);
     if let (Some(fence), Some(token)) = (&keys.fence, token) {
         // `undo` is armed across this await: a future dropped here undoes the claim, and so
         // does a write-back that failed or outlasted the claim's validity.
         let valid_until = won.valid_until;
-        crate::fencing::write_back(nodes, &resource, fence, token, &timing, valid_until).await?;
+        crate::fencing::write_back(nodes, &resource, fence, token, &terms, valid_until).await?;
     }
     undo.disarm();
     let value = won.ownership.value.clone();
@@ -367,7 +367,7 @@ async fn hand_over(
     let ownership = Ownership {
         companion: Some(Companion {
             key: Arc::clone(&keys.record),
-            keep: opts.retention.saturating_add(lease_opts.ttl_or(timing.ttl)),
+            keep: opts.retention.saturating_add(lease_opts.ttl_or(terms.ttl)),
         }),
         ..won.ownership
     };
@@ -375,7 +375,7 @@ async fn hand_over(
         Arc::clone(shared),
         resource.clone(),
         Arc::clone(&keys.running),
-        timing.ttl,
+        terms.ttl,
         Grant {
             ownership,
             valid_until: won.valid_until,
@@ -411,9 +411,9 @@ async fn hand_over(
         drop(guard);
         LockError::ValidityExhausted {
             resource: resource.clone(),
-            elapsed: timing.ttl.saturating_sub(timing.drift()),
-            ttl: timing.ttl,
-            drift: timing.drift(),
+            elapsed: terms.ttl.saturating_sub(terms.drift()),
+            ttl: terms.ttl,
+            drift: terms.drift(),
         }
     };
     round::undo_claim_in_background(nodes, &route, &keys, &value, &may_hold);

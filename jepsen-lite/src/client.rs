@@ -313,8 +313,8 @@ fn note(name: &str, ok: bool, detail: impl Into<String>) {
 
 /// The library mutant called `name`: only in a build with `--cfg quorumlock_mutants`.
 #[cfg(quorumlock_mutants)]
-fn mutation(name: &str) -> Option<quorumlock::Mutation> {
-    use quorumlock::Mutation::*;
+fn mutation(name: &str) -> Option<quorumlock::Mutant> {
+    use quorumlock::Mutant::*;
     Some(match name {
         "no-elapsed-check" => NoElapsedCheck,
         "zero-drift" => ZeroDrift,
@@ -357,7 +357,7 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         #[cfg(quorumlock_mutants)]
         {
             let m = mutation(name).ok_or_else(|| format!("unknown mutation {name:?}"))?;
-            builder = builder.mutation(m);
+            builder = builder.mutant(m);
         }
         #[cfg(not(quorumlock_mutants))]
         return Err(format!(

@@ -9,7 +9,7 @@ use tokio::time::{sleep, Instant};
 use super::*;
 use crate::error::{LockError, NotHeldReason};
 use crate::round::fake::{Behaviour, FakeMaster, Fault};
-use crate::round::spec::RoundSpec;
+use crate::round::terms::RoundTerms;
 use crate::round::{self, LockKeys, Nodes};
 use crate::testing::RedisMaster;
 use crate::{LeaseOptions, Redlock};
@@ -77,10 +77,10 @@ async fn suspend_mid_round(duration: Duration) {
 #[tokio::test(start_paused = true)]
 async fn a_round_spanning_a_suspend_longer_than_the_ttl_grants_nothing() {
     let nodes = masters();
-    let timing = RoundSpec::new(TTL, 0.01);
+    let terms = RoundTerms::new(TTL, 0.01);
     let keys = keys("r");
     let (outcome, ()) = tokio::join!(
-        round::acquire(&nodes, "r", &keys, timing),
+        round::acquire(&nodes, "r", &keys, terms),
         suspend_mid_round(TTL + MS),
     );
     match outcome {
@@ -100,10 +100,10 @@ async fn a_round_spanning_a_suspend_longer_than_the_ttl_grants_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_round_spanning_a_shorter_suspend_loses_that_much_validity() {
     let nodes = masters();
-    let timing = RoundSpec::new(TTL, 0.01);
+    let terms = RoundTerms::new(TTL, 0.01);
     let keys = keys("r");
     let (outcome, ()) = tokio::join!(
-        round::acquire(&nodes, "r", &keys, timing),
+        round::acquire(&nodes, "r", &keys, terms),
         suspend_mid_round(Duration::from_secs(6)),
     );
     let grant = outcome.map_err(|f| f.error).expect("granted");
@@ -117,8 +117,8 @@ async fn a_round_spanning_a_shorter_suspend_loses_that_much_validity() {
 #[tokio::test(start_paused = true)]
 async fn an_extension_spanning_a_suspend_past_the_validity_fails() {
     let nodes = masters();
-    let timing = RoundSpec::new(TTL, 0.01);
-    let grant = round::acquire(&nodes, "r", &keys("r"), timing)
+    let terms = RoundTerms::new(TTL, 0.01);
+    let grant = round::acquire(&nodes, "r", &keys("r"), terms)
         .await
         .map_err(|f| f.error)
         .expect("granted");
@@ -130,7 +130,7 @@ async fn an_extension_spanning_a_suspend_past_the_validity_fails() {
             "r",
             &grant.ownership,
             &holders,
-            timing,
+            terms,
             grant.valid_until
         ),
         suspend_mid_round(TTL),

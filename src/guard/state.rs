@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::error::LockError;
 use crate::round::master::Master;
-use crate::round::spec::{round_spec, RoundSpec};
+use crate::round::terms::{round_terms, RoundTerms};
 use crate::round::timing::drift;
 use crate::round::{self, Grant, Holders, Nodes};
 use crate::shared::Shared;
@@ -93,11 +93,11 @@ impl<M: Master> GuardState<M> {
         &mut self,
         fence_key: &str,
         token: u64,
-        timing: &RoundSpec,
+        terms: &RoundTerms,
     ) -> Result<(), LockError> {
         self.quiet = true;
         let (label, valid_until) = (&self.label, self.valid_until);
-        crate::fencing::write_back(&self.nodes, label, fence_key, token, timing, valid_until)
+        crate::fencing::write_back(&self.nodes, label, fence_key, token, terms, valid_until)
             .await?;
         self.quiet = false;
         Ok(())
@@ -132,16 +132,16 @@ impl<M: Master> GuardState<M> {
         validity_changed: &impl Fn(&Self),
     ) -> Result<(), LockError> {
         let config = &self.shared.config;
-        let timing = round_spec(config, ttl)?;
+        let terms = round_terms(config, ttl)?;
         let before = self.valid_until;
         // A shorter TTL shortens the keys as soon as the first master applies it: before any
         // request is sent, the validity falls to what the new TTL alone would guarantee, so a
         // cancelled extension never leaves the guard claiming more than the keys may hold.
         let pessimistic = clock::now()
             .checked_add(
-                timing
+                terms
                     .ttl
-                    .saturating_sub(drift(timing.ttl, config.drift_factor)),
+                    .saturating_sub(drift(terms.ttl, config.drift_factor)),
             )
             .map_or(before, |t| t.min(before));
         self.valid_until = pessimistic;
@@ -152,14 +152,14 @@ impl<M: Master> GuardState<M> {
             &self.key,
             &self.ownership,
             &self.holders,
-            timing,
+            terms,
             before,
         )
         .await;
         match outcome {
             Ok(valid_until) => {
                 self.valid_until = valid_until;
-                self.ttl = timing.ttl;
+                self.ttl = terms.ttl;
                 Ok(())
             }
             Err(error) => {

@@ -153,9 +153,9 @@ impl MultiLockGuard {
         &mut self,
         fence_key: &str,
         token: u64,
-        timing: &crate::round::spec::RoundSpec,
+        terms: &crate::round::terms::RoundTerms,
     ) -> Result<(), LockError> {
-        self.state.write_back_fence(fence_key, token, timing).await
+        self.state.write_back_fence(fence_key, token, terms).await
     }
 
     /// Whether a drop releases the set without announcing it (see `GuardState::set_quiet`).

@@ -3,7 +3,7 @@
 //! each reply counted as it comes, the round decided as soon as its kind says so, and what it
 //! may have set undone if its future is dropped. A kind differs only in its request and in how
 //! a reply becomes votes; the rules a grant must pass are here too, written once:
-//! restart protection's quarantine ([`RoundSpec::quarantined`]) and the grant's validity
+//! restart protection's quarantine ([`RoundTerms::quarantined`]) and the grant's validity
 //! ([`grant_validity`]).
 
 use std::future::Future;
@@ -18,10 +18,10 @@ use tokio::time::Instant;
 
 use crate::clock;
 use crate::error::{LockError, NodeErrorKind};
-use crate::mutation::Mutation;
+use crate::mutant::Mutant;
 use crate::round::master::Master;
-use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
+use crate::round::terms::RoundTerms;
 use crate::round::timing::validity;
 
 /// When a round began, and how long it took to be decided, on the lock clock (which counts a
@@ -99,7 +99,7 @@ impl<F: FnOnce()> Drop for UndoOnDrop<F> {
     }
 }
 
-impl RoundSpec {
+impl RoundTerms {
     /// Restart protection's rule for a grant from a master of `age` (see
     /// [`crate::restart_protection`]): `None` if it counts, else the error it counts as. A
     /// master younger than the quarantine may have forgotten claims it granted: its key is
@@ -107,7 +107,7 @@ impl RoundSpec {
     pub(crate) fn quarantined(&self, age: Option<Duration>) -> Option<NodeErrorKind> {
         match (self.quarantine, age) {
             (Some(quarantine), Some(age))
-                if age < quarantine && !self.mutant(Mutation::QuarantineIgnored) =>
+                if age < quarantine && !self.mutant(Mutant::QuarantineIgnored) =>
             {
                 Some(NodeErrorKind::Quarantined {
                     age,
@@ -124,24 +124,24 @@ impl RoundSpec {
 /// a fenced round's quorum issued no token.
 pub(crate) fn grant_validity(
     tally: &Tally,
-    timing: &RoundSpec,
+    terms: &RoundTerms,
     span: Span,
     fenced: bool,
     resource: &str,
 ) -> Result<Instant, LockError> {
-    let (Span { t0, elapsed }, drift) = (span, timing.drift());
-    let valid_until = validity(timing.ttl, timing.counted(elapsed), drift)
+    let (Span { t0, elapsed }, drift) = (span, terms.drift());
+    let valid_until = validity(terms.ttl, terms.counted(elapsed), drift)
         .and_then(|v| t0.checked_add(v + elapsed))
         .or_else(|| {
-            let exhausted = t0.checked_add(timing.ttl.saturating_sub(drift));
-            exhausted.filter(|_| timing.mutant(Mutation::GrantExhausted))
+            let exhausted = t0.checked_add(terms.ttl.saturating_sub(drift));
+            exhausted.filter(|_| terms.mutant(Mutant::GrantExhausted))
         });
     match valid_until {
         Some(valid_until) if !fenced || tally.max_token.is_some() => Ok(valid_until),
         _ => Err(LockError::ValidityExhausted {
             resource: resource.to_string(),
             elapsed,
-            ttl: timing.ttl,
+            ttl: terms.ttl,
             drift,
         }),
     }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::round::fake::{Applied, Behaviour, FakeMaster, Fault};
-use crate::round::spec::RoundSpec;
+use crate::round::terms::RoundTerms;
 use crate::round::timing::drift;
 use crate::round::{self, LockKeys, Nodes};
 
@@ -131,10 +131,10 @@ proptest! {
     ) {
         run_case(async {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
-            let timing = RoundSpec::new(Duration::from_millis(ttl_ms), 0.01);
+            let terms = RoundTerms::new(Duration::from_millis(ttl_ms), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let start = Instant::now();
-            let outcome = round::acquire(&nodes, "r", &plain_keys(), timing).await.map_err(|f| f.error);
+            let outcome = round::acquire(&nodes, "r", &plain_keys(), terms).await.map_err(|f| f.error);
             let end = Instant::now();
             prop_assert!(end - start <= Duration::from_millis(timeout_ms), "a round never outlasts the node timeout");
             match outcome {
@@ -142,7 +142,7 @@ proptest! {
                     let holding = fakes.iter().filter(|f| f.value_of(KEY).as_deref() == Some(grant.ownership.value.as_str())).count();
                     // Counted here, not with `quorum()`, so a wrong quorum cannot hide itself.
                     prop_assert!(2 * holding > fakes.len(), "granted with {holding} of {}", fakes.len());
-                    let bound = start + timing.ttl - drift(timing.ttl, timing.drift_factor);
+                    let bound = start + terms.ttl - drift(terms.ttl, terms.drift_factor);
                     prop_assert!(grant.valid_until <= bound);
                     prop_assert!(grant.valid_until > end);
                     // Release reaches every master that may hold the key, stragglers included.
@@ -170,10 +170,10 @@ proptest! {
     ) {
         run_case(async {
             let (nodes, fakes) = build(&spec, Duration::from_millis(timeout_ms));
-            let timing = RoundSpec::new(Duration::from_secs(60), 0.01);
+            let terms = RoundTerms::new(Duration::from_secs(60), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let keys = plain_keys();
-            let attempt = round::acquire(&nodes, "r", &keys, timing);
+            let attempt = round::acquire(&nodes, "r", &keys, terms);
             if let Ok(Ok(grant)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), attempt).await {
                 let _ = round::release(&nodes, "r", &key, &grant.ownership, &grant.holders, true).await;
             }
@@ -201,7 +201,7 @@ proptest! {
                 fault: Fault::None,
             }, false)).collect();
             let (_nodes, fakes) = build(&spec, Duration::from_millis(100));
-            let timing = RoundSpec::new(Duration::from_millis(ttl_ms), 0.01);
+            let terms = RoundTerms::new(Duration::from_millis(ttl_ms), 0.01);
             let key: Arc<str> = Arc::from(KEY);
             let claims: Arc<Mutex<Vec<(usize, Instant, Instant)>>> = Arc::default();
             let stop = Instant::now() + Duration::from_secs(5);
@@ -214,7 +214,7 @@ proptest! {
                     let mut turn = client;
                     while Instant::now() < stop {
                         turn += 1;
-                        match round::acquire(&nodes, "r", &plain_keys(), timing).await {
+                        match round::acquire(&nodes, "r", &plain_keys(), terms).await {
                             Ok(grant) => {
                                 let from = Instant::now();
                                 let hold = Duration::from_millis(hold_ms[turn % hold_ms.len()]);
@@ -267,9 +267,9 @@ fn decides_without_waiting_for_stragglers() {
             (slow, false),
         ];
         let (nodes, _fakes) = build(&spec, Duration::from_secs(30));
-        let timing = RoundSpec::new(Duration::from_secs(10), 0.01);
+        let terms = RoundTerms::new(Duration::from_secs(10), 0.01);
         let start = Instant::now();
-        let grant = round::acquire(&nodes, "r", &plain_keys(), timing)
+        let grant = round::acquire(&nodes, "r", &plain_keys(), terms)
             .await
             .map_err(|f| f.error);
         assert!(grant.is_ok(), "{grant:?}");
@@ -293,9 +293,9 @@ fn contended_fails_early() {
         };
         let spec = vec![(quick.clone(), true), (quick, true), (hung, false)];
         let (nodes, fakes) = build(&spec, Duration::from_secs(30));
-        let timing = RoundSpec::new(Duration::from_secs(10), 0.01);
+        let terms = RoundTerms::new(Duration::from_secs(10), 0.01);
         let start = Instant::now();
-        let err = round::acquire(&nodes, "r", &plain_keys(), timing)
+        let err = round::acquire(&nodes, "r", &plain_keys(), terms)
             .await
             .map_err(|f| f.error);
         assert!(
@@ -337,14 +337,14 @@ fn extend_needs_quorum_within_validity() {
             (quick, false),
         ];
         let (nodes, fakes) = build(&spec, Duration::from_millis(50));
-        let timing = RoundSpec::new(Duration::from_millis(300), 0.01);
+        let terms = RoundTerms::new(Duration::from_millis(300), 0.01);
         let key: Arc<str> = Arc::from(KEY);
-        let grant = match round::acquire(&nodes, "r", &plain_keys(), timing).await {
+        let grant = match round::acquire(&nodes, "r", &plain_keys(), terms).await {
             Ok(grant) => grant,
             Err(e) => panic!("{}", e.error),
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let longer = RoundSpec::new(Duration::from_secs(1), 0.01);
+        let longer = RoundTerms::new(Duration::from_secs(1), 0.01);
         let until = round::extend(
             &nodes,
             "r",
@@ -435,13 +435,13 @@ proptest! {
                 reentrant: None,
             };
             let ttl = Duration::from_millis(ttl_ms);
-            let mut timing = RoundSpec::new(ttl, 0.01);
+            let mut terms = RoundTerms::new(ttl, 0.01);
             // The maximum TTL in use is `ttl`: a restarted node sits out that long plus drift, and
             // (as with a larger maximum TTL) 300 ms more, so that node clocks may disagree by up
             // to 200 ms: the half of the quarantine the proposal cap leaves.
-            timing.quarantine = Some(ttl + drift(ttl, 0.01) + Duration::from_millis(300));
-            timing.fence_retention = Duration::from_secs(3600);
-            timing.fence_lead = Some(Duration::from_millis(lead_ms));
+            terms.quarantine = Some(ttl + drift(ttl, 0.01) + Duration::from_millis(300));
+            terms.fence_retention = Duration::from_secs(3600);
+            terms.fence_lead = Some(Duration::from_millis(lead_ms));
             let claims: Arc<Mutex<Vec<(Instant, Instant, u64)>>> = Arc::default();
             let stop = Instant::now() + Duration::from_secs(5);
             let mut tasks = Vec::new();
@@ -452,7 +452,7 @@ proptest! {
                     let mut turn = client;
                     while Instant::now() < stop {
                         turn += 1;
-                        let Ok(grant) = round::acquire(&nodes, "r", &keys, timing).await else {
+                        let Ok(grant) = round::acquire(&nodes, "r", &keys, terms).await else {
                             tokio::time::sleep(Duration::from_millis(5 * (client as u64 + 1))).await;
                             continue;
                         };
@@ -464,7 +464,7 @@ proptest! {
                         let raised = if grant.token_on_quorum {
                             Ok(())
                         } else {
-                            crate::fencing::write_back(&nodes, "r", fence_key, token, &timing, grant.valid_until).await
+                            crate::fencing::write_back(&nodes, "r", fence_key, token, &terms, grant.valid_until).await
                         };
                         let from = Instant::now();
                         if raised.is_ok() && from < grant.valid_until {
@@ -530,12 +530,12 @@ fn restart_without_protection_breaks_exclusion_and_protection_prevents_it() {
                 reentrant: None,
             };
             let ttl = Duration::from_secs(10);
-            let mut timing = RoundSpec::new(ttl, 0.01);
-            timing.quarantine = protected.then(|| ttl + drift(ttl, 0.01));
+            let mut terms = RoundTerms::new(ttl, 0.01);
+            terms.quarantine = protected.then(|| ttl + drift(ttl, 0.01));
             // The first holder gets exactly nodes 0, 1, 2 (3 and 4 already hold a foreign key).
             fakes[3].preset(KEY, "other");
             fakes[4].preset(KEY, "other");
-            let first = round::acquire(&nodes, "r", &keys, timing).await;
+            let first = round::acquire(&nodes, "r", &keys, terms).await;
             assert!(first.is_ok(), "{first:?}");
             // Node 2 crashes and restarts empty; nodes 3 and 4 free up.
             fakes[2].restart_empty();
@@ -543,7 +543,7 @@ fn restart_without_protection_breaks_exclusion_and_protection_prevents_it() {
                 fake.restart_empty();
                 fake.provision(epoch_key);
             }
-            let second = round::acquire(&nodes, "r", &keys, timing).await;
+            let second = round::acquire(&nodes, "r", &keys, terms).await;
             if protected {
                 let Err(failure) = second else {
                     panic!("granted twice despite restart protection");
@@ -581,11 +581,11 @@ fn quarantined_grants_are_free_only_when_the_quarantine_ends() {
             reentrant: None,
         };
         let ttl = Duration::from_secs(10);
-        let mut timing = RoundSpec::new(ttl, 0.01);
+        let mut terms = RoundTerms::new(ttl, 0.01);
         let quarantine = ttl + drift(ttl, 0.01);
-        timing.quarantine = Some(quarantine);
+        terms.quarantine = Some(quarantine);
         // Fresh masters: every one grants, none counts.
-        let Err(failure) = round::acquire_reporting(&nodes, "r", &keys, timing, true).await else {
+        let Err(failure) = round::acquire_reporting(&nodes, "r", &keys, terms, true).await else {
             panic!("granted by quarantined masters");
         };
         let free_in = failure.free_in.expect("every master answered");

@@ -10,9 +10,9 @@ use tokio::time::Instant;
 
 use crate::error::{LockError, NodeErrorKind};
 use crate::keys::SlotKeys;
-use crate::mutation::Mutation;
+use crate::mutant::Mutant;
 use crate::round::fake::{Behaviour, FakeMaster, Fault};
-use crate::round::spec::RoundSpec;
+use crate::round::terms::RoundTerms;
 use crate::round::timing::drift;
 use crate::round::Nodes;
 use crate::scripts::slot_finish::{Ending, FinishArgs};
@@ -38,9 +38,9 @@ fn to_claim(slot: usize, fenced: bool, protected: bool) -> SlotToClaim {
     }
 }
 
-fn spec(timing: RoundSpec, retry_abandoned: bool) -> ClaimSpec<'static> {
+fn spec(terms: RoundTerms, retry_abandoned: bool) -> ClaimSpec<'static> {
     ClaimSpec {
-        timing,
+        terms,
         retention: Duration::from_secs(60),
         runner: "test",
         retry_abandoned,
@@ -168,10 +168,10 @@ proptest! {
     ) {
         run_case(async {
             let (nodes, fakes) = build(&spec_, count, Duration::from_millis(timeout_ms));
-            let timing = RoundSpec::new(Duration::from_millis(ttl_ms), 0.01);
+            let terms = RoundTerms::new(Duration::from_millis(ttl_ms), 0.01);
             let batch: Vec<SlotToClaim> = (0..count).map(|s| to_claim(s, false, false)).collect();
             let start = Instant::now();
-            let (outcomes, _undo) = slots::claim(&nodes, &batch, spec(timing, false)).await;
+            let (outcomes, _undo) = slots::claim(&nodes, &batch, spec(terms, false)).await;
             let end = Instant::now();
             prop_assert_eq!(outcomes.len(), count);
             // When every master answers in time, a completion any of them recorded decides,
@@ -196,7 +196,7 @@ proptest! {
                         let holding = fakes.iter().filter(|f| f.value_of(&slot.keys.running).as_deref() == Some(value)).count();
                         // Counted here, not with `quorum()`, so a wrong quorum cannot hide itself.
                         prop_assert!(2 * holding > fakes.len(), "won with {holding} of {}", fakes.len());
-                        let bound = start + timing.ttl - drift(timing.ttl, timing.drift_factor);
+                        let bound = start + terms.ttl - drift(terms.ttl, terms.drift_factor);
                         prop_assert!(won.valid_until <= bound && won.valid_until > end);
                     }
                     RoundOutcome::Completed(_) => {
@@ -234,9 +234,9 @@ proptest! {
     ) {
         run_case(async {
             let (nodes, fakes) = build(&spec_, count, Duration::from_millis(timeout_ms));
-            let timing = RoundSpec::new(Duration::from_secs(60), 0.01);
+            let terms = RoundTerms::new(Duration::from_secs(60), 0.01);
             let batch: Vec<SlotToClaim> = (0..count).map(|s| to_claim(s, false, false)).collect();
-            let ownership = slots::claim(&nodes, &batch, spec(timing, false));
+            let ownership = slots::claim(&nodes, &batch, spec(terms, false));
             if let Ok((outcomes, _)) = tokio::time::timeout(Duration::from_millis(cancel_after_ms), ownership).await {
                 // Decided before the cancellation: undo the wins as an abandoned hand-over does.
                 for (slot, outcome) in batch.iter().zip(outcomes) {
@@ -280,11 +280,11 @@ proptest! {
                 fake.provision(EPOCH);
             }
             let ttl = Duration::from_millis(ttl_ms);
-            let mut timing = RoundSpec::new(ttl, 0.01);
+            let mut terms = RoundTerms::new(ttl, 0.01);
             // A restarted master sits out longer than any claim and record it may have lost
             // could matter: the records are kept 60 s, so is the quarantine.
-            timing.quarantine = Some(Duration::from_secs(60));
-            timing.fence_retention = Duration::from_secs(3600);
+            terms.quarantine = Some(Duration::from_secs(60));
+            terms.fence_retention = Duration::from_secs(3600);
             let wins: Arc<Mutex<Vec<(usize, Instant, u64)>>> = Arc::default();
             let stop = Instant::now() + Duration::from_secs(5);
             let mut tasks = Vec::new();
@@ -296,7 +296,7 @@ proptest! {
                     while Instant::now() < stop {
                         let slot = usize::try_from((Instant::now() - (stop - Duration::from_secs(5))).as_millis() / 400).unwrap_or(0);
                         let one = to_claim(slot, true, true);
-                        let (outcome, _) = slots::claim_one(&nodes, one, spec(timing, true)).await;
+                        let (outcome, _) = slots::claim_one(&nodes, one, spec(terms, true)).await;
                         if let RoundOutcome::Won(won) = outcome {
                             let Some(token) = won.token else {
                                 return Err("a fenced win without a token".to_string());
@@ -364,9 +364,9 @@ fn a_restarted_master_cannot_make_a_completed_slot_run_again_unless_the_quaranti
                 fake.provision(EPOCH);
             }
             let ttl = Duration::from_secs(10);
-            let mut timing = RoundSpec::new(ttl, 0.01);
-            timing.quarantine = Some(ttl + drift(ttl, 0.01));
-            timing.mutation = mutant.then_some(Mutation::QuarantineIgnored);
+            let mut terms = RoundTerms::new(ttl, 0.01);
+            terms.quarantine = Some(ttl + drift(ttl, 0.01));
+            terms.mutant = mutant.then_some(Mutant::QuarantineIgnored);
             let unreachable = Behaviour {
                 fault: Fault::Unreachable,
                 ..quick()
@@ -376,7 +376,7 @@ fn a_restarted_master_cannot_make_a_completed_slot_run_again_unless_the_quaranti
                 fake.set_behaviour(unreachable.clone());
             }
             let first = to_claim(0, false, true);
-            let (outcome, _) = slots::claim_one(&nodes, first, spec(timing, false)).await;
+            let (outcome, _) = slots::claim_one(&nodes, first, spec(terms, false)).await;
             let RoundOutcome::Won(won) = outcome else {
                 panic!("the first ownership did not win: {outcome:?}");
             };
@@ -403,7 +403,7 @@ fn a_restarted_master_cannot_make_a_completed_slot_run_again_unless_the_quaranti
                 fake.set_behaviour(unreachable.clone());
             }
             let second = to_claim(0, false, true);
-            let (outcome, _) = slots::claim_one(&nodes, second, spec(timing, false)).await;
+            let (outcome, _) = slots::claim_one(&nodes, second, spec(terms, false)).await;
             if mutant {
                 assert!(matches!(outcome, RoundOutcome::Won(_)), "the mutant was not caught: {outcome:?}");
             } else {

@@ -12,7 +12,7 @@ use crate::acquisition::settle;
 use crate::error::{InvalidArgument, LockError};
 use crate::keys::slot_keys;
 use crate::manager::Redlock;
-use crate::round::spec::round_spec;
+use crate::round::terms::round_terms;
 use crate::value::Ownership;
 
 /// The most slots [`Redlock::claim_slots`] claims in one call: each master runs the whole batch
@@ -93,12 +93,12 @@ impl Redlock {
     {
         let config = self.config();
         check_batch(slots, opts)?;
-        let timing = round_spec(config, opts.ttl)?;
+        let terms = round_terms(config, opts.ttl)?;
         // Every option is checked before any master is asked.
-        let lease_opts = opts.lease_for(config, timing.ttl)?;
+        let lease_opts = opts.lease_for(config, terms.ttl)?;
         let runner = opts.runner_name();
         let spec = ClaimSpec {
-            timing,
+            terms,
             retention: opts.retention,
             runner: &runner,
             retry_abandoned: opts.retry_abandoned,

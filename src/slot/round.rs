@@ -38,8 +38,8 @@ use crate::error::{LockError, NodeErrorKind};
 use crate::keys::SlotKeys;
 use crate::round::engine::{self, Count, Span, UndoOnDrop};
 use crate::round::master::{Master, SlotMaster};
-use crate::round::spec::RoundSpec;
 use crate::round::tally::Tally;
+use crate::round::terms::RoundTerms;
 use crate::round::timing::quorum;
 use crate::round::{Holders, Nodes};
 use crate::scripts::slot_claim::{ClaimArgs, ClaimCode, ClaimReply, SlotClaimItem};
@@ -50,7 +50,7 @@ use crate::value::{LockValue, Ownership};
 /// What one claim round needs besides the slots.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ClaimSpec<'a> {
-    pub(crate) timing: RoundSpec,
+    pub(crate) terms: RoundTerms,
     pub(crate) retention: Duration,
     pub(crate) runner: &'a str,
     pub(crate) retry_abandoned: bool,
@@ -59,17 +59,17 @@ pub(crate) struct ClaimSpec<'a> {
 impl ClaimSpec<'_> {
     /// The arguments every slot of the round's request shares.
     fn args(&self, fencing: bool, epoch_check: bool) -> ClaimArgs {
-        let timing = self.timing;
+        let terms = self.terms;
         ClaimArgs {
-            ttl: timing.ttl,
+            ttl: terms.ttl,
             fencing,
             epoch_check,
-            fence_retention: timing.fence_retention,
-            proposal: if fencing { timing.fence_proposal() } else { 0 },
-            cap: timing.fence_cap(),
+            fence_retention: terms.fence_retention,
+            proposal: if fencing { terms.fence_proposal() } else { 0 },
+            cap: terms.fence_cap(),
             // A claim's record outlives the claim by the retention: a runner that dies at once
             // leaves a claim that runs out one TTL later, and its end is remembered from there.
-            record_for: self.retention.saturating_add(timing.ttl),
+            record_for: self.retention.saturating_add(terms.ttl),
             runner: Arc::from(self.runner),
             retry_abandoned: self.retry_abandoned,
         }
@@ -144,8 +144,8 @@ pub(crate) struct SlotTally {
 }
 
 impl SlotTally {
-    fn new(n: usize, timing: &RoundSpec) -> Self {
-        let needed = timing.quorum(n);
+    fn new(n: usize, terms: &RoundTerms) -> Self {
+        let needed = terms.quorum(n);
         Self {
             tally: Tally::new((0..n).map(|_| true), needed),
             needed,
@@ -164,7 +164,7 @@ impl SlotTally {
     }
 
     /// Records master `i`'s answer to the claim of this slot.
-    fn record(&mut self, i: usize, timing: &RoundSpec, reply: Result<ClaimReply, NodeErrorKind>) {
+    fn record(&mut self, i: usize, terms: &RoundTerms, reply: Result<ClaimReply, NodeErrorKind>) {
         let reply = match reply {
             Ok(reply) => reply,
             Err(kind) => {
@@ -176,7 +176,7 @@ impl SlotTally {
         match reply.code {
             // Restart protection: a young master may have forgotten claims and completions.
             // Its key is set (and undone), but its grant does not count.
-            ClaimCode::Granted => match timing.quarantined(reply.epoch_age) {
+            ClaimCode::Granted => match terms.quarantined(reply.epoch_age) {
                 Some(quarantined) => self.tally.record_token(i, Err(quarantined), None),
                 None => {
                     self.attempt = self.attempt.max(reply.record.attempts);
@@ -238,7 +238,7 @@ impl SlotTally {
         }
         let blocked = !spec.retry_abandoned && !abandoned.is_empty();
         if tally.won() && !blocked {
-            return match engine::grant_validity(&tally, &spec.timing, span, fencing, resource) {
+            return match engine::grant_validity(&tally, &spec.terms, span, fencing, resource) {
                 Ok(valid_until) => {
                     let won = Won {
                         ownership: slot.ownership.clone(),
@@ -320,7 +320,7 @@ pub(crate) async fn claim<M: SlotMaster>(
     let (items, args) = (&items, &args);
     let mut tallies: Vec<SlotTally> = slots
         .iter()
-        .map(|_| SlotTally::new(n, &spec.timing))
+        .map(|_| SlotTally::new(n, &spec.terms))
         .collect();
     let send = |_: usize, node: &Arc<M>| {
         let node = Arc::clone(node);
@@ -332,12 +332,12 @@ pub(crate) async fn claim<M: SlotMaster>(
         match replies {
             Ok(replies) => {
                 for (tally, reply) in tallies.iter_mut().zip(replies) {
-                    tally.record(i, &spec.timing, Ok(reply));
+                    tally.record(i, &spec.terms, Ok(reply));
                 }
             }
             Err(kind) => {
                 for tally in &mut tallies {
-                    tally.record(i, &spec.timing, Err(kind.clone()));
+                    tally.record(i, &spec.terms, Err(kind.clone()));
                 }
             }
         }
@@ -382,7 +382,7 @@ pub(crate) async fn claim_one<M: SlotMaster>(
             resource,
             granted: 0,
             nodes: nodes.len(),
-            quorum: spec.timing.quorum(nodes.len()),
+            quorum: spec.terms.quorum(nodes.len()),
             failures: Vec::new(),
         })
     });

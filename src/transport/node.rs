@@ -18,7 +18,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::error::NodeErrorKind;
 use crate::keys::record_key;
-use crate::mutation::Mutation;
+use crate::mutant::Mutant;
 use crate::restart_protection::LifeCheck;
 use crate::restart_protection::{provision_reply, uptime_of_info};
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
@@ -75,7 +75,7 @@ pub(crate) struct RedisNode {
     /// A key always goes through the same one (see [`Self::connection_for`]).
     connections: Box<[PooledConnection]>,
     /// A deliberately broken release or extend, for the jepsen-lite harness only.
-    mutation: Option<Mutation>,
+    mutant: Option<Mutant>,
     /// Requests that failed, for [`Redlock::stats`](crate::Redlock::stats).
     errors: AtomicU64,
 }
@@ -104,7 +104,7 @@ impl RedisNode {
             connect_timeout: config.connect_timeout,
             fence_retention: config.fence_retention,
             connections,
-            mutation: config.mutation,
+            mutant: config.mutant,
             errors: AtomicU64::new(0),
         }
     }
@@ -197,7 +197,7 @@ impl RedisNode {
                 Err(error) => return Err(error),
             };
             #[cfg(quorumlock_mutants)]
-            if self.mutation == Some(Mutation::ReuseAfterTimeout) {
+            if self.mutant == Some(Mutant::ReuseAfterTimeout) {
                 conn.reuse_after_timeout();
             }
             // Counts this request as abandoned unless it gets its reply (timeout or drop).
@@ -276,8 +276,8 @@ impl RedisNode {
             };
             self.request(request, true).await?
         } else {
-            let script = match self.mutation {
-                Some(Mutation::PlainDelRelease) => &scripts::PLAIN_DELETE,
+            let script = match self.mutant {
+                Some(Mutant::PlainDelRelease) => &scripts::PLAIN_DELETE,
                 _ => &scripts::COMPARE_AND_DELETE,
             };
             let keys = [key.as_bytes()];
@@ -557,7 +557,7 @@ impl Master for RedisNode {
         } else if let Some(companion) = ownership
             .companion
             .as_ref()
-            .filter(|_| self.mutation != Some(Mutation::SlotRecordNotRenewed))
+            .filter(|_| self.mutant != Some(Mutant::SlotRecordNotRenewed))
         {
             let keep = Decimal::new(millis(companion.keep));
             let keys = [key.as_bytes(), companion.key.as_bytes()];
@@ -569,8 +569,8 @@ impl Master for RedisNode {
             };
             self.request(request, false).await?
         } else {
-            let script = match self.mutation {
-                Some(Mutation::ExtendRecreates) => &scripts::EXTEND_RECREATES,
+            let script = match self.mutant {
+                Some(Mutant::ExtendRecreates) => &scripts::EXTEND_RECREATES,
                 _ => &scripts::COMPARE_AND_PEXPIRE,
             };
             let keys = [key.as_bytes()];

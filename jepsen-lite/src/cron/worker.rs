@@ -249,7 +249,7 @@ async fn record_not_renewed(cfg: &WorkerConfig) -> Result<Redlock, Box<dyn std::
     let locks =
         process_env::fenced_manager(cfg.nodes.clone(), Duration::from_millis(cfg.max_ttl_ms))
             .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
-            .mutation(quorumlock::Mutation::SlotRecordNotRenewed)
+            .mutant(quorumlock::Mutant::SlotRecordNotRenewed)
             .build()?;
     let _ = locks.connect().await;
     Ok(locks)

@@ -1,15 +1,16 @@
-//! The settings of one acquire or extend round.
+//! The terms of one acquire or extend round: its TTL, drift, quorum, quarantine, fencing limits
+//! and (for jepsen-lite only) its mutant.
 
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::InvalidArgument;
-use crate::mutation::Mutation;
+use crate::mutant::Mutant;
 use crate::round::timing::{drift, quorum, validity};
 
 /// The settings of one acquire or extend round.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RoundSpec {
+pub(crate) struct RoundTerms {
     pub(crate) ttl: Duration,
     pub(crate) drift_factor: f64,
     /// With restart protection: how old a master's epoch marker must be for its vote to count.
@@ -20,10 +21,10 @@ pub(crate) struct RoundSpec {
     /// [`FENCE_LEAD`](crate::fencing::FENCE_LEAD) (tests only).
     pub(crate) fence_lead: Option<Duration>,
     /// A deliberately broken rule, for the jepsen-lite harness only.
-    pub(crate) mutation: Option<Mutation>,
+    pub(crate) mutant: Option<Mutant>,
 }
 
-impl RoundSpec {
+impl RoundTerms {
     /// A round with the plain algorithm: no restart protection, no mutation.
     pub(crate) fn new(ttl: Duration, drift_factor: f64) -> Self {
         Self {
@@ -32,47 +33,47 @@ impl RoundSpec {
             quarantine: None,
             fence_retention: Duration::from_secs(24 * 60 * 60),
             fence_lead: None,
-            mutation: None,
+            mutant: None,
         }
     }
 
     /// The drift allowance of this round's TTL.
     pub(crate) fn drift(&self) -> Duration {
-        match self.mutation {
-            Some(Mutation::ZeroDrift) => Duration::ZERO,
+        match self.mutant {
+            Some(Mutant::ZeroDrift) => Duration::ZERO,
             _ => drift(self.ttl, self.drift_factor),
         }
     }
 
     /// The yes votes that win among `n` masters.
     pub(crate) fn quorum(&self, n: usize) -> usize {
-        match self.mutation {
-            Some(Mutation::MinorityQuorum) => (n / 2).max(1),
+        match self.mutant {
+            Some(Mutant::MinorityQuorum) => (n / 2).max(1),
             _ => quorum(n),
         }
     }
 
     /// Whether this round runs mutant `m` (jepsen-lite only; never true in a normal build).
-    pub(crate) fn mutant(&self, m: Mutation) -> bool {
-        self.mutation == Some(m)
+    pub(crate) fn mutant(&self, m: Mutant) -> bool {
+        self.mutant == Some(m)
     }
 
     /// The time a round took, as the validity computation sees it.
     pub(crate) fn counted(&self, elapsed: Duration) -> Duration {
-        match self.mutation {
-            Some(Mutation::NoElapsedCheck) => Duration::ZERO,
+        match self.mutant {
+            Some(Mutant::NoElapsedCheck) => Duration::ZERO,
             _ => elapsed,
         }
     }
 }
 
 /// The settings of a round of `ttl` under `config` (also used by extend).
-pub(crate) fn round_spec(config: &Config, ttl: Duration) -> Result<RoundSpec, InvalidArgument> {
-    let mut timing = validate_ttl(ttl, config.drift_factor, config.max_ttl)?;
-    timing.quarantine = config.quarantine();
-    timing.fence_retention = config.fence_retention;
-    timing.mutation = config.mutation;
-    Ok(timing)
+pub(crate) fn round_terms(config: &Config, ttl: Duration) -> Result<RoundTerms, InvalidArgument> {
+    let mut terms = validate_ttl(ttl, config.drift_factor, config.max_ttl)?;
+    terms.quarantine = config.quarantine();
+    terms.fence_retention = config.fence_retention;
+    terms.mutant = config.mutant;
+    Ok(terms)
 }
 
 /// Validates a TTL: whole milliseconds, at least one, at most `max`, and longer than its drift
@@ -81,7 +82,7 @@ pub(crate) fn validate_ttl(
     ttl: Duration,
     drift_factor: f64,
     max: Duration,
-) -> Result<RoundSpec, InvalidArgument> {
+) -> Result<RoundTerms, InvalidArgument> {
     if ttl > max {
         return Err(InvalidArgument::TtlTooLong { ttl, max });
     }
@@ -93,7 +94,7 @@ pub(crate) fn validate_ttl(
     if validity(whole, Duration::ZERO, drift).is_none() {
         return Err(InvalidArgument::TtlTooShort { ttl: whole, drift });
     }
-    Ok(RoundSpec::new(whole, drift_factor))
+    Ok(RoundTerms::new(whole, drift_factor))
 }
 
 #[cfg(test)]
@@ -119,8 +120,8 @@ mod tests {
             validate_ttl(Duration::MAX, 0.01, MAX_TTL),
             Err(InvalidArgument::TtlTooLong { .. })
         ));
-        let timing = validate_ttl(Duration::from_micros(10_500), 0.01, MAX_TTL).expect("valid");
-        assert_eq!(timing.ttl, Duration::from_millis(10));
+        let terms = validate_ttl(Duration::from_micros(10_500), 0.01, MAX_TTL).expect("valid");
+        assert_eq!(terms.ttl, Duration::from_millis(10));
         assert!(validate_ttl(MAX_TTL, 0.5, MAX_TTL).is_ok());
     }
 }

@@ -9,7 +9,7 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 #[cfg_attr(not(quorumlock_mutants), allow(unreachable_pub, dead_code))]
-pub enum Mutation {
+pub enum Mutant {
     /// Validity is `ttl − drift` from the moment the quorum is reached, ignoring the time the
     /// round took.
     NoElapsedCheck,
@@ -81,12 +81,12 @@ pub(crate) fn observe_reply(
 /// The start of a round's clock: under `ClockAfterFirstReply`, the first reply.
 #[cfg(quorumlock_mutants)]
 pub(crate) fn clock_start(
-    mutation: Option<Mutation>,
+    mutant: Option<Mutant>,
     t0: tokio::time::Instant,
     first: &std::sync::OnceLock<tokio::time::Instant>,
 ) -> tokio::time::Instant {
-    match (mutation, first.get()) {
-        (Some(Mutation::ClockAfterFirstReply), Some(&first)) => first,
+    match (mutant, first.get()) {
+        (Some(Mutant::ClockAfterFirstReply), Some(&first)) => first,
         _ => t0,
     }
 }
@@ -94,11 +94,11 @@ pub(crate) fn clock_start(
 /// The granted token: under `MinToken`, the lowest the quorum issued.
 #[cfg(quorumlock_mutants)]
 pub(crate) fn token(
-    mutation: Option<Mutation>,
+    mutant: Option<Mutant>,
     max: &mut Option<u64>,
     lowest: &std::sync::Mutex<Option<u64>>,
 ) {
-    if mutation == Some(Mutation::MinToken) {
+    if mutant == Some(Mutant::MinToken) {
         let lowest = *lowest
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
