@@ -83,3 +83,35 @@ pub(crate) fn all() -> [&'static LuaScript; 19] {
         &FINISH_SLOTS,
     ]
 }
+
+/// The fencing token a script answers with: required and positive when it granted a fenced
+/// request (`fenced_grant`), else ignored.
+pub(crate) fn token_field(
+    fenced_grant: bool,
+    raw: i64,
+    reply: &crate::transport::resp::Reply,
+) -> Result<Option<u64>, crate::error::NodeErrorKind> {
+    match (fenced_grant, u64::try_from(raw)) {
+        (false, _) => Ok(None),
+        (true, Ok(token)) if token > 0 => Ok(Some(token)),
+        (true, _) => Err(crate::transport::reply::unexpected(
+            "a positive fencing token",
+            reply,
+        )),
+    }
+}
+
+/// The epoch marker's age a script answers with (ms), when it was asked to check it. A marker
+/// "from the future" (the master's clock went backwards) counts as brand new.
+pub(crate) fn epoch_age_field(epoch_check: bool, raw_ms: i64) -> Option<std::time::Duration> {
+    match (epoch_check, u64::try_from(raw_ms)) {
+        (false, _) => None,
+        (true, Ok(ms)) => Some(std::time::Duration::from_millis(ms)),
+        (true, Err(_)) => Some(std::time::Duration::ZERO),
+    }
+}
+
+/// Milliseconds for `PX`/`PEXPIRE` arguments; durations are validated to fit long before.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -25,7 +25,7 @@ fn plain_keys() -> LockKeys {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(super) fn runtime() -> tokio::runtime::Runtime {
     match tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -36,7 +36,7 @@ fn runtime() -> tokio::runtime::Runtime {
     }
 }
 
-fn behaviour() -> impl Strategy<Value = Behaviour> {
+pub(super) fn behaviour() -> impl Strategy<Value = Behaviour> {
     let fault = prop_oneof![
         6 => Just(Fault::None),
         1 => Just(Fault::LostAfterApply),
@@ -105,10 +105,34 @@ async fn settle_then_check_cleanup(fakes: &[Arc<FakeMaster>]) -> Result<(), Test
 }
 
 /// Runs one property case on a fresh paused-clock runtime.
-fn run_case(
+pub(super) fn run_case(
     case: impl std::future::Future<Output = Result<(), TestCaseError>>,
 ) -> Result<(), TestCaseError> {
     runtime().block_on(case)
+}
+
+/// Restarts `fakes` empty at the `(ms from now, node)` instants of `restarts`, then waits for
+/// the clients' `tasks`: the first error of one fails the case.
+pub(super) async fn restart_then_join(
+    fakes: &[Arc<FakeMaster>],
+    restarts: &[(u64, usize)],
+    tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+) -> Result<(), TestCaseError> {
+    let start = Instant::now();
+    let mut schedule = restarts.to_vec();
+    schedule.sort();
+    for (at_ms, node) in schedule {
+        tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
+        fakes[node % fakes.len()].restart_empty();
+    }
+    for task in tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(TestCaseError::fail(e)),
+            Err(e) => return Err(TestCaseError::fail(e.to_string())),
+        }
+    }
+    Ok(())
 }
 
 impl FakeMaster {
@@ -477,20 +501,7 @@ proptest! {
                     Ok(())
                 }));
             }
-            let start = Instant::now();
-            let mut schedule = restarts.clone();
-            schedule.sort();
-            for (at_ms, node) in schedule {
-                tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
-                fakes[node % fakes.len()].restart_empty();
-            }
-            for task in tasks {
-                match task.await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return Err(TestCaseError::fail(e)),
-                    Err(e) => return Err(TestCaseError::fail(e.to_string())),
-                }
-            }
+            restart_then_join(&fakes, &restarts, tasks).await?;
             let mut claims = claims.lock().unwrap_or_else(|p| p.into_inner()).clone();
             claims.sort();
             for pair in claims.windows(2) {

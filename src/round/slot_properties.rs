@@ -12,6 +12,7 @@ use crate::error::{LockError, NodeErrorKind};
 use crate::keys::SlotKeys;
 use crate::mutant::Mutant;
 use crate::round::fake::{Behaviour, FakeMaster, Fault};
+use crate::round::properties::{behaviour, restart_then_join, run_case, runtime};
 use crate::round::terms::RoundTerms;
 use crate::round::timing::drift;
 use crate::round::Nodes;
@@ -47,17 +48,6 @@ fn spec(terms: RoundTerms, retry_abandoned: bool) -> ClaimSpec<'static> {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => panic!("cannot build a test runtime: {e}"),
-    }
-}
-
 fn quick() -> Behaviour {
     Behaviour {
         apply_after: Duration::from_millis(1),
@@ -65,21 +55,6 @@ fn quick() -> Behaviour {
         jitter: Duration::ZERO,
         fault: Fault::None,
     }
-}
-
-fn behaviour() -> impl Strategy<Value = Behaviour> {
-    let fault = prop_oneof![
-        6 => Just(Fault::None),
-        1 => Just(Fault::LostAfterApply),
-        1 => Just(Fault::Backlogged),
-        1 => Just(Fault::Unreachable),
-    ];
-    (0u64..120, 0u64..120, 0u64..20, fault).prop_map(|(apply, reply, jitter, fault)| Behaviour {
-        apply_after: Duration::from_millis(apply),
-        reply_after: Duration::from_millis(reply),
-        jitter: Duration::from_millis(jitter),
-        fault,
-    })
 }
 
 /// What a master holds of a slot before the round: nothing, a foreign live claim, or a
@@ -145,12 +120,6 @@ fn nothing_left(fakes: &[Arc<FakeMaster>], slot: &SlotToClaim) -> Result<(), Str
         }
     }
     Ok(())
-}
-
-fn run_case(
-    case: impl std::future::Future<Output = Result<(), TestCaseError>>,
-) -> Result<(), TestCaseError> {
-    runtime().block_on(case)
 }
 
 proptest! {
@@ -322,20 +291,7 @@ proptest! {
                     Ok(())
                 }));
             }
-            let start = Instant::now();
-            let mut schedule = restarts.clone();
-            schedule.sort();
-            for (at_ms, node) in schedule {
-                tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
-                fakes[node % fakes.len()].restart_empty();
-            }
-            for task in tasks {
-                match task.await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return Err(TestCaseError::fail(e)),
-                    Err(e) => return Err(TestCaseError::fail(e.to_string())),
-                }
-            }
+            restart_then_join(&fakes, &restarts, tasks).await?;
             let mut wins = wins.lock().unwrap_or_else(|p| p.into_inner()).clone();
             prop_assert!(!wins.is_empty(), "no slot was ever claimed");
             wins.sort_by_key(|w| w.1);

@@ -110,8 +110,8 @@ impl AcquireNumbers {
     /// The numbers of `request`.
     pub(crate) fn new(request: &AcquireRequest<'_>) -> Self {
         Self {
-            ttl: Decimal::new(millis(request.ttl)),
-            retention: Decimal::new(millis(request.fence_retention.max(request.ttl))),
+            ttl: Decimal::new(super::millis(request.ttl)),
+            retention: Decimal::new(super::millis(request.fence_retention.max(request.ttl))),
             proposal: Decimal::new(request.fence_proposal),
             cap: Decimal::new(u64::try_from(request.fence_cap.as_micros()).unwrap_or(u64::MAX)),
         }
@@ -134,11 +134,6 @@ impl AcquireNumbers {
     }
 }
 
-/// Milliseconds for `PX`; TTLs are validated to fit long before this.
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// Reads the `{granted, token, epoch_age_ms, pttl_ms}` reply of the acquire script.
 pub(crate) fn acquire_reply(
     value: Reply,
@@ -159,17 +154,8 @@ pub(crate) fn acquire_reply(
         1 => true,
         _ => return Err(unexpected(EXPECTED, &value)),
     };
-    let token = match (granted && fencing, u64::try_from(*token)) {
-        (false, _) => None,
-        (true, Ok(token)) if token > 0 => Some(token),
-        (true, _) => return Err(unexpected("a positive fencing token", &value)),
-    };
-    let epoch_age = match (epoch_check, u64::try_from(*age)) {
-        (false, _) => None,
-        (true, Ok(ms)) => Some(Duration::from_millis(ms)),
-        // A marker "from the future" (the node's clock went backwards): treat it as brand new.
-        (true, Err(_)) => Some(Duration::ZERO),
-    };
+    let token = super::token_field(granted && fencing, *token, &value)?;
+    let epoch_age = super::epoch_age_field(epoch_check, *age);
     Ok(AcquireReply {
         granted,
         token,

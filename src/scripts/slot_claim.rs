@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::millis;
 use super::slot_keys::SlotKeys;
 use super::slot_status::record_of;
 use crate::error::NodeErrorKind;
@@ -300,17 +301,8 @@ fn claim_reply(
     };
     let record = record_of(record).ok_or_else(|| unexpected(EXPECTED, &value))?;
     let holder = String::from_utf8_lossy(holder).into_owned();
-    let token = match (code == ClaimCode::Granted && fencing, u64::try_from(*token)) {
-        (false, _) => None,
-        (true, Ok(token)) if token > 0 => Some(token),
-        (true, _) => return Err(unexpected("a positive fencing token", &value)),
-    };
-    let epoch_age = match (epoch_check, u64::try_from(*age)) {
-        (false, _) => None,
-        (true, Ok(ms)) => Some(Duration::from_millis(ms)),
-        // A marker "from the future" (the master's clock went backwards): brand new.
-        (true, Err(_)) => Some(Duration::ZERO),
-    };
+    let token = super::token_field(code == ClaimCode::Granted && fencing, *token, &value)?;
+    let epoch_age = super::epoch_age_field(epoch_check, *age);
     Ok(ClaimReply {
         code,
         holder,
@@ -318,11 +310,6 @@ fn claim_reply(
         epoch_age,
         record,
     })
-}
-
-/// Milliseconds for `PX`/`PEXPIRE`; durations are validated to fit long before this.
-pub(super) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

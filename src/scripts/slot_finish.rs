@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::slot_claim::millis;
+use super::millis;
 use crate::error::NodeErrorKind;
 use crate::scripts::slot_keys::SlotKeys;
 use crate::transport::reply::{flag_reply, unexpected};

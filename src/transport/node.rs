@@ -23,7 +23,7 @@ use crate::restart_protection::LifeCheck;
 use crate::restart_protection::{provision_reply, uptime_of_info};
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
 use crate::scripts::{self, LuaScript};
-use crate::scripts::{acquire_keys, acquire_reply, AcquireNumbers};
+use crate::scripts::{acquire_keys, acquire_reply, millis, AcquireNumbers};
 use crate::transport::address::NodeAddress;
 use crate::transport::connection::Connection;
 use crate::transport::pooled::PooledConnection;
@@ -428,11 +428,6 @@ async fn query(
     } else {
         conn.query(command).await
     }
-}
-
-/// Milliseconds for `PX`/`PEXPIRE`; TTLs are validated to fit long before this.
-fn millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Master for RedisNode {
