@@ -31,9 +31,9 @@ macro_rules! lua_script {
     };
 }
 
-// One file per script family: its source, what it takes and what it returns. The acquire and
-// slot scripts' files write their arguments and read their replies; for the others, the
-// arguments are still written in `transport::node` and the replies read in `transport::reply`.
+// One file per script family: its source, what it takes and what it returns. The acquire,
+// release, extend, fence and slot scripts' files write their keys and arguments; the key set,
+// hold-at-least and restart scripts' are still written where they are sent.
 mod acquire;
 mod extend;
 mod fence;
@@ -48,12 +48,14 @@ pub(crate) mod slot_keys;
 pub(crate) mod slot_status;
 
 pub(crate) use acquire::{acquire_keys, acquire_reply, AcquireNumbers, ACQUIRE};
-pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION};
-pub(crate) use fence::RAISE_FENCE;
+pub(crate) use extend::{
+    extend_call, COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION,
+};
+pub(crate) use fence::{raise_fence_call, RAISE_FENCE};
 pub(crate) use hold::RELEASE_HOLDING;
 pub(crate) use multi::{ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE, MULTI_RELEASE};
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
-pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
+pub(crate) use release::{release_call, COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
 pub(crate) use slot_claim::{CLAIM_SLOTS, REVERT_SLOTS};
 pub(crate) use slot_finish::FINISH_SLOTS;
@@ -114,4 +116,24 @@ pub(crate) fn epoch_age_field(epoch_check: bool, raw_ms: i64) -> Option<std::tim
 /// Milliseconds for `PX`/`PEXPIRE` arguments; durations are validated to fit long before.
 pub(crate) fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One script request as its file writes it: the script, its keys (the first picks the
+/// connection) and its arguments, borrowed where they can be.
+pub(crate) struct ScriptCall<'a> {
+    pub(crate) script: &'static LuaScript,
+    pub(crate) keys: Vec<&'a [u8]>,
+    pub(crate) args: Vec<std::borrow::Cow<'a, [u8]>>,
+}
+
+impl ScriptCall<'_> {
+    /// The arguments as the request takes them.
+    pub(crate) fn arg_slices(&self) -> Vec<&[u8]> {
+        self.args.iter().map(|a| a.as_ref()).collect()
+    }
+}
+
+/// A number as a script argument.
+pub(crate) fn number<'a>(n: u64) -> std::borrow::Cow<'a, [u8]> {
+    std::borrow::Cow::Owned(crate::transport::resp::Decimal::new(n).as_bytes().to_vec())
 }
