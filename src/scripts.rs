@@ -32,7 +32,7 @@ macro_rules! lua_script {
 }
 
 // One file per script family: its source, what it takes and what it returns. The acquire,
-// release, extend, fence and slot scripts' files write their keys and arguments; the key set,
+// release, extend, fence, key set and slot scripts' files write their keys and arguments; the
 // hold-at-least and restart scripts' are still written where they are sent.
 mod acquire;
 mod extend;
@@ -53,7 +53,10 @@ pub(crate) use extend::{
 };
 pub(crate) use fence::{raise_fence_call, RAISE_FENCE};
 pub(crate) use hold::RELEASE_HOLDING;
-pub(crate) use multi::{ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE, MULTI_RELEASE};
+pub(crate) use multi::{
+    announce_call, set_acquire_call, set_extend_call, set_raise_fences_call, set_release_call,
+    SetAcquire, ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE, MULTI_RELEASE,
+};
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
 pub(crate) use release::{release_call, COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};

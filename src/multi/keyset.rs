@@ -15,7 +15,8 @@ use crate::error::{InvalidArgument, NodeErrorKind};
 use crate::keys::lock_keys;
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
 use crate::round::{LockKeys, Nodes};
-use crate::transport::node::{RedisNode, SetAcquire};
+use crate::scripts::SetAcquire;
+use crate::transport::node::RedisNode;
 use crate::value::Ownership;
 
 /// The most resources [`Redlock::lock_all`](crate::Redlock::lock_all) locks at once. Each is a

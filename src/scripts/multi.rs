@@ -8,6 +8,28 @@
 //! no other client can hold part of it and wait for the rest, which is why no order of names
 //! can deadlock.
 
+use std::borrow::Cow;
+use std::time::Duration;
+
+use super::{millis, number, ScriptCall};
+
+/// An all-or-nothing acquisition of a set of keys on one master.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SetAcquire<'a> {
+    /// The lock keys, sorted and without duplicates.
+    pub(crate) locks: &'a [&'a str],
+    /// Their fence counters (same order), when a fencing token is wanted.
+    pub(crate) fences: Option<&'a [&'a str]>,
+    /// The epoch marker, when restart protection is on.
+    pub(crate) epoch: Option<&'a str>,
+    /// The value every key gets.
+    pub(crate) value: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) fence_retention: Duration,
+    pub(crate) fence_proposal: u64,
+    pub(crate) fence_cap: Duration,
+}
+
 lua_script! {
     /// All-or-nothing `SET NX PX` of `ARGV[3]` lock keys, with one fencing token for the set and
     /// the epoch check.
@@ -154,4 +176,99 @@ if ttl <= 0 then
 end
 redis.call('set', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'px', ttl)
 return 1";
+}
+
+fn flag<'a>(on: bool) -> Cow<'a, [u8]> {
+    Cow::Borrowed(if on { b"1" } else { b"0" })
+}
+
+/// [`MULTI_ACQUIRE`]'s request: the lock keys, their fence counters, the epoch marker.
+pub(crate) fn set_acquire_call<'a>(request: &SetAcquire<'a>) -> ScriptCall<'a> {
+    let mut keys: Vec<&[u8]> = request.locks.iter().map(|k| k.as_bytes()).collect();
+    keys.extend(
+        request
+            .fences
+            .unwrap_or_default()
+            .iter()
+            .map(|k| k.as_bytes()),
+    );
+    keys.extend(request.epoch.map(str::as_bytes));
+    let cap = u64::try_from(request.fence_cap.as_micros()).unwrap_or(u64::MAX);
+    ScriptCall {
+        script: &MULTI_ACQUIRE,
+        keys,
+        args: vec![
+            Cow::Borrowed(request.value.as_bytes()),
+            number(millis(request.ttl)),
+            number(request.locks.len() as u64),
+            flag(request.fences.is_some()),
+            flag(request.epoch.is_some()),
+            number(millis(request.fence_retention.max(request.ttl))),
+            number(request.fence_proposal),
+            number(cap),
+        ],
+    }
+}
+
+/// [`MULTI_RELEASE`]'s request: `keys`, of which the first `n` are the set's lock keys.
+pub(crate) fn set_release_call<'a>(
+    keys: &[&'a str],
+    n: usize,
+    value: &'a str,
+    announce: bool,
+) -> ScriptCall<'a> {
+    ScriptCall {
+        script: &MULTI_RELEASE,
+        keys: keys.iter().map(|k| k.as_bytes()).collect(),
+        args: vec![
+            Cow::Borrowed(value.as_bytes()),
+            number(n as u64),
+            flag(announce),
+        ],
+    }
+}
+
+/// [`MULTI_EXTEND`]'s request: `keys`, of which the first `n` are the set's lock keys.
+pub(crate) fn set_extend_call<'a>(
+    keys: &[&'a str],
+    n: usize,
+    value: &'a str,
+    ttl: Duration,
+) -> ScriptCall<'a> {
+    ScriptCall {
+        script: &MULTI_EXTEND,
+        keys: keys.iter().map(|k| k.as_bytes()).collect(),
+        args: vec![
+            Cow::Borrowed(value.as_bytes()),
+            number(n as u64),
+            number(millis(ttl)),
+        ],
+    }
+}
+
+/// [`MULTI_RAISE_FENCE`]'s request: every counter of `fences` to at least `token`.
+pub(crate) fn set_raise_fences_call<'a>(
+    fences: &[&'a str],
+    token: u64,
+    retention: Duration,
+) -> ScriptCall<'a> {
+    ScriptCall {
+        script: &MULTI_RAISE_FENCE,
+        keys: fences.iter().map(|k| k.as_bytes()).collect(),
+        args: vec![number(token), number(millis(retention))],
+    }
+}
+
+/// [`ANNOUNCE`]'s request: the leader's `value` and `token` beside its `lock`.
+pub(crate) fn announce_call<'a>(
+    lock: &'a str,
+    announcement: &'a str,
+    value: &'a str,
+    token: u64,
+) -> ScriptCall<'a> {
+    ScriptCall {
+        script: &ANNOUNCE,
+        keys: vec![lock.as_bytes(), announcement.as_bytes()],
+        args: vec![Cow::Borrowed(value.as_bytes()), number(token)],
+    }
 }

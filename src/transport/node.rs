@@ -34,7 +34,6 @@ use crate::value::Ownership;
 // Operations on a set of keys at once (lock_all, elections): a child module, so that it uses
 // this node's private request path rather than widening it.
 mod keyset;
-pub(crate) use keyset::SetAcquire;
 // Hold-at-least releases (src/guard/hold.rs): their script goes through this node's private
 // request path, from a child module.
 mod script;

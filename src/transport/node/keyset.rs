@@ -7,30 +7,12 @@
 
 use std::time::Duration;
 
-use super::{millis, RedisNode, Request};
+use super::{RedisNode, Request};
 use crate::error::NodeErrorKind;
 use crate::round::master::AcquireReply;
-use crate::scripts;
-use crate::scripts::acquire_reply;
+use crate::scripts::{self, acquire_reply, SetAcquire};
 use crate::transport::reply::{flag_reply, unexpected};
-use crate::transport::resp::{Decimal, Reply};
-
-/// An all-or-nothing acquisition of a set of keys on one master.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SetAcquire<'a> {
-    /// The lock keys, sorted and without duplicates.
-    pub(crate) locks: &'a [&'a str],
-    /// Their fence counters (same order), when a fencing token is wanted.
-    pub(crate) fences: Option<&'a [&'a str]>,
-    /// The epoch marker, when restart protection is on.
-    pub(crate) epoch: Option<&'a str>,
-    /// The value every key gets.
-    pub(crate) value: &'a str,
-    pub(crate) ttl: Duration,
-    pub(crate) fence_retention: Duration,
-    pub(crate) fence_proposal: u64,
-    pub(crate) fence_cap: Duration,
-}
+use crate::transport::resp::Reply;
 
 impl RedisNode {
     /// Sets every key of the set, or none (see [`scripts::MULTI_ACQUIRE`]).
@@ -41,46 +23,13 @@ impl RedisNode {
         let Some(first) = request.locks.first() else {
             return Err(NodeErrorKind::Server("ERR empty key set".into()));
         };
-        let n = Decimal::new(request.locks.len() as u64);
-        let ttl = Decimal::new(millis(request.ttl));
-        let retention = Decimal::new(millis(request.fence_retention.max(request.ttl)));
-        let proposal = Decimal::new(request.fence_proposal);
-        let cap = Decimal::new(u64::try_from(request.fence_cap.as_micros()).unwrap_or(u64::MAX));
-        let flag = |on: bool| if on { &b"1"[..] } else { &b"0"[..] };
-        let mut keys: Vec<&[u8]> = request.locks.iter().map(|k| k.as_bytes()).collect();
-        keys.extend(
-            request
-                .fences
-                .unwrap_or_default()
-                .iter()
-                .map(|k| k.as_bytes()),
-        );
-        keys.extend(request.epoch.map(str::as_bytes));
-        let args: [&[u8]; 8] = [
-            request.value.as_bytes(),
-            ttl.as_bytes(),
-            n.as_bytes(),
-            flag(request.fences.is_some()),
-            flag(request.epoch.is_some()),
-            retention.as_bytes(),
-            proposal.as_bytes(),
-            cap.as_bytes(),
-        ];
-        let script = Request::Script {
-            script: &scripts::MULTI_ACQUIRE,
-            keys: &keys,
-            args: &args,
-        };
-        let (reply, retried) = self.request(script, false).await?;
+        let call = scripts::set_acquire_call(&request);
+        let (reply, retried) = self.send_call(&call, false).await?;
         let mut value = acquire_reply(reply, request.fences.is_some(), request.epoch.is_some())?;
         if request.epoch.is_some() {
             // As for one key: the master's age is the younger of its marker and its life.
-            let life = self.connection_for(first.as_bytes()).life();
-            let since_restart = life.map_or(Some(Duration::ZERO), |life| life.age());
-            value.epoch_age = match (value.epoch_age, since_restart) {
-                (Some(marker), Some(restart)) => Some(marker.min(restart)),
-                (marker, restart) => marker.or(restart),
-            };
+            let life = self.life_age(first.as_bytes());
+            value.epoch_age = crate::restart_protection::master_age(value.epoch_age, life);
         }
         if retried && !value.granted {
             // The first attempt may have set the keys before the connection broke.
@@ -102,16 +51,8 @@ impl RedisNode {
         value: &str,
         announce: bool,
     ) -> Result<bool, NodeErrorKind> {
-        let n = Decimal::new(n as u64);
-        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-        let announce: &[u8] = if announce { b"1" } else { b"0" };
-        let args: [&[u8]; 3] = [value.as_bytes(), n.as_bytes(), announce];
-        let script = Request::Script {
-            script: &scripts::MULTI_RELEASE,
-            keys: &keys,
-            args: &args,
-        };
-        let (reply, retried) = self.request(script, true).await?;
+        let call = scripts::set_release_call(keys, n, value, announce);
+        let (reply, retried) = self.send_call(&call, true).await?;
         let deleted = flag_reply(reply)?;
         if retried && !deleted {
             return Err(NodeErrorKind::ConnectionLost(
@@ -130,16 +71,8 @@ impl RedisNode {
         value: &str,
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        let n = Decimal::new(n as u64);
-        let ttl = Decimal::new(millis(ttl));
-        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-        let args: [&[u8]; 3] = [value.as_bytes(), n.as_bytes(), ttl.as_bytes()];
-        let script = Request::Script {
-            script: &scripts::MULTI_EXTEND,
-            keys: &keys,
-            args: &args,
-        };
-        let (reply, _) = self.request(script, false).await?;
+        let call = scripts::set_extend_call(keys, n, value, ttl);
+        let (reply, _) = self.send_call(&call, false).await?;
         flag_reply(reply)
     }
 
@@ -150,16 +83,9 @@ impl RedisNode {
         token: u64,
         retention: Duration,
     ) -> Result<bool, NodeErrorKind> {
-        let token = Decimal::new(token);
-        let retention = Decimal::new(millis(retention.max(self.fence_retention)));
-        let keys: Vec<&[u8]> = fences.iter().map(|k| k.as_bytes()).collect();
-        let args: [&[u8]; 2] = [token.as_bytes(), retention.as_bytes()];
-        let script = Request::Script {
-            script: &scripts::MULTI_RAISE_FENCE,
-            keys: &keys,
-            args: &args,
-        };
-        let (reply, _) = self.request(script, false).await?;
+        let call =
+            scripts::set_raise_fences_call(fences, token, retention.max(self.fence_retention));
+        let (reply, _) = self.send_call(&call, false).await?;
         flag_reply(reply)
     }
 
@@ -171,15 +97,8 @@ impl RedisNode {
         value: &str,
         token: u64,
     ) -> Result<bool, NodeErrorKind> {
-        let token = Decimal::new(token);
-        let keys = [lock.as_bytes(), announcement.as_bytes()];
-        let args: [&[u8]; 2] = [value.as_bytes(), token.as_bytes()];
-        let script = Request::Script {
-            script: &scripts::ANNOUNCE,
-            keys: &keys,
-            args: &args,
-        };
-        let (reply, _) = self.request(script, false).await?;
+        let call = scripts::announce_call(lock, announcement, value, token);
+        let (reply, _) = self.send_call(&call, false).await?;
         flag_reply(reply)
     }
 
