@@ -31,9 +31,9 @@ macro_rules! lua_script {
     };
 }
 
-// One file per script family: its source, what it takes and what it returns. The acquire,
-// release, extend, fence, key set and slot scripts' files write their keys and arguments; the
-// hold-at-least and restart scripts' are still written where they are sent.
+// One file per script family: its source, what it takes and what it returns: each file writes
+// its scripts' keys and arguments (the restart scripts take keys only, named where they are
+// sent), and the acquire and slot files also read their replies.
 mod acquire;
 mod extend;
 mod fence;
@@ -52,7 +52,7 @@ pub(crate) use extend::{
     extend_call, COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION,
 };
 pub(crate) use fence::{raise_fence_call, RAISE_FENCE};
-pub(crate) use hold::RELEASE_HOLDING;
+pub(crate) use hold::{release_holding_call, RELEASE_HOLDING};
 pub(crate) use multi::{
     announce_call, set_acquire_call, set_extend_call, set_raise_fences_call, set_release_call,
     SetAcquire, ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE, MULTI_RELEASE,

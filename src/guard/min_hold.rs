@@ -13,10 +13,9 @@ use crate::clock;
 use crate::error::{InvalidArgument, LockError, NodeErrorKind, NotHeldReason};
 use crate::round::tally::Tally;
 use crate::round::timing::quorum;
-use crate::scripts::RELEASE_HOLDING;
+use crate::scripts;
 use crate::traced::in_span;
 use crate::transport::reply::flag_reply;
-use crate::transport::resp::Decimal;
 
 impl LockGuard {
     /// Releases the lock but keeps it on the masters until `at_least` after it was granted
@@ -141,21 +140,12 @@ impl LockGuard {
                 let key = Arc::clone(&held.key);
                 let ownership = held.ownership.clone();
                 async move {
-                    let keep = Decimal::new(keep_ms);
-                    let reentry = ownership.reentry.as_ref();
-                    let keys = [
-                        key.as_bytes(),
-                        reentry.map_or(key.as_bytes(), |r| r.holds_key.as_bytes()),
-                    ];
-                    let args: [&[u8]; 3] = [
-                        ownership.value.as_str().as_bytes(),
-                        keep.as_bytes(),
-                        reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
-                    ];
+                    let call = scripts::release_holding_call(&key, &ownership, keep_ms);
+                    let args = call.arg_slices();
                     // A cleanup: written even if this round stops waiting, behind any late
                     // request on the key's connection.
                     let result = node
-                        .run_script(&RELEASE_HOLDING, &keys, &args, true)
+                        .run_script(call.script, &call.keys, &args, true)
                         .await
                         .and_then(|(reply, _)| flag_reply(reply));
                     (i, result)

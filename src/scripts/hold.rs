@@ -1,5 +1,10 @@
 //! Hold at least: a release that leaves the lock in place until a minimum time after its grant
-//! (ShedLock's `lockAtLeastFor`).
+//! (ShedLock's `lockAtLeastFor`), and its request ([`release_holding_call`]).
+
+use std::borrow::Cow;
+
+use super::{number, ScriptCall};
+use crate::value::Ownership;
 
 lua_script! {
     /// Releases while keeping the key `ARGV[2]` ms more (deletes it when `ARGV[2]` is 0), only
@@ -35,4 +40,25 @@ else
     redis.call('del', KEYS[1])
 end
 return 1";
+}
+
+/// [`RELEASE_HOLDING`]'s request: release `ownership` at `key`, keeping the key `keep_ms` more.
+pub(crate) fn release_holding_call<'a>(
+    key: &'a str,
+    ownership: &'a Ownership,
+    keep_ms: u64,
+) -> ScriptCall<'a> {
+    let reentry = ownership.reentry.as_ref();
+    ScriptCall {
+        script: &RELEASE_HOLDING,
+        keys: vec![
+            key.as_bytes(),
+            reentry.map_or(key.as_bytes(), |r| r.holds_key.as_bytes()),
+        ],
+        args: vec![
+            Cow::Borrowed(ownership.value.as_str().as_bytes()),
+            number(keep_ms),
+            Cow::Borrowed(reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes())),
+        ],
+    }
 }
