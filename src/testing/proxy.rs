@@ -308,36 +308,10 @@ async fn connection(
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // Biased, mode changes first: a fault set before bytes arrive takes effect before they
+        // are forwarded (unbiased, a read ready in the same poll could win and pass them on).
         tokio::select! {
-            read = down_r.read(&mut buf_d) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if current.to_node == Mode::Blackhole {
-                        lived_through_blackhole = true;
-                        Effects::add(&effects.discarded, n);
-                    } else {
-                        if current.to_node != Mode::Pass {
-                            Effects::add(&effects.delayed, n);
-                        }
-                        to_node.push(current.to_node, buf_d[..n].to_vec());
-                    }
-                }
-            },
-            read = up_r.read(&mut buf_u) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if current.to_client == Mode::Blackhole {
-                        lived_through_blackhole = true;
-                        Effects::add(&effects.discarded, n);
-                    } else {
-                        if current.to_client != Mode::Pass {
-                            Effects::add(&effects.delayed, n);
-                        }
-                        to_client.push(current.to_client, buf_u[..n].to_vec());
-                    }
-                }
-            },
-            () = sleep_until_opt(due) => {}
+            biased;
             changed = modes.changed() => {
                 if changed.is_err() {
                     break;
@@ -369,6 +343,35 @@ async fn connection(
                     return;
                 }
             }
+            read = down_r.read(&mut buf_d) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if current.to_node == Mode::Blackhole {
+                        lived_through_blackhole = true;
+                        Effects::add(&effects.discarded, n);
+                    } else {
+                        if current.to_node != Mode::Pass {
+                            Effects::add(&effects.delayed, n);
+                        }
+                        to_node.push(current.to_node, buf_d[..n].to_vec());
+                    }
+                }
+            },
+            read = up_r.read(&mut buf_u) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if current.to_client == Mode::Blackhole {
+                        lived_through_blackhole = true;
+                        Effects::add(&effects.discarded, n);
+                    } else {
+                        if current.to_client != Mode::Pass {
+                            Effects::add(&effects.delayed, n);
+                        }
+                        to_client.push(current.to_client, buf_u[..n].to_vec());
+                    }
+                }
+            },
+            () = sleep_until_opt(due) => {}
         }
         if to_node.flush(current.to_node, &mut up_w).await.is_err()
             || to_client
