@@ -31,9 +31,10 @@ macro_rules! lua_script {
     };
 }
 
-// One file per script family: its source, what it takes and what it returns: each file writes
-// its scripts' keys and arguments (the restart scripts take keys only, named where they are
-// sent), and the acquire and slot files also read their replies.
+// One file per script family: its source, what it takes and what it returns. The acquire, slot,
+// key-set and hold files write their scripts' keys and arguments. The single-key release,
+// extend and fence raise are written in `transport::node` into fixed arrays: they run per
+// master on every lock, and a built request would allocate there.
 mod acquire;
 mod extend;
 mod fence;
@@ -48,17 +49,15 @@ pub(crate) mod slot_keys;
 pub(crate) mod slot_status;
 
 pub(crate) use acquire::{acquire_keys, acquire_reply, AcquireNumbers, ACQUIRE};
-pub(crate) use extend::{
-    extend_call, COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION,
-};
-pub(crate) use fence::{raise_fence_call, RAISE_FENCE};
+pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION};
+pub(crate) use fence::RAISE_FENCE;
 pub(crate) use hold::{release_holding_call, RELEASE_HOLDING};
 pub(crate) use multi::{
     announce_call, set_acquire_call, set_extend_call, set_raise_fences_call, set_release_call,
     SetAcquire, ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE, MULTI_RELEASE,
 };
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
-pub(crate) use release::{release_call, COMPARE_AND_DELETE, RELEASE_REENTRANT};
+pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
 pub(crate) use slot_claim::{CLAIM_SLOTS, REVERT_SLOTS};
 pub(crate) use slot_finish::FINISH_SLOTS;

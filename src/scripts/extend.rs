@@ -1,12 +1,4 @@
 //! Extend: compare-and-`PEXPIRE`, plain and reentrant. Neither ever re-creates a missing key.
-//! The request that sends the right one is [`extend_call`].
-
-use std::borrow::Cow;
-use std::time::Duration;
-
-use super::{millis, number, ScriptCall};
-use crate::mutant::Mutant;
-use crate::value::Ownership;
 
 lua_script! {
     /// Sets a new TTL (ARGV[2], milliseconds) on the lock key only if it still holds this owner's
@@ -56,45 +48,4 @@ if left >= 0 and left < keep then
     redis.call('pexpire', KEYS[2], keep)
 end
 return 1";
-}
-
-/// The extension of `ownership` at `key` to `ttl`: the reentrant script, the one that keeps a
-/// companion key alive (not under the `SlotRecordNotRenewed` mutant), or compare-and-`PEXPIRE`
-/// (re-creating under the `ExtendRecreates` mutant).
-pub(crate) fn extend_call<'a>(
-    key: &'a str,
-    ownership: &'a Ownership,
-    ttl: Duration,
-    mutant: Option<Mutant>,
-) -> ScriptCall<'a> {
-    let value = Cow::Borrowed(ownership.value.as_str().as_bytes());
-    let ttl = number(millis(ttl));
-    let companion = ownership
-        .companion
-        .as_ref()
-        .filter(|_| mutant != Some(Mutant::SlotRecordNotRenewed));
-    match (&ownership.reentry, companion) {
-        (Some(reentry), _) => ScriptCall {
-            script: &EXTEND_REENTRANT,
-            keys: vec![key.as_bytes(), reentry.holds_key.as_bytes()],
-            args: vec![
-                value,
-                Cow::Borrowed(reentry.acquisition.as_str().as_bytes()),
-                ttl,
-            ],
-        },
-        (None, Some(companion)) => ScriptCall {
-            script: &EXTEND_WITH_COMPANION,
-            keys: vec![key.as_bytes(), companion.key.as_bytes()],
-            args: vec![value, ttl, number(millis(companion.keep))],
-        },
-        (None, None) => ScriptCall {
-            script: match mutant {
-                Some(Mutant::ExtendRecreates) => &super::EXTEND_RECREATES,
-                _ => &COMPARE_AND_PEXPIRE,
-            },
-            keys: vec![key.as_bytes()],
-            args: vec![value, ttl],
-        },
-    }
 }

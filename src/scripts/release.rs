@@ -1,11 +1,4 @@
-//! Release: compare-and-delete, plain and reentrant, and the request that sends the right one
-//! ([`release_call`]).
-
-use std::borrow::Cow;
-
-use super::ScriptCall;
-use crate::mutant::Mutant;
-use crate::value::Ownership;
+//! Release: compare-and-delete, plain and reentrant.
 
 lua_script! {
     /// Deletes the lock key only if it still holds this owner's value. Returns 1 if deleted, else
@@ -52,35 +45,4 @@ if redis.call('hlen', KEYS[2]) == 0 then
     end
 end
 return 1";
-}
-
-/// The release of `ownership` at `key`: the reentrant script, or compare-and-delete (a plain
-/// `DEL` under the `PlainDelRelease` mutant); `announce` publishes it to notified waiters.
-pub(crate) fn release_call<'a>(
-    key: &'a str,
-    ownership: &'a Ownership,
-    announce: bool,
-    mutant: Option<Mutant>,
-) -> ScriptCall<'a> {
-    let announce: &[u8] = if announce { b"1" } else { b"0" };
-    let value = ownership.value.as_str().as_bytes();
-    match &ownership.reentry {
-        Some(reentry) => ScriptCall {
-            script: &RELEASE_REENTRANT,
-            keys: vec![key.as_bytes(), reentry.holds_key.as_bytes()],
-            args: vec![
-                Cow::Borrowed(value),
-                Cow::Borrowed(reentry.acquisition.as_str().as_bytes()),
-                Cow::Borrowed(announce),
-            ],
-        },
-        None => ScriptCall {
-            script: match mutant {
-                Some(Mutant::PlainDelRelease) => &super::PLAIN_DELETE,
-                _ => &COMPARE_AND_DELETE,
-            },
-            keys: vec![key.as_bytes()],
-            args: vec![Cow::Borrowed(value), Cow::Borrowed(announce)],
-        },
-    }
 }
