@@ -1,6 +1,6 @@
 //! The acquisition driver: how every kind of acquisition runs its rounds. `try_lock` and
-//! `try_lock_all` run one ([`Acquisition::once`]); `lock`, `lock_until`, `lock_all`,
-//! `lock_all_until` and `campaign` run them until granted or out of [`Patience`]
+//! a set's `try_lock` run one ([`Acquisition::once`]); `lock`, `lock_until`, a set's `lock`
+//! and `lock_until`, and `campaign` run them until granted or out of [`Patience`]
 //! ([`Acquisition::retrying`]). Slot claims, whose split votes back off their own way, use its
 //! [`random_delay`] and [`settle`].
 //!
@@ -53,9 +53,9 @@ pub(crate) const EXPIRY_SLACK: Duration = Duration::from_millis(5);
 /// How long an acquisition keeps trying.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Patience {
-    /// This many retries after the first round (`lock`, `lock_all`).
+    /// This many retries after the first round (`lock`, a set's `lock`).
     Retries(u32),
-    /// Until this instant (`lock_until`, `lock_all_until`, `campaign`).
+    /// Until this instant (`lock_until`, a set's `lock_until`, `campaign`).
     Until(Instant),
 }
 

@@ -3,32 +3,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use crate::defaults;
 use crate::error::ConfigError;
+use crate::limits;
 use crate::mutant::Mutant;
 use crate::transport::address::NodeAddress;
-
-/// Default [`RedlockBuilder::node_timeout`]: 50 ms, the top of the 5–50 ms range the Redlock
-/// spec suggests for a 10 s TTL.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// Default [`RedlockBuilder::connect_timeout`]: 1 s.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default [`RedlockBuilder::drift_factor`]: 0.01, as in the reference implementation.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-/// Default [`RedlockBuilder::retry_count`]: 3 retries after the first attempt.
-pub const DEFAULT_RETRY_COUNT: u32 = 3;
-/// Default [`RedlockBuilder::retry_delay`]: retries wait a uniformly random time below 200 ms.
-pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
-/// Default [`RedlockBuilder::key_prefix`]: `"quorumlock:"`.
-pub const DEFAULT_KEY_PREFIX: &str = "quorumlock:";
-/// Default [`RedlockBuilder::max_unanswered`]: 512 abandoned requests per connection.
-pub const DEFAULT_MAX_UNANSWERED: usize = 512;
-/// Default [`RedlockBuilder::connections_per_node`]: 2.
-pub const DEFAULT_CONNECTIONS_PER_NODE: usize = 2;
-/// The most connections per master [`RedlockBuilder::connections_per_node`] accepts.
-pub const MAX_CONNECTIONS_PER_NODE: usize = 64;
-/// Default [`RedlockBuilder::fence_retention`]: an idle fence counter is kept for 24 hours.
-pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-pub use crate::round::timing::MAX_TTL;
 
 /// The validated settings a [`Redlock`](crate::Redlock) runs with.
 #[derive(Debug, Clone)]
@@ -108,17 +87,17 @@ impl Default for RedlockBuilder {
     fn default() -> Self {
         Self {
             nodes: Vec::new(),
-            node_timeout: DEFAULT_NODE_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            drift_factor: DEFAULT_DRIFT_FACTOR,
-            retry_count: DEFAULT_RETRY_COUNT,
-            retry_delay: DEFAULT_RETRY_DELAY,
-            key_prefix: DEFAULT_KEY_PREFIX.to_string(),
-            max_unanswered: DEFAULT_MAX_UNANSWERED,
-            connections_per_node: DEFAULT_CONNECTIONS_PER_NODE,
+            node_timeout: defaults::NODE_TIMEOUT,
+            connect_timeout: defaults::CONNECT_TIMEOUT,
+            drift_factor: defaults::DRIFT_FACTOR,
+            retry_count: defaults::RETRY_COUNT,
+            retry_delay: defaults::RETRY_DELAY,
+            key_prefix: defaults::KEY_PREFIX.to_string(),
+            max_unanswered: defaults::MAX_UNANSWERED,
+            connections_per_node: defaults::CONNECTIONS_PER_NODE,
             mutant: None,
             fencing: false,
-            fence_retention: DEFAULT_FENCE_RETENTION,
+            fence_retention: defaults::FENCE_RETENTION,
             max_ttl: None,
             restart_protection: false,
             trust_durable_restarts: false,
@@ -214,36 +193,23 @@ impl RedlockBuilder {
         self
     }
 
-    /// Whether every acquisition returns a fencing token ([`LockGuard::fence`]): a `u64`
-    /// strictly greater than the token of every earlier grant of the same resource whose lease
-    /// has ended, as long as a majority of masters keeps its data. Usually no extra round trip:
-    /// masters whose clocks agree within half a second all issue the token the client proposes;
-    /// otherwise the token is first written back to a quorum (one more round trip). Each
-    /// acquisition runs a script instead of a plain `SET`. Can also be turned on per call with
-    /// [`Redlock::fenced`](crate::Redlock::fenced). Defaults to `false`.
-    ///
-    /// [`LockGuard::fence`]: crate::LockGuard::fence
-    pub fn fencing(mut self, on: bool) -> Self {
-        self.fencing = on;
-        self
-    }
-
-    /// How long a resource's fence counter is kept on a master after its last use, so that
-    /// unused resources cost no memory. A counter that expired (or was lost in a restart) does
-    /// not make tokens go backwards: tokens are also floored by the master's clock in
-    /// microseconds, so they stay monotonic as long as master clocks never step backwards and
-    /// agree to within the retention. Keep it well above the longest time a lock is held,
-    /// extensions included. It is sent to the masters as a TTL: at most [`MAX_TTL`], and not
+    /// How long a resource's fence counter is kept on a master after its last use, so that unused
+    /// resources cost no memory. A counter that expired (or was lost in a restart) does not make
+    /// tokens go backwards: tokens are also floored by the master's clock in microseconds, so they
+    /// stay monotonic as long as master clocks never step backwards and agree to within the
+    /// retention. Keep it well above the longest time a lock is held, extensions included. It is
+    /// sent to the masters as a TTL: at most [`limits::MAX_TTL`](crate::limits::MAX_TTL), and not
     /// zero. Defaults to 24 hours.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
         self
     }
 
-    /// The longest TTL this manager accepts (for acquire and extend); longer ones are rejected
-    /// with [`InvalidArgument::TtlTooLong`](crate::InvalidArgument::TtlTooLong). Restart
-    /// protection keeps a restarted master out of quorums for this long. From 1 ms up to
-    /// [`MAX_TTL`]. Defaults to [`MAX_TTL`] (no limit below what Redis accepts).
+    /// The longest TTL this manager accepts (for acquire and extend); longer ones are rejected with
+    /// [`InvalidArgument::TtlTooLong`](crate::InvalidArgument::TtlTooLong). Restart protection
+    /// keeps a restarted master out of quorums for this long. From 1 ms up to
+    /// [`limits::MAX_TTL`](crate::limits::MAX_TTL). Defaults to
+    /// [`limits::MAX_TTL`](crate::limits::MAX_TTL) (no limit below what Redis accepts).
     pub fn max_ttl(mut self, max: Duration) -> Self {
         self.max_ttl = Some(max);
         self
@@ -331,24 +297,24 @@ impl RedlockBuilder {
         if self.max_unanswered == 0 {
             return Err(ConfigError::ZeroMaxUnanswered);
         }
-        if !(1..=MAX_CONNECTIONS_PER_NODE).contains(&self.connections_per_node) {
+        if !(1..=limits::MAX_CONNECTIONS_PER_NODE).contains(&self.connections_per_node) {
             return Err(ConfigError::ConnectionsPerNode(self.connections_per_node));
         }
         if self.fence_retention.is_zero() {
             return Err(ConfigError::ZeroFenceRetention);
         }
-        if self.fence_retention > MAX_TTL {
+        if self.fence_retention > limits::MAX_TTL {
             return Err(ConfigError::FenceRetentionTooLong(self.fence_retention));
         }
         let max_ttl = match self.max_ttl {
-            Some(max) if max.as_millis() == 0 || max > MAX_TTL => {
+            Some(max) if max.as_millis() == 0 || max > limits::MAX_TTL => {
                 return Err(ConfigError::MaxTtl(max));
             }
             Some(max) => max,
             None if self.restart_protection => {
                 return Err(ConfigError::RestartProtectionWithoutMaxTtl);
             }
-            None => MAX_TTL,
+            None => limits::MAX_TTL,
         };
         if self.trust_durable_restarts && !self.restart_protection {
             return Err(ConfigError::TrustDurableRestartsWithoutProtection);
@@ -433,7 +399,7 @@ mod tests {
             three().max_unanswered(0).build().err(),
             Some(ConfigError::ZeroMaxUnanswered)
         );
-        for bad in [0, MAX_CONNECTIONS_PER_NODE + 1] {
+        for bad in [0, limits::MAX_CONNECTIONS_PER_NODE + 1] {
             assert_eq!(
                 three().connections_per_node(bad).build().err(),
                 Some(ConfigError::ConnectionsPerNode(bad))
@@ -454,7 +420,7 @@ mod tests {
 
     #[test]
     fn durations_beyond_what_redis_accepts_are_refused_naming_the_setting_and_its_bound() {
-        let too_long = MAX_TTL + Duration::from_millis(1);
+        let too_long = limits::MAX_TTL + Duration::from_millis(1);
         let error = three().fence_retention(too_long).build().err();
         assert_eq!(error, Some(ConfigError::FenceRetentionTooLong(too_long)));
         let text = error.map(|e| e.to_string()).unwrap_or_default();
@@ -462,9 +428,9 @@ mod tests {
             text.starts_with("fence_retention must be at most "),
             "{text}"
         );
-        assert!(text.contains(&format!("{MAX_TTL:?}")), "{text}");
+        assert!(text.contains(&format!("{:?}", limits::MAX_TTL)), "{text}");
         assert!(text.ends_with(&format!("got {too_long:?}")), "{text}");
-        assert!(three().fence_retention(MAX_TTL).build().is_ok());
+        assert!(three().fence_retention(limits::MAX_TTL).build().is_ok());
         for bad in [
             Duration::ZERO,
             Duration::from_nanos(999_999),

@@ -1,11 +1,11 @@
 //! Leader election with observers, on a quorum: etcd's `concurrency.Election` (Campaign,
 //! Observe, Resign) and Curator's LeaderLatch, for Redlock.
 //!
-//! * [`Redlock::campaign`] waits until this campaigner holds the election's lock (the resource
+//! * [`Election::campaign`] waits until this campaigner holds the election's lock (the resource
 //!   named like the election), then returns a [`Leadership`]: a [`Lease`](crate::Lease) that
 //!   keeps it (renewed, [`lost`](Leadership::lost), [`max_hold`](crate::LeaseOptions::max_hold))
 //!   with the leader's identity and a fencing token.
-//! * [`Redlock::observe`] is a stream of leadership changes: who leads ([`Leader`]: identity and
+//! * [`Election::observe`] is a stream of leadership changes: who leads ([`Leader`]: identity and
 //!   token) or that nobody does.
 //! * [`Leadership::resign`] releases at once; waiting campaigners and observers are woken.
 //!
@@ -25,18 +25,16 @@
 //!
 //! # Waiting
 //!
-//! Campaigners and observers are woken by notifications ([`crate::wake`]): a resignation
-//! (release) publishes on the lock's channel, an announcement on its own. Polling stays as the
-//! fallback for what publishes nothing (a leader whose lease ran out, a lost notification):
-//! every [`poll_every`](CampaignOptions::poll_every) at most (a random delay below it for
-//! campaigners, so they do not all retry at once), [`DEFAULT_POLL_EVERY`] by default. With
-//! notifications off ([`notified_handoffs(false)`](crate::RedlockBuilder::notified_handoffs)),
-//! both only poll.
+//! Campaigners and observers are woken by notifications ([`crate::wake`]): a resignation (release)
+//! publishes on the lock's channel, an announcement on its own. Polling stays as the fallback for
+//! what publishes nothing (a leader whose lease ran out, a lost notification): every
+//! [`poll_every`](CampaignOptions::poll_every) at most (a random delay below it for campaigners, so
+//! they do not all retry at once), [`defaults::POLL_EVERY`](crate::defaults::POLL_EVERY) by
+//! default. With notifications off
+//! ([`notified_handoffs(false)`](crate::RedlockBuilder::notified_handoffs)), both only poll.
 //!
-//! Elections always use fencing tokens, whatever the manager's [`fencing`] setting, and the
+//! Elections always use fencing tokens, fenced handle or not, and the
 //! manager's restart protection applies to them as to any lock.
-//!
-//! [`fencing`]: crate::RedlockBuilder::fencing
 
 mod leadership;
 mod observe;
@@ -47,9 +45,11 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 
 use crate::acquisition::{Acquisition, Line, Patience, PollDelay};
+use crate::defaults;
 use crate::error::{InvalidArgument, LockError};
 use crate::keys::announcement_key;
 use crate::lease::check_against;
+use crate::limits;
 use crate::manager::Redlock;
 use crate::multi::guard::MultiLockGuard;
 use crate::multi::keyset::KeySet;
@@ -61,12 +61,6 @@ use crate::LeaseOptions;
 
 pub use leadership::Leadership;
 pub use observe::{Leader, Observer};
-
-/// How often campaigners and observers poll at most when no notification comes: 100 ms.
-pub const DEFAULT_POLL_EVERY: Duration = Duration::from_millis(100);
-
-/// The longest identity accepted, in bytes.
-pub const MAX_IDENTITY_LEN: usize = 256;
 
 /// How a campaign waits and how its leadership is kept.
 #[derive(Debug, Clone)]
@@ -84,12 +78,13 @@ impl Default for CampaignOptions {
 }
 
 impl CampaignOptions {
-    /// The defaults: a lease with [`LeaseOptions::new`]'s settings (a 30 s TTL renewed every
-    /// 10 s, no `max_hold`), polling every [`DEFAULT_POLL_EVERY`] at most, no deadline.
+    /// The defaults: a lease with [`LeaseOptions::new`]'s settings (a 30 s TTL renewed every 10 s,
+    /// no `max_hold`), polling every [`defaults::POLL_EVERY`](crate::defaults::POLL_EVERY) at most,
+    /// no deadline.
     pub fn new() -> Self {
         Self {
             lease: LeaseOptions::new(),
-            poll_every: DEFAULT_POLL_EVERY,
+            poll_every: defaults::POLL_EVERY,
             deadline: None,
         }
     }
@@ -102,7 +97,7 @@ impl CampaignOptions {
     }
 
     /// The upper bound of the random delay between two attempts when no notification comes.
-    /// Defaults to [`DEFAULT_POLL_EVERY`] (100 ms).
+    /// Defaults to [`defaults::POLL_EVERY`](crate::defaults::POLL_EVERY) (100 ms).
     pub fn poll_every(mut self, every: Duration) -> Self {
         self.poll_every = every;
         self
@@ -125,7 +120,7 @@ pub fn holder_identity(value: &str) -> Option<&str> {
 
 fn check_identity(identity: &str) -> Result<(), InvalidArgument> {
     if identity.is_empty()
-        || identity.len() > MAX_IDENTITY_LEN
+        || identity.len() > limits::MAX_IDENTITY_LEN
         || identity.chars().any(char::is_control)
     {
         return Err(InvalidArgument::InvalidIdentity(
@@ -136,88 +131,11 @@ fn check_identity(identity: &str) -> Result<(), InvalidArgument> {
 }
 
 impl Redlock {
-    /// Campaigns for leadership of election `name` as `identity`: waits until elected, and
-    /// returns the [`Leadership`], kept alive by a lease until resigned, dropped, lost or
-    /// `max_hold`.
-    ///
-    /// The election is a lock on the resource `name` whose value carries `identity` (see the
-    /// [crate docs](crate#leader-election)); one leader at a time holds it on a quorum. A
-    /// campaigner refused because someone leads waits for a notification of a release, for the
-    /// leader's keys to expire, or at most [`poll_every`](CampaignOptions::poll_every).
-    ///
-    /// # Errors
-    ///
-    /// * [`LockError::InvalidArgument`]: an empty or reserved name, an identity that is empty,
-    ///   longer than [`MAX_IDENTITY_LEN`] or has control characters
-    ///   ([`InvalidIdentity`](InvalidArgument::InvalidIdentity)), lease options that are
-    ///   invalid (as [`LockGuard::keep_alive`](crate::LockGuard::keep_alive)), a zero poll
-    ///   interval ([`ZeroPollInterval`](InvalidArgument::ZeroPollInterval)), a minimum hold
-    ///   ([`HoldUnsupported`](InvalidArgument::HoldUnsupported)); checked before any master is
-    ///   asked;
-    /// * [`LockError::DeadlinePassed`] when a deadline was set and passed;
-    /// * errors that retrying cannot fix, at once.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves nothing behind: a round in flight is cleaned up as for
-    /// [`try_lock`](Self::try_lock), and a leadership won but not yet returned is released.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use quorumlock::CampaignOptions;
-    ///
-    /// # async fn lead() {}
-    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
-    /// let leadership = locks.campaign("scheduler", "host-a", CampaignOptions::new()).await?;
-    /// tokio::select! {
-    ///     lost = leadership.lost() => eprintln!("no longer leader: {lost}"),
-    ///     () = lead() => leadership.resign().await?,
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn campaign(
-        &self,
-        name: &str,
-        identity: &str,
-        opts: CampaignOptions,
-    ) -> Result<Leadership, LockError> {
-        check_identity(identity)?;
-        if opts.poll_every.is_zero() {
-            return Err(InvalidArgument::ZeroPollInterval.into());
-        }
-        // A leadership's lease releases without a hold: refused rather than ignored.
-        if opts.lease.hold().is_some() {
-            return Err(InvalidArgument::HoldUnsupported.into());
-        }
-        let shared = self.shared();
-        let mut config = shared.config.clone();
-        config.fencing = true;
-        let resolved = opts.lease.resolve(crate::DEFAULT_LEASE_TTL)?;
-        check_against(&config, resolved)?;
-        let terms = crate::round::terms::round_terms(&config, resolved.ttl)?;
-        let announcement = announcement_key(&config.key_prefix, name);
-        let mut set = KeySet::new(&config, &[name])?.with_identity(identity);
-        set.extras.push(Arc::clone(&announcement));
-        let set = Arc::new(set);
-
-        let patience = match opts.deadline {
-            Some(deadline) => Patience::until(deadline),
-            None => Patience::forever(),
-        };
-        // At least a millisecond, however short `poll_every`: campaigners do not spin.
-        let poll = PollDelay::below(opts.poll_every).at_least(Duration::from_millis(1));
-        let label = set.label();
-        let guard = Acquisition::new(shared, &label, terms.ttl)
-            .retrying(patience, Line::One(set.first_lock()), poll, |_| {
-                self.announced_round(name, &announcement, &set, terms)
-            })
-            .await?;
-        tracing::info!(election = name, identity, fence = ?guard.fence(), "elected");
-        Leadership::start(guard, name, identity, &opts.lease)
+    /// A handle on election `name`: [`campaign`](Election::campaign) to lead it,
+    /// [`observe`](Election::observe) to follow who leads. The name is checked by each call.
+    pub fn election<'a>(&'a self, name: &'a str) -> Election<'a> {
+        Election { locks: self, name }
     }
-
     /// One campaign round: the election's lock, then its announcement. A leadership that could
     /// not be announced is released (quietly: it never was one) and the round is lost, as one
     /// whose validity ran out: campaigning goes on, whatever stopped the announcement.
@@ -296,6 +214,104 @@ impl Redlock {
     }
 }
 
+/// An election: one leader at a time among its campaigners, and observers of who leads. Made
+/// by [`Redlock::election`]. The handle borrows the manager and the name, holds nothing itself
+/// and is `Copy`: its calls take it by value, so a future never borrows a temporary.
+#[derive(Clone, Copy, Debug)]
+pub struct Election<'a> {
+    locks: &'a Redlock,
+    name: &'a str,
+}
+
+impl<'a> Election<'a> {
+    /// The election's name (the resource its lock is on).
+    pub fn name(self) -> &'a str {
+        self.name
+    }
+
+    /// Campaigns for leadership of this election as `identity`: waits until elected, and
+    /// returns the [`Leadership`], kept alive by a lease until resigned, dropped, lost or
+    /// `max_hold`.
+    ///
+    /// The election is a lock on the resource named like the election whose value carries
+    /// `identity` (see the [crate docs](crate#leader-election)); one leader at a time holds it on a
+    /// quorum. A campaigner refused because someone leads waits for a notification of a release,
+    /// for the leader's keys to expire, or at most [`poll_every`](CampaignOptions::poll_every).
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::InvalidArgument`]: an empty or reserved name, an identity that is empty,
+    ///   longer than [`limits::MAX_IDENTITY_LEN`](crate::limits::MAX_IDENTITY_LEN) or has control
+    ///   characters ([`InvalidIdentity`](InvalidArgument::InvalidIdentity)), lease options that are
+    ///   invalid (as [`LockGuard::keep_alive`](crate::LockGuard::keep_alive)), a zero poll interval
+    ///   ([`ZeroPollInterval`](InvalidArgument::ZeroPollInterval)), a minimum hold
+    ///   ([`HoldUnsupported`](InvalidArgument::HoldUnsupported)); checked before any master is
+    ///   asked;
+    /// * [`LockError::DeadlinePassed`] when a deadline was set and passed;
+    /// * errors that retrying cannot fix, at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing behind: a round in flight is cleaned up as for
+    /// [`Redlock::try_lock`], and a leadership won but not yet returned is released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use quorumlock::CampaignOptions;
+    ///
+    /// # async fn lead() {}
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// let leadership = locks.election("scheduler").campaign("host-a", CampaignOptions::new()).await?;
+    /// tokio::select! {
+    ///     lost = leadership.lost() => eprintln!("no longer leader: {lost}"),
+    ///     () = lead() => leadership.resign().await?,
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign(
+        self,
+        identity: &str,
+        opts: CampaignOptions,
+    ) -> Result<Leadership, LockError> {
+        let name = self.name;
+        check_identity(identity)?;
+        if opts.poll_every.is_zero() {
+            return Err(InvalidArgument::ZeroPollInterval.into());
+        }
+        // A leadership's lease releases without a hold: refused rather than ignored.
+        if opts.lease.hold().is_some() {
+            return Err(InvalidArgument::HoldUnsupported.into());
+        }
+        let shared = self.locks.shared();
+        let mut config = shared.config.clone();
+        config.fencing = true;
+        let resolved = opts.lease.resolve(crate::defaults::LEASE_TTL)?;
+        check_against(&config, resolved)?;
+        let terms = crate::round::terms::round_terms(&config, resolved.ttl)?;
+        let announcement = announcement_key(&config.key_prefix, name);
+        let mut set = KeySet::new(&config, &[name])?.with_identity(identity);
+        set.extras.push(Arc::clone(&announcement));
+        let set = Arc::new(set);
+
+        let patience = match opts.deadline {
+            Some(deadline) => Patience::until(deadline),
+            None => Patience::forever(),
+        };
+        // At least a millisecond, however short `poll_every`: campaigners do not spin.
+        let poll = PollDelay::below(opts.poll_every).at_least(Duration::from_millis(1));
+        let label = set.label();
+        let guard = Acquisition::new(shared, &label, terms.ttl)
+            .retrying(patience, Line::One(set.first_lock()), poll, |_| {
+                self.locks.announced_round(name, &announcement, &set, terms)
+            })
+            .await?;
+        tracing::info!(election = name, identity, fence = ?guard.fence(), "elected");
+        Leadership::start(guard, name, identity, &opts.lease)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,8 +319,13 @@ mod tests {
     #[test]
     fn identities_are_checked() {
         assert!(check_identity("host-a").is_ok());
-        assert!(check_identity(&"x".repeat(MAX_IDENTITY_LEN)).is_ok());
-        for bad in ["", "a\nb", "tab\there", &"x".repeat(MAX_IDENTITY_LEN + 1)] {
+        assert!(check_identity(&"x".repeat(limits::MAX_IDENTITY_LEN)).is_ok());
+        for bad in [
+            "",
+            "a\nb",
+            "tab\there",
+            &"x".repeat(limits::MAX_IDENTITY_LEN + 1),
+        ] {
             assert!(
                 matches!(
                     check_identity(bad),

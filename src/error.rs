@@ -214,7 +214,7 @@ pub enum InvalidArgument {
     #[error("no tokio runtime for the lease's renewal task: expected keep_alive to be called inside one")]
     NoRuntime,
     /// A slot claim's job, slot or runner name is empty or too long
-    /// ([`MAX_SLOT_NAME`](crate::MAX_SLOT_NAME) bytes at most).
+    /// ([`limits::MAX_SLOT_NAME`](crate::limits::MAX_SLOT_NAME) bytes at most).
     #[error("{what} name is {len} bytes: expected 1 to {max}")]
     SlotName {
         /// `"job"`, `"slot"` or `"runner"`.
@@ -262,20 +262,20 @@ pub enum InvalidArgument {
     /// asked of a leadership: a resignation hands over at once, and a hold would be ignored.
     #[error("hold-at-least is not supported for a leadership: a resignation hands over at once")]
     HoldUnsupported,
-    /// [`Redlock::lock_all`](crate::Redlock::lock_all) was given no resource.
+    /// [`LockSet::lock`](crate::LockSet::lock) was given no resource.
     #[error("no resources to lock: expected at least one name")]
     NoResources,
-    /// [`Redlock::lock_all`](crate::Redlock::lock_all) was given the same resource twice (an
+    /// [`LockSet::lock`](crate::LockSet::lock) was given the same resource twice (an
     /// error rather than a silent merge: it is usually a bug in the caller's list).
     #[error("resource {0:?} is named twice: expected distinct names")]
     DuplicateResource(String),
-    /// [`Redlock::lock_all`](crate::Redlock::lock_all) was given more resources than one
+    /// [`LockSet::lock`](crate::LockSet::lock) was given more resources than one
     /// script may lock at once.
     #[error("{count} resources to lock at once: expected at most {max}")]
     TooManyResources {
         /// How many were given.
         count: usize,
-        /// The most accepted ([`MAX_LOCK_ALL`](crate::MAX_LOCK_ALL)).
+        /// The most accepted ([`limits::MAX_SET_SIZE`](crate::limits::MAX_SET_SIZE)).
         max: usize,
     },
     /// An election identity is empty, too long, or contains control characters.
@@ -287,10 +287,10 @@ pub enum InvalidArgument {
     /// ([`CampaignOptions::poll_every`](crate::CampaignOptions::poll_every)) is zero.
     #[error("election poll interval is zero: expected a positive duration")]
     ZeroPollInterval,
-    /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given no slot.
+    /// [`Slots::claim_many`](crate::Slots::claim_many) was given no slot.
     #[error("no slots to ownership: expected at least one (job, slot) pair")]
     NoSlots,
-    /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given the same `(job, slot)`
+    /// [`Slots::claim_many`](crate::Slots::claim_many) was given the same `(job, slot)`
     /// twice (an error rather than a silent merge: it is usually a bug in the caller's list).
     #[error("slot {slot:?} of job {job:?} is named twice: expected distinct (job, slot) pairs")]
     DuplicateSlot {
@@ -299,13 +299,13 @@ pub enum InvalidArgument {
         /// The slot.
         slot: String,
     },
-    /// [`Redlock::claim_slots`](crate::Redlock::claim_slots) was given more slots than one
+    /// [`Slots::claim_many`](crate::Slots::claim_many) was given more slots than one
     /// request may carry.
     #[error("{count} slots to ownership at once: expected at most {max}")]
     TooManySlots {
         /// How many were given.
         count: usize,
-        /// The most accepted ([`MAX_SLOT_BATCH`](crate::MAX_SLOT_BATCH)).
+        /// The most accepted ([`limits::MAX_SLOT_BATCH`](crate::limits::MAX_SLOT_BATCH)).
         max: usize,
     },
 }
@@ -495,17 +495,17 @@ pub enum ConfigError {
     /// The fence retention is zero.
     #[error("fence_retention is zero: expected a positive duration")]
     ZeroFenceRetention,
-    /// The fence retention is longer than [`MAX_TTL`](crate::MAX_TTL): it is sent to the masters
-    /// as a TTL in milliseconds, which Redis refuses beyond its range.
+    /// The fence retention is longer than [`limits::MAX_TTL`](crate::limits::MAX_TTL): it is sent
+    /// to the masters as a TTL in milliseconds, which Redis refuses beyond its range.
     #[error(
-        "fence_retention must be at most {max:?} (quorumlock::MAX_TTL, the longest ttl sent to redis), got {0:?}",
-        max = crate::round::timing::MAX_TTL
+        "fence_retention must be at most {max:?} (quorumlock::limits::MAX_TTL, the longest ttl sent to redis), got {0:?}",
+        max = crate::limits::MAX_TTL
     )]
     FenceRetentionTooLong(Duration),
     /// The maximum TTL is under 1 ms or beyond what Redis accepts.
     #[error(
-        "max_ttl must be from 1ms up to {max:?} (quorumlock::MAX_TTL, the longest ttl sent to redis), got {0:?}",
-        max = crate::round::timing::MAX_TTL
+        "max_ttl must be from 1ms up to {max:?} (quorumlock::limits::MAX_TTL, the longest ttl sent to redis), got {0:?}",
+        max = crate::limits::MAX_TTL
     )]
     MaxTtl(Duration),
     /// Restart protection needs a maximum TTL: a restarted master is kept out for that long.

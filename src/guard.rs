@@ -80,8 +80,8 @@ impl LockGuard {
         &self.state.label
     }
 
-    /// The fencing token of this grant, when fencing is on ([`RedlockBuilder::fencing`] or
-    /// [`Redlock::fenced`]): strictly greater than the token of every earlier grant of this
+    /// The fencing token of this grant, when fencing is on (a
+    /// [`Redlock::fenced`] handle): strictly greater than the token of every earlier grant of this
     /// resource whose lease has ended, as long as a majority of masters keeps its data.
     ///
     /// Pass it with every operation on the protected resource, which must reject any token lower
@@ -114,7 +114,6 @@ impl LockGuard {
     /// # assert!(store.write(33, "a").is_err());
     /// ```
     ///
-    /// [`RedlockBuilder::fencing`]: crate::RedlockBuilder::fencing
     /// [`Redlock::fenced`]: crate::Redlock::fenced
     /// [`Redlock::reentrant`]: crate::Redlock::reentrant
     pub fn fence(&self) -> Option<u64> {

@@ -47,8 +47,8 @@ use crate::round::terms::round_terms;
 
 pub use handle::{LeaseHandle, LeaseStats};
 pub(crate) use min_hold::check as check_hold;
+pub use options::LeaseOptions;
 use options::Resolved;
-pub use options::{LeaseOptions, DEFAULT_LEASE_TTL};
 // Plan and Renew are shared with the leases of other guards (elections' key sets).
 use task::{Command, LeaseCounters, Publisher};
 pub(crate) use task::{Plan, Renew};

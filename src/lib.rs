@@ -91,7 +91,7 @@
 //!
 //! ## Beyond the plain algorithm (all opt-in)
 //!
-//! * **Fencing tokens** ([`RedlockBuilder::fencing`], or per call with [`Redlock::fenced`]): every
+//! * **Fencing tokens** ([`Redlock::fenced`]): every
 //!   grant carries a `u64` ([`LockGuard::fence`]) strictly greater than the token of every earlier
 //!   grant of the resource whose lease has ended, as long as a majority of masters keeps its data.
 //!   Each master keeps a counter per resource, bumped atomically with the `SET NX` and floored by
@@ -134,24 +134,24 @@
 //!
 //! ## Several resources at once
 //!
-//! [`Redlock::lock_all`] (and [`try_lock_all`](Redlock::try_lock_all),
-//! [`lock_all_until`](Redlock::lock_all_until)) locks a set of resources all or nothing: each
-//! master sets every key of the set in one script or none, and a quorum of masters that
-//! granted the whole set grants it. No master ever holds part of a set, so callers naming the
-//! same resources in any order cannot deadlock. One [`MultiLockGuard`] extends and releases the
-//! set together; its one fencing token is written to every resource's counter, so each
-//! resource's store checks it like a token of its own.
+//! [`Redlock::set`] (a [`LockSet`], with [`try_lock`](LockSet::try_lock), [`lock`](LockSet::lock),
+//! [`lock_until`](LockSet::lock_until)) locks a set of resources all or nothing: each master sets
+//! every key of the set in one script or none, and a quorum of masters that granted the whole set
+//! grants it. No master ever holds part of a set, so callers naming the same resources in any order
+//! cannot deadlock. One [`MultiLockGuard`] extends and releases the set together; its one fencing
+//! token is written to every resource's counter, so each resource's store checks it like a token of
+//! its own.
 //!
 //! ## Leader election
 //!
-//! [`Redlock::campaign`] waits until elected and returns a [`Leadership`]: a lease on the
+//! [`Election::campaign`] waits until elected and returns a [`Leadership`]: a lease on the
 //! election's lock (renewed, [`lost`](Leadership::lost), fencing token, `max_hold`) carrying
-//! the leader's identity. [`Redlock::observe`] streams leadership changes ([`Leader`]: identity
+//! the leader's identity. [`Election::observe`] streams leadership changes ([`Leader`]: identity
 //! and token, or `None`), and [`Leadership::resign`] hands over at once. The identity is stored
 //! in the lock value after its 32 random hex digits and a `:` ([`holder_identity`] reads it):
 //! the value stays unguessable, and release and extend still compare all of it. The token is
 //! announced beside the lock once a quorum granted it. Waiting campaigners and observers are
-//! woken by notifications, with polling every [`DEFAULT_POLL_EVERY`] as the fallback.
+//! woken by notifications, with polling every [`defaults::POLL_EVERY`] as the fallback.
 //!
 //! ## Runtime
 //!
@@ -212,38 +212,45 @@
 //! For contributors: one concept per file or folder, and no module imports one that imports it
 //! back. From the entry points down:
 //!
-//! * `config`: [`RedlockBuilder`] and its defaults, validated into the settings (no I/O);
-//! * `manager`: [`Redlock`], the entry points (`try_lock`, `lock`, `lock_until`, `provision`,
-//!   ...) and `build`; `shared`: the state a manager and its guards share;
+//! * `config`: [`RedlockBuilder`], validated into the settings (no I/O); `defaults` and
+//!   `limits` (public): every default value and every bound, in one place each;
+//! * `manager`: [`Redlock`], the single-key entry points (`try_lock`, `lock`, `lock_until`,
+//!   `provision`, ...) and the handles' constructors; `shared`: what a manager and its guards
+//!   share;
 //! * `acquisition`: the one acquisition driver every entry point runs its rounds through
 //!   (retries or a deadline, the waiter line of notified hand-offs, the random delay, the wait
 //!   for a failed round's cleanup, the `acquire` span and its counters);
-//! * `guard` (folder): [`LockGuard`]; `held` (the core every guard shares, one resource or a
-//!   set: validity, extend, release, loss counting, release on drop, the fencing write-back),
-//!   `hold` (hold at least: a release that keeps the lock until a minimum time after the
-//!   grant); `lease` (folder): auto-extension, [`Lease`] and [`Redlock::run_exclusive`]
-//!   (`exclusive`, `handle`, `hold`, `options`, `task`);
-//! * `multi` (folder): [`Redlock::lock_all`]: the key set and the master that presents it to
-//!   the round as one key (`keyset`), [`MultiLockGuard`] (`guard`); `election` (folder):
-//!   [`Redlock::campaign`] and the announcement, [`Leadership`] (`leadership`, a lease over a
-//!   one-key set), [`Redlock::observe`] (`observe`);
-//! * `slot` (folder, public for its docs): slot claims ([`Redlock::claim_slot`],
-//!   [`Redlock::claim_slots`]): options, outcomes, the quorum rounds of one claim (`round`) and
-//!   of a batch (`batch`, `many`), [`SlotRun`] (`run`) and batched completions (`complete`);
+//! * `guard` (folder): [`LockGuard`]; `state` (what every guard shares, one resource or a set:
+//!   validity, extend, release, loss counting, release on drop, the fencing write-back),
+//!   `min_hold` (a release that keeps the lock until a minimum time after the grant); `lease`
+//!   (folder): auto-extension, [`Lease`] and [`Redlock::run_exclusive`] (`exclusive`, `handle`,
+//!   `min_hold`, `options`, `task`);
+//! * `multi` (folder): [`LockSet`] ([`Redlock::set`]): the key set and the master that presents
+//!   it to the round as one key (`keyset`), [`MultiLockGuard`] (`guard`); `election` (folder):
+//!   [`Election`] ([`Redlock::election`]): campaign and announcement, [`Leadership`]
+//!   (`leadership`, a lease over a one-key set), observers (`observe`);
+//! * `slot` (folder, public for its docs): [`Slots`] ([`Redlock::slots`], `slots`): options,
+//!   outcomes, the quorum round of a batch of claims (`round`, one slot being a batch of one),
+//!   the retries of one claim (`slot.rs`) and of many (`many`), [`SlotRun`] (`run`), the undo of
+//!   an unreturned claim (`undo`) and batched completions (`complete`);
 //! * `wake` (folder): notified hand-offs: a manager's line of waiters (`line`) and the
 //!   subscription to the masters' release announcements (`subscriber`);
-//! * `round` (folder): one quorum round: the fan-out, cleanup and decision in `round.rs`, the
-//!   interface to a master (`master`), what a round needs (`spec`), the votes (`tally`), the
-//!   timing maths (`timing`), and, for tests only, fake masters on a virtual clock (`fake`) and
-//!   the round's safety properties over them (`properties`);
-//! * `transport` (folder): one real master: the node (with its key-set and script requests in
-//!   `node/`), its connection slots, the open connection, the orphan cleanup of a replaced
-//!   connection, the pipeline, RESP and the strict reading of replies, node URLs;
-//! * `scripts` (folder): one file per Lua script family (acquire, release, extend, fence, hold,
-//!   multi, restart, slot, mutants);
-//! * `keys`: every key written on a master, named once; `restart_protection`: which life of a
-//!   master a connection talks to; `holds`: the fencing token a reentrant owner's hold keeps;
-//!   `clock`: the lock clock, which counts a suspended machine;
+//! * `round` (folder): the one quorum engine every claim runs on (`engine`: fan-out, early
+//!   decision, validity, quarantine, undo of failed, cancelled and late requests), the single-key
+//!   and key-set round in `round.rs`, the interface to a master (`master`), a round's terms
+//!   (`terms`), the votes (`tally`), the timing maths (`timing`), and, for tests only, fake masters
+//!   on a virtual clock (`fake`) and the safety properties over them (`properties`,
+//!   `slot_properties`);
+//! * `transport` (folder): one real master: the node (with its key-set, script and slot requests
+//!   in `node/`), its pooled connections (`pooled`), the open connection, the orphan cleanup of a
+//!   replaced connection, the pipeline, RESP and the strict reading of replies, node URLs;
+//! * `scripts` (folder): one file per Lua script family, each with its keys, arguments and reply
+//!   (acquire, release, extend, fence, hold, multi, restart, slot claim / finish / status / keys,
+//!   mutants);
+//! * `fencing`: the token rule, its constants and the write-back; `keys`: every key written on a
+//!   master, named once; `restart_protection`: which life of a master a connection talks to;
+//!   `reentrant_hold`: the fencing token a reentrant owner's hold keeps; `clock`: the lock clock,
+//!   which counts a suspended machine;
 //! * `error`, `stats`, `traced`, `owner`, `value`, `mutant`: the typed errors, counters,
 //!   tracing spans, reentrant owners, lock values and the jepsen-lite mutants;
 //! * `testing` (feature `testing`): real `redis-server` masters for tests, benches and
@@ -253,12 +260,14 @@
 mod acquisition;
 mod clock;
 mod config;
+pub mod defaults;
 mod election;
 mod error;
 mod fencing;
 mod guard;
 mod keys;
 mod lease;
+pub mod limits;
 mod manager;
 mod multi;
 mod mutant;
@@ -282,27 +291,16 @@ pub mod testing;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
-
-pub use config::{
-    RedlockBuilder, DEFAULT_CONNECTIONS_PER_NODE, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
-    DEFAULT_FENCE_RETENTION, DEFAULT_KEY_PREFIX, DEFAULT_MAX_UNANSWERED, DEFAULT_NODE_TIMEOUT,
-    DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, MAX_CONNECTIONS_PER_NODE, MAX_TTL,
-};
-pub use election::{
-    holder_identity, CampaignOptions, Leader, Leadership, Observer, DEFAULT_POLL_EVERY,
-    MAX_IDENTITY_LEN,
-};
+pub use config::RedlockBuilder;
+pub use election::{holder_identity, CampaignOptions, Election, Leader, Leadership, Observer};
 pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};
 pub use guard::LockGuard;
-pub use lease::{KeepAliveError, Lease, LeaseHandle, LeaseOptions, LeaseStats, DEFAULT_LEASE_TTL};
+pub use lease::{KeepAliveError, Lease, LeaseHandle, LeaseOptions, LeaseStats};
 pub use manager::Redlock;
-pub use multi::{MultiLockGuard, MAX_LOCK_ALL};
+pub use multi::{LockSet, MultiLockGuard};
 #[cfg(quorumlock_mutants)]
 #[doc(hidden)]
 pub use mutant::Mutant;
 pub use owner::Owner;
-pub use slot::{
-    SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, DEFAULT_SLOT_RETENTION,
-    DEFAULT_SLOT_TTL, MAX_SLOT_BATCH, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
-};
+pub use slot::{SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, Slots};
 pub use stats::{NodeStats, Stats};

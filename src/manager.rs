@@ -66,8 +66,8 @@ impl RedlockBuilder {
     /// not parse (the message shows the URL with its password redacted), a master is listed twice,
     /// the drift factor is outside `[0, 1)`, a timeout or `max_unanswered` is zero,
     /// `connections_per_node` is outside 1 to 64, or `fence_retention` or `max_ttl` is zero or
-    /// beyond [`MAX_TTL`](crate::MAX_TTL). Timeouts and delays too long for the clock are not
-    /// errors: they saturate (about 30 years, as good as none).
+    /// beyond [`limits::MAX_TTL`](crate::limits::MAX_TTL). Timeouts and delays too long for the
+    /// clock are not errors: they saturate (about 30 years, as good as none).
     pub fn build(self) -> Result<Redlock, ConfigError> {
         let (config, addresses) = self.validate()?;
         let nodes = addresses
@@ -105,7 +105,7 @@ impl Redlock {
     }
 
     /// The state this handle shares with its guards (for the entry points kept in their own
-    /// modules: `lock_all`, elections).
+    /// modules: lock sets, elections).
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
@@ -164,7 +164,7 @@ impl Redlock {
     /// TTL any of the owner's acquisitions asked for. Other owners, reentrant or not, are
     /// refused as usual.
     ///
-    /// With fencing ([`fenced`](Self::fenced) or [`RedlockBuilder::fencing`]), an acquisition
+    /// With fencing ([`fenced`](Self::fenced)), an acquisition
     /// made while another guard of the owner on the resource is still valid carries that
     /// guard's token ([`LockGuard::fence`]), so that the outer guard's writes are not rejected
     /// after an inner one's. The token is kept in this process by the handles derived from this
@@ -187,7 +187,13 @@ impl Redlock {
     }
 
     /// A handle on the same masters and connections whose acquisitions return fencing tokens
-    /// ([`LockGuard::fence`]), whatever [`RedlockBuilder::fencing`] says: fencing per call.
+    /// ([`LockGuard::fence`]): the one way to turn fencing on. A token is a `u64` strictly
+    /// greater than the token of every earlier grant of the same resource whose lease has ended,
+    /// as long as a majority of masters keeps its data. Usually no extra round trip: masters
+    /// whose clocks agree within half a second all issue the token the client proposes;
+    /// otherwise the token is first written back to a quorum (one more round trip). Each
+    /// acquisition runs a script instead of a plain `SET`. Fenced and plain handles share
+    /// connections, counters and the waiter lines; elections are always fenced.
     pub fn fenced(&self) -> Redlock {
         self.derived(|config| config.fencing = true)
     }
@@ -340,8 +346,9 @@ impl Redlock {
     /// * [`LockError::QuorumUnreachable`]: too many masters failed, each listed with its error;
     /// * [`LockError::ValidityExhausted`]: the quorum came too late to leave any validity;
     /// * [`LockError::InvalidArgument`]: an empty resource, a TTL of zero, one that leaves no
-    ///   validity after drift, or one beyond the maximum TTL ([`MAX_TTL`](crate::MAX_TTL) or the
-    ///   manager's [`max_ttl`](crate::RedlockBuilder::max_ttl)).
+    ///   validity after drift, or one beyond the maximum TTL
+    ///   ([`limits::MAX_TTL`](crate::limits::MAX_TTL) or the manager's
+    ///   [`max_ttl`](crate::RedlockBuilder::max_ttl)).
     ///
     /// On any error, the keys this round may have set are released in the background.
     ///

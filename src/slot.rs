@@ -1,11 +1,11 @@
 //! Slot claims: run each slot of a periodic job **once** across a fleet.
 //!
-//! A scheduler on several hosts computes the same slot identity from its schedule (the slot's
-//! due time, say `nightly` / `2026-11-30T02:00Z`: never the clock at pickup, so hosts whose
-//! clocks disagree still name the same slot) and calls [`Redlock::claim_slot`]. One of them
-//! gets [`SlotClaim::Claimed`] and runs the job; the others learn that it is
-//! [running elsewhere](SlotClaim::RunningElsewhere), already [completed](SlotClaim::Completed)
-//! (a host that fires late), or [abandoned](SlotClaim::Abandoned) (its runner died).
+//! A scheduler on several hosts computes the same slot identity from its schedule (the slot's due
+//! time, say `nightly` / `2026-11-30T02:00Z`: never the clock at pickup, so hosts whose clocks
+//! disagree still name the same slot) and calls [`Slots::claim`](crate::Slots::claim). One of them
+//! gets [`SlotClaim::Claimed`] and runs the job; the others learn that it is [running
+//! elsewhere](SlotClaim::RunningElsewhere), already [completed](SlotClaim::Completed) (a host that
+//! fires late), or [abandoned](SlotClaim::Abandoned) (its runner died).
 //!
 //! Releasing a lock when a job ends is not enough for this: a host whose cron fires a second
 //! later finds the lock free and runs the job again. A slot claim leaves a record.
@@ -77,10 +77,10 @@
 //!
 //! # Many slots at once
 //!
-//! [`Redlock::claim_slots`] claims many slots (jobs due at the same instant) in one request per
-//! master, and [`SlotRun::complete_all`] completes many runs likewise: each slot is tallied and
-//! decided exactly as above (the same Lua function on the masters, the same tally in the
-//! client), so batching changes the cost, not the answers. A batch's round that fails (masters
+//! [`Slots::claim_many`](crate::Slots::claim_many) claims many slots (jobs due at the same instant)
+//! in one request per master, and [`SlotRun::complete_all`] completes many runs likewise: each slot
+//! is tallied and decided exactly as above (the same Lua function on the masters, the same tally in
+//! the client), so batching changes the cost, not the answers. A batch's round that fails (masters
 //! late) is not retried by the library, only its split votes are.
 //!
 //! # What "once" means
@@ -128,6 +128,7 @@ mod options;
 mod outcome;
 pub(crate) mod round;
 mod run;
+mod slots;
 mod undo;
 
 use std::sync::Arc;
@@ -136,92 +137,23 @@ use std::time::Duration;
 use crate::acquisition::{random_delay, settle};
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::keys::{slot_keys, SlotKeys};
+pub(crate) use crate::keys::slot_keys;
+use crate::keys::SlotKeys;
 use crate::manager::Redlock;
 use crate::round::terms::round_terms;
 use crate::round::Grant;
-use crate::scripts::slot_status::Seen;
 use crate::value::{Companion, Ownership};
-pub use many::MAX_SLOT_BATCH;
-pub use options::{
-    SlotOptions, DEFAULT_SLOT_RETENTION, DEFAULT_SLOT_TTL, MAX_SLOT_NAME, MAX_SLOT_RETENTION,
-};
+
+pub use options::SlotOptions;
 pub use outcome::{SlotClaim, SlotRecord, SlotStatus};
 use round::{ClaimSpec, RoundOutcome, SlotToClaim};
 use run::RunInfo;
 pub use run::SlotRun;
+pub use slots::Slots;
 use undo::UndoClaim;
 
 impl Redlock {
-    /// Claims slot `slot` of `job` once across the fleet; see the [module docs](crate::slot)
-    /// for what wins when masters disagree and what "once" means.
-    ///
-    /// On [`SlotClaim::Claimed`] run the job, then [`SlotRun::complete`] it. Fenced when the
-    /// manager is ([`Redlock::fenced`],
-    /// [`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)): [`SlotRun::fence`] then
-    /// carries a token. Restart protection applies as for locks.
-    ///
-    /// # Errors
-    ///
-    /// * [`LockError::InvalidArgument`]: an empty or too long job or slot name, a claim TTL that
-    ///   is zero, too short for its drift or beyond the max TTL, a retention that is zero,
-    ///   shorter than the claim TTL or beyond [`MAX_SLOT_RETENTION`], or invalid lease options
-    ///   or minimum hold; nothing is sent;
-    /// * [`LockError::Contended`]: racing claimers split the vote in every round (none of them
-    ///   stands on a quorum, so nobody holds the slot): retryable, claim it again;
-    /// * [`LockError::QuorumUnreachable`]: too many masters failed (each listed: a `WRONGTYPE`
-    ///   key in the way shows here), after the manager's retries;
-    /// * [`LockError::ValidityExhausted`], [`LockError::FenceUnconfirmed`]: the claim won too
-    ///   late, or its token could not be stored on a quorum; it was undone.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future undoes, in the background, whatever it may have claimed (on the
-    /// same connections, behind the claims), at every await point: mid-round, and while a won
-    /// claim's fencing token is written back. The slot can then be claimed again; it never
-    /// reads as abandoned. A claim the caller received is a [`SlotRun`], which abandons the
-    /// slot when dropped.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use quorumlock::{SlotClaim, SlotOptions};
-    ///
-    /// # async fn nightly(_: Option<u64>) {}
-    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
-    /// let slot = "2026-11-30T02:00Z"; // from the schedule, not from the clock at pickup
-    /// match locks.fenced().claim_slot("nightly", slot, &SlotOptions::new()).await? {
-    ///     SlotClaim::Claimed(run) => {
-    ///         nightly(run.fence()).await;
-    ///         run.complete().await?;
-    ///     }
-    ///     SlotClaim::Completed(r) => println!("already ran on {:?}", r.runner),
-    ///     SlotClaim::RunningElsewhere(r) => println!("running on {:?}", r.runner),
-    ///     SlotClaim::Abandoned(r) => println!("{:?} died running it; not retried", r.runner),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn claim_slot(
-        &self,
-        job: &str,
-        slot: &str,
-        opts: &SlotOptions,
-    ) -> Result<SlotClaim, LockError> {
-        let span = tracing::debug_span!("claim_slot", job, slot, outcome = tracing::field::Empty);
-        let outcome = crate::traced::in_span(&span, self.claim_slot_inner(job, slot, opts)).await;
-        let text = match &outcome {
-            Ok(SlotClaim::Claimed(_)) => "claimed",
-            Ok(SlotClaim::Completed(_)) => "completed",
-            Ok(SlotClaim::RunningElsewhere(_)) => "running elsewhere",
-            Ok(SlotClaim::Abandoned(_)) => "abandoned",
-            Err(_) => "error",
-        };
-        span.record("outcome", text);
-        outcome
-    }
-
-    async fn claim_slot_inner(
+    pub(crate) async fn claim_slot_inner(
         &self,
         job: &str,
         slot: &str,
@@ -254,7 +186,7 @@ impl Redlock {
             };
             let (outcome, cleanup) = round::claim_one(nodes, slot, spec).await;
             // A final answer other than a win waits (at most a node timeout) for the undo of
-            // this round's own claim: the caller's next read (`slot_status`, a status page)
+            // this round's own claim: the caller's next read (`Slots::status`, a status page)
             // must not see it as a live claim (seen as a flaky `Running` status in a test).
             let delay = match outcome {
                 RoundOutcome::Won(won) => break won,
@@ -297,34 +229,6 @@ impl Redlock {
             &shared, won, keys, route, resource, job, slot, &runner, opts, lease_opts,
         )
         .await
-    }
-
-    /// Reads what a quorum of masters says about slot `slot` of `job` (for status pages),
-    /// changing nothing: [`SlotStatus::Completed`] if any master recorded a completion, else
-    /// [`SlotStatus::Running`] if any holds a live claim, else [`SlotStatus::Abandoned`] if any
-    /// remembers a claim, else [`SlotStatus::Free`]. The record is the one with the most
-    /// attempts among the masters with that answer.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::InvalidArgument`] for an empty or too long name;
-    /// [`LockError::QuorumUnreachable`] when fewer than a quorum answered (each failing master
-    /// listed).
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only: cancelling it leaves nothing behind.
-    pub async fn slot_status(&self, job: &str, slot: &str) -> Result<SlotStatus, LockError> {
-        options::check_names(job, slot)?;
-        let keys = slot_keys(self.config(), job, slot);
-        let resource = format!("{job}/{slot}");
-        let (seen, record) = round::status(&self.shared().nodes, &keys, &resource).await?;
-        Ok(match seen {
-            Seen::Free => SlotStatus::Free,
-            Seen::Running => SlotStatus::Running(record),
-            Seen::Completed => SlotStatus::Completed(record),
-            Seen::Abandoned => SlotStatus::Abandoned(record),
-        })
     }
 }
 

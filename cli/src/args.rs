@@ -56,7 +56,7 @@ pub(crate) struct Connection {
     pub(crate) nodes: Vec<String>,
 
     /// The prefix of every key quorumlock writes.
-    #[arg(long, global = true, default_value = quorumlock::DEFAULT_KEY_PREFIX)]
+    #[arg(long, global = true, default_value = quorumlock::defaults::KEY_PREFIX)]
     pub(crate) key_prefix: String,
 
     /// How long one request to one master may take before it counts as failed; beyond about

@@ -31,7 +31,7 @@ pub(crate) async fn run(locks: &Redlock, args: ElectArgs) -> u8 {
         opts = opts.deadline(deadline_after(tokio::time::Instant::now(), wait).into_std());
     }
     let leadership = tokio::select! {
-        won = locks.campaign(&args.name, &args.identity, opts) => match won {
+        won = locks.election(&args.name).campaign(&args.identity, opts) => match won {
             Ok(leadership) => leadership,
             Err(error) => return not_elected(&args.name, &error),
         },

@@ -94,10 +94,12 @@ fn manager(conn: &Connection) -> Result<Redlock, String> {
     let mut builder = Redlock::builder()
         .nodes(conn.nodes.iter().map(|n| n.trim().to_string()))
         .key_prefix(&conn.key_prefix)
-        .node_timeout(conn.node_timeout)
-        .fencing(true);
+        .node_timeout(conn.node_timeout);
     if let Some(max_ttl) = conn.restart_protection {
         builder = builder.max_ttl(max_ttl).restart_protection(true);
     }
-    builder.build().map_err(|e| e.to_string())
+    builder
+        .build()
+        .map(|locks| locks.fenced())
+        .map_err(|e| e.to_string())
 }

@@ -123,12 +123,12 @@ pub(crate) async fn claim(locks: &Redlock, args: &ExecArgs, slot: &str) -> Resul
     let who = |r: &quorumlock::SlotRecord| r.runner.clone().unwrap_or_else(|| "unknown".into());
     let give_up = tokio::time::Instant::now() + SPLIT_RETRY_FOR;
     let mut bound = SPLIT_RETRY_FIRST;
-    let mut claimed = locks.claim_slot(job, slot, &opts).await;
+    let mut claimed = locks.slots().claim(job, slot, &opts).await;
     while matches!(&claimed, Err(e) if e.is_contended()) && tokio::time::Instant::now() < give_up {
         let delay = jitter(bound);
         tokio::time::sleep(delay).await;
         bound = (bound * 2).min(Duration::from_millis(500));
-        claimed = locks.claim_slot(job, slot, &opts).await;
+        claimed = locks.slots().claim(job, slot, &opts).await;
     }
     match claimed {
         Ok(SlotClaim::Claimed(run)) => Ok(run),

@@ -345,9 +345,6 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         .nodes(cfg.nodes.clone())
         .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
         .retry_delay(Duration::from_millis(cfg.retry_delay_ms));
-    if cfg.fencing {
-        builder = builder.fencing(true);
-    }
     if cfg.restart_protection {
         builder = builder
             .restart_protection(true)
@@ -367,6 +364,7 @@ pub async fn run(cfg: ClientConfig) -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     let locks = builder.build()?;
+    let locks = if cfg.fencing { locks.fenced() } else { locks };
     if cfg.restart_protection && cfg.provision {
         // The masters are brand new: without this they would all sit out one max TTL.
         locks.provision().await?;

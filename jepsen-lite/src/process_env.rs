@@ -31,12 +31,12 @@ pub const NODE_TIMEOUT_MS: u64 = 100;
 /// How long the workers run before the first fault and before the checkers' window opens.
 pub const WARM_UP: Duration = Duration::from_secs(3);
 
-/// A manager builder with what every manager of these workloads has on: fencing, restart
-/// protection, and the max TTL that sizes restart protection's quarantine.
+/// A manager builder with what every manager of these workloads has on: restart protection,
+/// and the max TTL that sizes restart protection's quarantine. Callers make the built manager
+/// [`fenced`](Redlock::fenced).
 pub fn fenced_manager(nodes: Vec<String>, max_ttl: Duration) -> RedlockBuilder {
     Redlock::builder()
         .nodes(nodes)
-        .fencing(true)
         .restart_protection(true)
         .max_ttl(max_ttl)
 }
@@ -55,7 +55,8 @@ pub async fn worker_manager(
 ) -> Result<Redlock, Box<dyn Error>> {
     let locks = fenced_manager(nodes, max_ttl)
         .node_timeout(node_timeout)
-        .build()?;
+        .build()?
+        .fenced();
     let _ = locks.connect().await;
     Ok(locks)
 }
@@ -83,7 +84,9 @@ impl TrackedMasters {
         let cluster = tokio::task::block_in_place(|| {
             RedisCluster::start_with(MASTERS, MasterOptions::new())
         })?;
-        let admin = fenced_manager(cluster.urls(), Duration::from_millis(MAX_TTL_MS)).build()?;
+        let admin = fenced_manager(cluster.urls(), Duration::from_millis(MAX_TTL_MS))
+            .build()?
+            .fenced();
         admin.provision().await?;
         let quarantine = admin.restart_quarantine().unwrap_or_default();
         Ok(Self {

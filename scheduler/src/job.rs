@@ -157,7 +157,7 @@ impl Job {
     /// Kubernetes' `startingDeadlineSeconds`; later it counts as missed. Also how far back a
     /// starting worker looks for slots to catch up. Defaults to [`DEFAULT_STARTING_DEADLINE`]
     /// (60 s). At most the [retention](Self::retention), itself at most
-    /// [`quorumlock::MAX_SLOT_RETENTION`].
+    /// [`quorumlock::limits::MAX_SLOT_RETENTION`].
     ///
     /// It bounds a slot's first start (and the claims retried after a split vote), not the
     /// retry of a slot whose runner died: [`OnAbandoned::Retry`](crate::OnAbandoned::Retry)
@@ -288,10 +288,10 @@ impl Job {
                 reason,
             })
         };
-        if self.name.is_empty() || self.name.len() > quorumlock::MAX_SLOT_NAME {
+        if self.name.is_empty() || self.name.len() > quorumlock::limits::MAX_SLOT_NAME {
             return bad(format!(
                 "expected a name of 1 to {} bytes",
-                quorumlock::MAX_SLOT_NAME
+                quorumlock::limits::MAX_SLOT_NAME
             ));
         }
         if self.max_attempts == 0 {
@@ -314,21 +314,21 @@ impl Job {
         }
         // A slot may start until its deadline only while its record is kept: a worker that
         // started it later would find no record and run it again.
-        if self.starting_deadline > quorumlock::MAX_SLOT_RETENTION {
+        if self.starting_deadline > quorumlock::limits::MAX_SLOT_RETENTION {
             return bad(format!(
                 "starting deadline {} is longer than slot records can be kept ({}): expected \
                  at most that",
                 Readable(self.starting_deadline),
-                Readable(quorumlock::MAX_SLOT_RETENTION)
+                Readable(quorumlock::limits::MAX_SLOT_RETENTION)
             ));
         }
         let retention = self.effective_retention();
-        if retention < self.claim_ttl || retention > quorumlock::MAX_SLOT_RETENTION {
+        if retention < self.claim_ttl || retention > quorumlock::limits::MAX_SLOT_RETENTION {
             return bad(format!(
                 "retention {} out of range: expected between the claim TTL {} and {}",
                 Readable(retention),
                 Readable(self.claim_ttl),
-                Readable(quorumlock::MAX_SLOT_RETENTION)
+                Readable(quorumlock::limits::MAX_SLOT_RETENTION)
             ));
         }
         if retention < self.starting_deadline {

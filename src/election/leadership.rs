@@ -11,7 +11,7 @@ use crate::lease::{check_against, Plan, Renew};
 use crate::multi::guard::MultiLockGuard;
 use crate::{Lease, LeaseHandle, LeaseOptions};
 
-/// Leadership of an election, won by [`Redlock::campaign`](crate::Redlock::campaign): a lease
+/// Leadership of an election, won by [`Election::campaign`](crate::Election::campaign): a lease
 /// on the election's lock, renewed in the background, that carries the leader's identity and a
 /// fencing token.
 ///

@@ -1,4 +1,4 @@
-//! [`Redlock::observe`]: a stream of an election's leadership changes.
+//! [`Election::observe`]: a stream of an election's leadership changes.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -9,7 +9,8 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::time::Instant;
 
-use super::DEFAULT_POLL_EVERY;
+use super::Election;
+use crate::defaults;
 use crate::error::LockError;
 use crate::keys::announcement_key;
 use crate::keys::lock_keys;
@@ -39,7 +40,7 @@ impl Leader {
     }
 }
 
-/// The stream [`Redlock::observe`] returns: `Some(leader)` when a leadership begins,
+/// The stream [`Election::observe`] returns: `Some(leader)` when a leadership begins,
 /// `None` when there is no leader any more. Its first item is the state when it started.
 /// It never ends.
 #[must_use = "streams do nothing unless polled"]
@@ -82,31 +83,32 @@ struct Watch {
     every: Duration,
 }
 
-impl Redlock {
-    /// Observes election `name`: a stream of its leadership changes, each a new [`Leader`]
+impl Election<'_> {
+    /// Observes this election: a stream of its leadership changes, each a new [`Leader`]
     /// (identity and fencing token) or `None` for no leader, in the order they were seen.
     ///
     /// Woken by notifications of resignations and announcements, and polling every
-    /// [`DEFAULT_POLL_EVERY`] (100 ms) as the fallback (a leader whose lease ran out publishes
-    /// nothing). A change that is undone before the observer looks (a leader elected and gone
-    /// between two reads without a notification) is not seen; consecutive items always
-    /// differ. While fewer than a quorum of masters answer, or while a new leader has not
-    /// announced its token yet, nothing is emitted. A plain lock (no identity) on the
+    /// [`defaults::POLL_EVERY`](crate::defaults::POLL_EVERY) (100 ms) as the fallback (a leader
+    /// whose lease ran out publishes nothing). A change that is undone before the observer looks (a
+    /// leader elected and gone between two reads without a notification) is not seen; consecutive
+    /// items always differ. While fewer than a quorum of masters answer, or while a new leader has
+    /// not announced its token yet, nothing is emitted. A plain lock (no identity) on the
     /// election's name is not a leader: it shows as neither.
     ///
     /// # Errors
     ///
     /// [`LockError::InvalidArgument`] for an empty or reserved name.
-    pub fn observe(&self, name: &str) -> Result<Observer, LockError> {
-        let config = &self.shared().config;
+    pub fn observe(self) -> Result<Observer, LockError> {
+        let name = self.name();
+        let config = &self.locks.shared().config;
         let keys = lock_keys(config, name)?;
         let watch = Watch {
-            locks: self.clone(),
+            locks: self.locks.clone(),
             lock: keys.lock,
             announcement: announcement_key(&config.key_prefix, name),
             last: None,
             waiters: None,
-            every: DEFAULT_POLL_EVERY,
+            every: defaults::POLL_EVERY,
         };
         let stream = futures::stream::unfold(watch, |mut watch| async move {
             let next = watch.next().await;

@@ -2,7 +2,8 @@
 
 use std::future::Future;
 
-use super::{LeaseHandle, LeaseOptions, DEFAULT_LEASE_TTL};
+use super::{LeaseHandle, LeaseOptions};
+use crate::defaults;
 use crate::error::LockError;
 use crate::manager::Redlock;
 #[cfg(doc)]
@@ -12,10 +13,11 @@ impl Redlock {
     /// Acquires `resource` (with [`lock`](Self::lock)'s retry policy), runs `work` while a
     /// [`Lease`] keeps the lock alive, releases it, and returns what `work` returned.
     ///
-    /// `work` gets a [`LeaseHandle`] to check [`is_held`](LeaseHandle::is_held) before steps
-    /// that must not run without the lock, to watch [`lost`](LeaseHandle::lost), and to read
-    /// the [`fence`](LeaseHandle::fence) token on a [`fenced`](Self::fenced) manager. The TTL is
-    /// [`LeaseOptions::ttl`], [`DEFAULT_LEASE_TTL`] (30 s) if not set.
+    /// `work` gets a [`LeaseHandle`] to check [`is_held`](LeaseHandle::is_held) before steps that
+    /// must not run without the lock, to watch [`lost`](LeaseHandle::lost), and to read the
+    /// [`fence`](LeaseHandle::fence) token on a [`fenced`](Self::fenced) manager. The TTL is
+    /// [`LeaseOptions::ttl`], [`defaults::LEASE_TTL`](crate::defaults::LEASE_TTL) (30 s) if not
+    /// set.
     ///
     /// When the lease is lost, the work is **cancelled** (its future is dropped, so it stops at
     /// its current `.await`) unless [`cancel_on_loss`](LeaseOptions::cancel_on_loss) is
@@ -78,7 +80,7 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         // Every option is checked before any master is asked.
-        let resolved = opts.resolve(DEFAULT_LEASE_TTL)?;
+        let resolved = opts.resolve(defaults::LEASE_TTL)?;
         super::check_against(self.config(), resolved)?;
         super::min_hold::check(self.config(), opts.hold())?;
         let guard = self.lock(resource, resolved.ttl).await?;

@@ -4,12 +4,6 @@ use std::time::Duration;
 
 use crate::error::InvalidArgument;
 
-/// The TTL [`Redlock::run_exclusive`](crate::Redlock::run_exclusive) acquires and renews with
-/// when [`LeaseOptions::ttl`] is not set: 30 s (the lock watchdog timeout Redisson made
-/// familiar). Short enough that a crashed holder frees the resource soon, long enough that a
-/// few slow renewals never lose it.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
-
 /// How a [`Lease`](crate::Lease) keeps its lock alive: the TTL each renewal sets, how often it
 /// renews, a cap on the total hold time, and whether
 /// [`run_exclusive`](crate::Redlock::run_exclusive) cancels the work when the lock is lost.
@@ -72,9 +66,11 @@ impl LeaseOptions {
     /// The TTL each renewal sets on the masters (truncated to whole milliseconds). The lock
     /// outlives a crashed holder by at most this much. At least 1 ms, longer than its drift
     /// allowance, and at most the manager's [`max_ttl`](crate::RedlockBuilder::max_ttl)
-    /// ([`MAX_TTL`](crate::MAX_TTL) by default), as for any lock. Defaults to the guard's current
-    /// [`ttl`](crate::LockGuard::ttl) for [`keep_alive`](crate::LockGuard::keep_alive), and to
-    /// [`DEFAULT_LEASE_TTL`] (30 s) for [`run_exclusive`](crate::Redlock::run_exclusive).
+    /// ([`limits::MAX_TTL`](crate::limits::MAX_TTL) by default), as for any lock. Defaults to the
+    /// guard's current [`ttl`](crate::LockGuard::ttl) for
+    /// [`keep_alive`](crate::LockGuard::keep_alive), and to
+    /// [`defaults::LEASE_TTL`](crate::defaults::LEASE_TTL) (30 s) for
+    /// [`run_exclusive`](crate::Redlock::run_exclusive).
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);

@@ -12,7 +12,7 @@ use crate::round::{Grant, Holders, Nodes};
 use crate::shared::Shared;
 
 /// Several resources locked together on a quorum of masters (by
-/// [`Redlock::lock_all`](crate::Redlock::lock_all)), valid until
+/// [`LockSet::lock`](crate::LockSet::lock)), valid until
 /// [`valid_until`](Self::valid_until). Every master of the quorum granted **all** of them in
 /// one atomic step; extend and release act on all of them together.
 ///

@@ -1,4 +1,4 @@
-//! A set of lock keys seen as one: the keys of a `lock_all` (or of an election), and the
+//! A set of lock keys seen as one: the keys of a lock set (or of an election), and the
 //! [`Master`] that acquires, extends and releases them together on one master.
 //!
 //! The quorum round ([`crate::round`]) is written against one [`Master`] and one key. Rather
@@ -13,15 +13,12 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::error::{InvalidArgument, NodeErrorKind};
 use crate::keys::lock_keys;
+use crate::limits;
 use crate::round::master::{AcquireReply, AcquireRequest, Master};
 use crate::round::{LockKeys, Nodes};
 use crate::scripts::SetAcquire;
 use crate::transport::node::RedisNode;
 use crate::value::Ownership;
-
-/// The most resources [`Redlock::lock_all`](crate::Redlock::lock_all) locks at once. Each is a
-/// key (two with fencing) in one script that blocks its master while it runs.
-pub const MAX_LOCK_ALL: usize = 64;
 
 /// Separates the random part of a lock value from the identity an election stores after it.
 /// The random part is always 32 hex digits, so the identity starts at byte 33 whatever it
@@ -60,10 +57,10 @@ impl KeySet {
         if resources.is_empty() {
             return Err(InvalidArgument::NoResources);
         }
-        if resources.len() > MAX_LOCK_ALL {
+        if resources.len() > limits::MAX_SET_SIZE {
             return Err(InvalidArgument::TooManyResources {
                 count: resources.len(),
-                max: MAX_LOCK_ALL,
+                max: limits::MAX_SET_SIZE,
             });
         }
         let mut entries = resources
@@ -258,11 +255,11 @@ mod tests {
     use super::*;
 
     fn config(fencing: bool) -> Config {
-        let (config, _) = crate::RedlockBuilder::default()
+        let (mut config, _) = crate::RedlockBuilder::default()
             .nodes(["redis://127.0.0.1:1"])
-            .fencing(fencing)
             .validate()
             .expect("valid settings");
+        config.fencing = fencing;
         config
     }
 
@@ -288,10 +285,10 @@ mod tests {
             KeySet::new(&config(false), &["x", "y", "x"]).err(),
             Some(InvalidArgument::DuplicateResource("x".into()))
         );
-        let many: Vec<String> = (0..=MAX_LOCK_ALL).map(|i| i.to_string()).collect();
+        let many: Vec<String> = (0..=limits::MAX_SET_SIZE).map(|i| i.to_string()).collect();
         assert!(matches!(
             KeySet::new(&config(false), &many).err(),
-            Some(InvalidArgument::TooManyResources { count, .. }) if count == MAX_LOCK_ALL + 1
+            Some(InvalidArgument::TooManyResources { count, .. }) if count == limits::MAX_SET_SIZE + 1
         ));
     }
 

@@ -100,28 +100,29 @@ pub(crate) fn validate_ttl(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::MAX_TTL;
+    use crate::limits;
 
     #[test]
     fn ttl_validation() {
         assert_eq!(
-            validate_ttl(Duration::ZERO, 0.01, MAX_TTL).err(),
+            validate_ttl(Duration::ZERO, 0.01, limits::MAX_TTL).err(),
             Some(InvalidArgument::ZeroTtl(Duration::ZERO))
         );
         assert_eq!(
-            validate_ttl(Duration::from_micros(900), 0.01, MAX_TTL).err(),
+            validate_ttl(Duration::from_micros(900), 0.01, limits::MAX_TTL).err(),
             Some(InvalidArgument::ZeroTtl(Duration::from_micros(900)))
         );
         assert!(matches!(
-            validate_ttl(Duration::from_millis(2), 0.01, MAX_TTL),
+            validate_ttl(Duration::from_millis(2), 0.01, limits::MAX_TTL),
             Err(InvalidArgument::TtlTooShort { .. })
         ));
         assert!(matches!(
-            validate_ttl(Duration::MAX, 0.01, MAX_TTL),
+            validate_ttl(Duration::MAX, 0.01, limits::MAX_TTL),
             Err(InvalidArgument::TtlTooLong { .. })
         ));
-        let terms = validate_ttl(Duration::from_micros(10_500), 0.01, MAX_TTL).expect("valid");
+        let terms =
+            validate_ttl(Duration::from_micros(10_500), 0.01, limits::MAX_TTL).expect("valid");
         assert_eq!(terms.ttl, Duration::from_millis(10));
-        assert!(validate_ttl(MAX_TTL, 0.5, MAX_TTL).is_ok());
+        assert!(validate_ttl(limits::MAX_TTL, 0.5, limits::MAX_TTL).is_ok());
     }
 }

@@ -7,12 +7,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The longest TTL accepted: 2^53 − 1 ms, about 285,000 years. The scripts carry TTLs as Lua
-/// numbers (doubles), exact up to 2^53, and Redis hands larger ones to `PEXPIRE` in exponent
-/// notation from 10^17 on, which it refuses; Redis itself accepts a `PX` up to a signed 64-bit
-/// millisecond count, far above.
-pub const MAX_TTL: Duration = Duration::from_millis((1 << 53) - 1);
-
 /// The fixed part of the drift allowance: Redis expires keys with 1 ms precision, plus 1 ms of
 /// minimum drift for short TTLs (the reference implementation's constant).
 pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);

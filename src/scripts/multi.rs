@@ -1,5 +1,5 @@
 //! Scripts on a set of lock keys at once: all-or-nothing acquire, release and extend (for
-//! [`Redlock::lock_all`](crate::Redlock::lock_all) and elections), the fence raise over several
+//! [`LockSet::lock`](crate::LockSet::lock) and elections), the fence raise over several
 //! counters, and an election's announcement.
 //!
 //! Every script takes the set's lock keys first, sorted, so that each request about the set

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use futures::stream::StreamExt;
 
-use super::many::MAX_SLOT_BATCH;
 use super::round::{self, Finish};
 use super::run::SlotRun;
 use crate::error::LockError;
+use crate::limits;
 use crate::scripts::slot_finish::Ending;
 
 /// Attempts per completion, as [`SlotRun::complete`] makes.
@@ -18,13 +18,13 @@ const RELEASES_IN_FLIGHT: usize = 32;
 
 impl SlotRun {
     /// Completes many runs at once, each exactly as [`complete`](Self::complete) would (the
-    /// completion recorded on every master that answers, `Ok` once a quorum holds it, retried
-    /// twice after a retryable failure, then the claim released), with one request per master
-    /// for the completions of up to [`MAX_SLOT_BATCH`] runs of one manager instead of one per
-    /// run: for a scheduler whose many jobs end together. The same request releases the
-    /// claims; those it could not release (a completion not recorded, or a minimum hold) are
-    /// released a few dozen at a time. Returns one outcome per run, in order; an empty list
-    /// gives an empty answer.
+    /// completion recorded on every master that answers, `Ok` once a quorum holds it, retried twice
+    /// after a retryable failure, then the claim released), with one request per master for the
+    /// completions of up to [`limits::MAX_SLOT_BATCH`](crate::limits::MAX_SLOT_BATCH) runs of one
+    /// manager instead of one per run: for a scheduler whose many jobs end together. The same
+    /// request releases the claims; those it could not release (a completion not recorded, or a
+    /// minimum hold) are released a few dozen at a time. Returns one outcome per run, in order; an
+    /// empty list gives an empty answer.
     ///
     /// # Errors
     ///
@@ -43,7 +43,7 @@ impl SlotRun {
     /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
     /// let due = [("report", "2026-11-30T02:00Z"), ("backup", "2026-11-30T02:00Z")];
     /// let mut runs = Vec::new();
-    /// for outcome in locks.claim_slots(&due, &SlotOptions::new()).await? {
+    /// for outcome in locks.slots().claim_many(&due, &SlotOptions::new()).await? {
     ///     if let Ok(SlotClaim::Claimed(run)) = outcome {
     ///         // run the job of run.job(), then:
     ///         runs.push(run);
@@ -61,7 +61,7 @@ impl SlotRun {
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for (j, run) in runs.iter().enumerate() {
             let fits = groups.iter_mut().find(|g| {
-                g.len() < MAX_SLOT_BATCH
+                g.len() < limits::MAX_SLOT_BATCH
                     && g.first()
                         .and_then(|&k| runs.get(k))
                         .is_some_and(|other| Arc::ptr_eq(&other.info.shared, &run.info.shared))

@@ -1,4 +1,4 @@
-//! [`Redlock::claim_slots`]: many slots claimed in one request per master.
+//! [`Slots::claim_many`](crate::Slots::claim_many): many slots claimed in one request per master.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -11,78 +11,13 @@ use super::{hand_over, split_backoff};
 use crate::acquisition::settle;
 use crate::error::{InvalidArgument, LockError};
 use crate::keys::slot_keys;
+use crate::limits;
 use crate::manager::Redlock;
 use crate::round::terms::round_terms;
 use crate::value::Ownership;
 
-/// The most slots [`Redlock::claim_slots`] claims in one call: each master runs the whole batch
-/// in one script, during which it serves nobody else, so a batch is kept to a few milliseconds.
-pub const MAX_SLOT_BATCH: usize = 1000;
-
 impl Redlock {
-    /// Claims many slots at once, each exactly as [`claim_slot`](Self::claim_slot) would, in one
-    /// request per master per round instead of one per slot: for a scheduler with many jobs
-    /// falling due at the same instant. `slots` lists `(job, slot)` pairs; the answer has one
-    /// outcome per pair, in order.
-    ///
-    /// Every slot is tallied on its own (what wins when masters disagree, validity, restart
-    /// protection, fencing tokens, split votes: see the [module docs](crate::slot)); the round
-    /// is decided once every slot won or every master answered. Slots whose vote split go into
-    /// the next round, up to the manager's [`retry_count`](crate::RedlockBuilder::retry_count);
-    /// the others are settled. Unlike a single claim, a slot whose round failed (too few
-    /// masters answered within the node timeout, validity or a fencing token ran out) is not
-    /// tried again: when many slots fall due together, masters that fall behind fail whole
-    /// batches, and retrying them (after undoing them) adds to the load that made them late.
-    /// The error is retryable; the caller claims the slot again if it still wants it. `opts`
-    /// applies to every slot.
-    ///
-    /// # Errors
-    ///
-    /// The outer error, before any master is asked: [`LockError::InvalidArgument`] for no slot
-    /// ([`NoSlots`](InvalidArgument::NoSlots)), more than [`MAX_SLOT_BATCH`]
-    /// ([`TooManySlots`](InvalidArgument::TooManySlots)), a pair given twice
-    /// ([`DuplicateSlot`](InvalidArgument::DuplicateSlot)), a bad name, or the options
-    /// [`claim_slot`](Self::claim_slot) rejects. Each slot's own outcome carries the errors
-    /// of [`claim_slot`](Self::claim_slot).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future undoes, in the background, whatever it may have claimed, on every
-    /// master, at every await point: mid-round, while a won slot's fencing token is written
-    /// back, and after some slots were handed over while others wait for another round (runs
-    /// the caller never received are undone, not abandoned). Every slot it did not return can
-    /// be claimed again.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use quorumlock::{SlotClaim, SlotOptions};
-    ///
-    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
-    /// let due = [("report", "2026-11-30T02:00Z"), ("backup", "2026-11-30T02:00Z")];
-    /// for outcome in locks.claim_slots(&due, &SlotOptions::new()).await? {
-    ///     if let Ok(SlotClaim::Claimed(run)) = outcome {
-    ///         // run the job of run.job(), then:
-    ///         run.complete().await?;
-    ///     }
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn claim_slots<J, S>(
-        &self,
-        slots: &[(J, S)],
-        opts: &SlotOptions,
-    ) -> Result<Vec<Result<SlotClaim, LockError>>, LockError>
-    where
-        J: AsRef<str>,
-        S: AsRef<str>,
-    {
-        let span = tracing::debug_span!("claim_slots", slots = slots.len());
-        crate::traced::in_span(&span, self.claim_slots_inner(slots, opts)).await
-    }
-
-    async fn claim_slots_inner<J, S>(
+    pub(crate) async fn claim_slots_inner<J, S>(
         &self,
         slots: &[(J, S)],
         opts: &SlotOptions,
@@ -235,10 +170,10 @@ fn check_batch<J: AsRef<str>, S: AsRef<str>>(
     if slots.is_empty() {
         return Err(InvalidArgument::NoSlots);
     }
-    if slots.len() > MAX_SLOT_BATCH {
+    if slots.len() > limits::MAX_SLOT_BATCH {
         return Err(InvalidArgument::TooManySlots {
             count: slots.len(),
-            max: MAX_SLOT_BATCH,
+            max: limits::MAX_SLOT_BATCH,
         });
     }
     let mut seen = HashSet::with_capacity(slots.len());
@@ -271,17 +206,17 @@ mod tests {
                 slot: "1".into()
             })
         );
-        let many: Vec<(String, String)> = (0..=MAX_SLOT_BATCH)
+        let many: Vec<(String, String)> = (0..=limits::MAX_SLOT_BATCH)
             .map(|i| ("job".to_string(), i.to_string()))
             .collect();
         assert_eq!(
             check_batch(&many, &opts),
             Err(InvalidArgument::TooManySlots {
-                count: MAX_SLOT_BATCH + 1,
-                max: MAX_SLOT_BATCH
+                count: limits::MAX_SLOT_BATCH + 1,
+                max: limits::MAX_SLOT_BATCH
             })
         );
-        assert!(check_batch(&many[..MAX_SLOT_BATCH], &opts).is_ok());
+        assert!(check_batch(&many[..limits::MAX_SLOT_BATCH], &opts).is_ok());
         assert!(matches!(
             check_batch(&[("a", "")], &opts),
             Err(InvalidArgument::SlotName { .. })

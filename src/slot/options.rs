@@ -3,23 +3,12 @@
 
 use std::time::Duration;
 
+use crate::defaults;
 use crate::error::InvalidArgument;
 use crate::lease::LeaseOptions;
+use crate::limits;
 
-/// The claim TTL [`SlotOptions::new`] starts with: 30 s, like
-/// [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL).
-pub const DEFAULT_SLOT_TTL: Duration = Duration::from_secs(30);
-
-/// How long [`SlotOptions::new`] keeps a slot's record: 24 hours.
-pub const DEFAULT_SLOT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The longest retention accepted: 400 days (a yearly job's slots, with a margin).
-pub const MAX_SLOT_RETENTION: Duration = Duration::from_secs(400 * 24 * 60 * 60);
-
-/// The longest job or slot name accepted, in bytes: names become parts of keys.
-pub const MAX_SLOT_NAME: usize = 1024;
-
-/// How [`Redlock::claim_slot`](crate::Redlock::claim_slot) claims a slot: the running claim's
+/// How [`Slots::claim`](crate::Slots::claim) claims a slot: the running claim's
 /// TTL (renewed by its lease), how long the slot's record is kept, whether a slot whose runner
 /// died may be claimed again, and an optional minimum hold.
 ///
@@ -51,8 +40,8 @@ pub struct SlotOptions {
 impl Default for SlotOptions {
     fn default() -> Self {
         Self {
-            ttl: DEFAULT_SLOT_TTL,
-            retention: DEFAULT_SLOT_RETENTION,
+            ttl: defaults::SLOT_TTL,
+            retention: defaults::SLOT_RETENTION,
             retry_abandoned: false,
             lease: LeaseOptions::new(),
             hold_at_least: None,
@@ -68,25 +57,27 @@ impl SlotOptions {
         Self::default()
     }
 
-    /// The TTL of the running claim (whole milliseconds): its lease renews it while the job
-    /// runs, so it is also how long a slot stays "running" after its runner died before it
-    /// counts as abandoned. Same limits as any lock TTL. Defaults to [`DEFAULT_SLOT_TTL`] (30 s).
+    /// The TTL of the running claim (whole milliseconds): its lease renews it while the job runs,
+    /// so it is also how long a slot stays "running" after its runner died before it counts as
+    /// abandoned. Same limits as any lock TTL. Defaults to
+    /// [`defaults::SLOT_TTL`](crate::defaults::SLOT_TTL) (30 s).
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
-    /// How long the slot's record (claimed, completed, abandoned) is kept on the masters after
-    /// its run ended: after its completion or abandonment was written, or, for a runner that
-    /// died, after its claim ran out (one lease TTL after its last renewal). A host that fires
-    /// this late after the run ended still sees "completed" (or "abandoned"): with workers
-    /// whose clocks differ, longer than the time between the first claim of a slot and the
-    /// last (skew plus how late a worker may start it). A run longer than the retention keeps
-    /// the record alive with its claim (each renewal keeps it for the renewed TTL plus the
-    /// retention), so a record never expires under a live run. At least the claim TTL and the
-    /// [minimum hold](Self::hold_at_least), at most [`MAX_SLOT_RETENTION`]. Defaults to
-    /// [`DEFAULT_SLOT_RETENTION`] (24 h).
+    /// How long the slot's record (claimed, completed, abandoned) is kept on the masters after its
+    /// run ended: after its completion or abandonment was written, or, for a runner that died,
+    /// after its claim ran out (one lease TTL after its last renewal). A host that fires this late
+    /// after the run ended still sees "completed" (or "abandoned"): with workers whose clocks
+    /// differ, longer than the time between the first claim of a slot and the last (skew plus how
+    /// late a worker may start it). A run longer than the retention keeps the record alive with its
+    /// claim (each renewal keeps it for the renewed TTL plus the retention), so a record never
+    /// expires under a live run. At least the claim TTL and the [minimum
+    /// hold](Self::hold_at_least), at most
+    /// [`limits::MAX_SLOT_RETENTION`](crate::limits::MAX_SLOT_RETENTION). Defaults to
+    /// [`defaults::SLOT_RETENTION`](crate::defaults::SLOT_RETENTION) (24 h).
     #[must_use]
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
@@ -122,10 +113,11 @@ impl SlotOptions {
         self
     }
 
-    /// The runner's name recorded with the slot (shown by
-    /// [`slot_status`](crate::Redlock::slot_status) and in [`SlotRecord`](crate::SlotRecord)).
-    /// 1 to [`MAX_SLOT_NAME`] bytes (a longer name is refused when claiming: it would be stored
-    /// with every record). Defaults to the host name and process id, `host:pid`.
+    /// The runner's name recorded with the slot (shown by [`Slots::status`](crate::Slots::status)
+    /// and in [`SlotRecord`](crate::SlotRecord)). 1 to
+    /// [`limits::MAX_SLOT_NAME`](crate::limits::MAX_SLOT_NAME) bytes (a longer name is refused when
+    /// claiming: it would be stored with every record). Defaults to the host name and process id,
+    /// `host:pid`.
     #[must_use]
     pub fn runner(mut self, name: impl Into<String>) -> Self {
         self.runner = Some(name.into());
@@ -170,11 +162,11 @@ impl SlotOptions {
         if self.retention.is_zero() {
             return Err(InvalidArgument::ZeroRetention);
         }
-        if self.retention > MAX_SLOT_RETENTION || self.retention < self.ttl {
+        if self.retention > limits::MAX_SLOT_RETENTION || self.retention < self.ttl {
             return Err(InvalidArgument::Retention {
                 retention: self.retention,
                 ttl: self.ttl,
-                max: MAX_SLOT_RETENTION,
+                max: limits::MAX_SLOT_RETENTION,
             });
         }
         Ok(())
@@ -189,11 +181,11 @@ pub(crate) fn check_names(job: &str, slot: &str) -> Result<(), InvalidArgument> 
 
 /// Checks one name (`what` says which): not empty, not too long.
 fn check_name(what: &'static str, name: &str) -> Result<(), InvalidArgument> {
-    if name.is_empty() || name.len() > MAX_SLOT_NAME {
+    if name.is_empty() || name.len() > limits::MAX_SLOT_NAME {
         return Err(InvalidArgument::SlotName {
             what,
             len: name.len(),
-            max: MAX_SLOT_NAME,
+            max: limits::MAX_SLOT_NAME,
         });
     }
     Ok(())
@@ -226,7 +218,7 @@ mod tests {
             ok.check("job", ""),
             Err(InvalidArgument::SlotName { what: "slot", .. })
         ));
-        let long = "x".repeat(MAX_SLOT_NAME + 1);
+        let long = "x".repeat(limits::MAX_SLOT_NAME + 1);
         assert!(ok.check(&long, "slot").is_err());
         assert_eq!(
             SlotOptions::new().retention(Duration::ZERO).check("j", "s"),
@@ -247,7 +239,7 @@ mod tests {
             "{runner}"
         );
         assert_eq!(SlotOptions::new().runner("a").runner_name(), "a");
-        for bad in [String::new(), "r".repeat(MAX_SLOT_NAME + 1)] {
+        for bad in [String::new(), "r".repeat(limits::MAX_SLOT_NAME + 1)] {
             assert!(matches!(
                 SlotOptions::new().runner(bad).check("j", "s"),
                 Err(InvalidArgument::SlotName { what: "runner", .. })

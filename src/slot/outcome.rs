@@ -3,7 +3,7 @@
 
 use super::run::SlotRun;
 
-/// The outcome of [`Redlock::claim_slot`](crate::Redlock::claim_slot).
+/// The outcome of [`Slots::claim`](crate::Slots::claim).
 #[derive(Debug)]
 #[must_use = "a claimed slot must be run and completed (dropping the run abandons it)"]
 pub enum SlotClaim {
@@ -45,7 +45,7 @@ impl SlotClaim {
 
 pub use crate::scripts::slot_status::SlotRecord;
 
-/// What a quorum says about a slot; from [`Redlock::slot_status`](crate::Redlock::slot_status).
+/// What a quorum says about a slot; from [`Slots::status`](crate::Slots::status).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SlotStatus {

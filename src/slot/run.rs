@@ -74,8 +74,7 @@ impl SlotRun {
     }
 
     /// The fencing token of this claim on a fenced manager
-    /// ([`Redlock::fenced`](crate::Redlock::fenced) or
-    /// [`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)), else `None`.
+    /// ([`Redlock::fenced`](crate::Redlock::fenced)), else `None`.
     ///
     /// Drawn from the counter of the resource named like the job: it is higher than the token
     /// of every earlier claim of any slot of the job (and of every earlier fenced lock on the

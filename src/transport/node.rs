@@ -31,7 +31,7 @@ use crate::transport::reply::{flag_reply, set_nx_reply};
 use crate::transport::resp::{Command, Decimal, Reply};
 use crate::value::Ownership;
 
-// Operations on a set of keys at once (lock_all, elections): a child module, so that it uses
+// Operations on a set of keys at once (lock sets, elections): a child module, so that it uses
 // this node's private request path rather than widening it.
 mod keyset;
 // Hold-at-least releases (src/guard/hold.rs): their script goes through this node's private

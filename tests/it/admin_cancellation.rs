@@ -14,8 +14,9 @@ use crate::support;
 use std::cell::RefCell;
 use std::time::Duration;
 
+use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
-use quorumlock::{Redlock, DEFAULT_KEY_PREFIX};
+use quorumlock::Redlock;
 use support::sweep::cancellation_sweep;
 use support::{builder, cluster, epoch_key, grant, patient_builder};
 
@@ -84,7 +85,7 @@ async fn a_dropped_master_uptimes_changes_nothing() {
 
 /// The provisioning record's key with the default prefix.
 fn record_key() -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}provisioned")
+    format!("{KEY_PREFIX}\u{1f}provisioned")
 }
 
 /// The `run_id` of `master`'s process.

@@ -51,7 +51,7 @@ async fn setup() -> (RedisCluster, Redlock, Redlock) {
 async fn nothing_held(cluster: &RedisCluster, other: &Redlock, resources: &[&str], k: usize) {
     let what = format!("{resources:?} lockable again after a drop at poll {k}");
     wait_until_async(&what, PATIENCE, || async {
-        match other.try_lock_all(resources, TTL).await {
+        match other.set(resources).try_lock(TTL).await {
             Ok(guard) => guard.release().await.is_ok(),
             Err(_) => false,
         }
@@ -210,12 +210,12 @@ async fn acquisitions_beside_a_paused_master_leave_nothing_when_dropped() {
     .await;
     let set = ["pa", "pb"];
     sweep_acquire(&cluster, &other, &set, || async {
-        boxed(locks.lock_all(&set, TTL).await)
+        boxed(locks.set(&set).lock(TTL).await)
     })
     .await;
     let opts = || CampaignOptions::new().lease(LeaseOptions::new().ttl(TTL));
     sweep_acquire(&cluster, &other, &["pleader"], || async {
-        boxed(locks.campaign("pleader", "host-a", opts()).await)
+        boxed(locks.election("pleader").campaign("host-a", opts()).await)
     })
     .await;
     cluster
@@ -232,17 +232,18 @@ async fn set_acquisitions_leave_nothing_when_dropped() {
     let (cluster, locks, other) = setup().await;
     let set = ["a", "b", "c"];
     sweep_acquire(&cluster, &other, &set, || async {
-        boxed(locks.try_lock_all(&set, TTL).await)
+        boxed(locks.set(&set).try_lock(TTL).await)
     })
     .await;
     sweep_acquire(&cluster, &other, &set, || async {
-        boxed(locks.lock_all(&set, TTL).await)
+        boxed(locks.set(&set).lock(TTL).await)
     })
     .await;
     sweep_acquire(&cluster, &other, &set, || async {
         boxed(
             locks
-                .lock_all_until(&set, TTL, Instant::now() + PATIENCE)
+                .set(&set)
+                .lock_until(TTL, Instant::now() + PATIENCE)
                 .await,
         )
     })
@@ -255,7 +256,7 @@ async fn a_dropped_campaign_leaves_no_leader() {
     let (cluster, locks, other) = setup().await;
     let opts = || CampaignOptions::new().lease(LeaseOptions::new().ttl(TTL));
     sweep_acquire(&cluster, &other, &["leader"], || async {
-        boxed(locks.campaign("leader", "host-a", opts()).await)
+        boxed(locks.election("leader").campaign("host-a", opts()).await)
     })
     .await;
 }
@@ -310,7 +311,7 @@ async fn releases_and_extensions_leave_nothing_when_dropped() {
 
     let set = ["x", "y"];
     let next_set: Arc<Mutex<Option<quorumlock::MultiLockGuard>>> = Arc::default();
-    *next_set.lock().expect("unpoisoned") = Some(locks.lock_all(&set, TTL).await.expect("lock"));
+    *next_set.lock().expect("unpoisoned") = Some(locks.set(&set).lock(TTL).await.expect("lock"));
     let swept = cancellation_sweep(
         || {
             let guard = next_set
@@ -323,13 +324,13 @@ async fn releases_and_extensions_leave_nothing_when_dropped() {
         async |k| {
             nothing_held(&cluster, &other, &set, k).await;
             *next_set.lock().expect("unpoisoned") =
-                Some(locks.lock_all(&set, TTL).await.expect("lock"));
+                Some(locks.set(&set).lock(TTL).await.expect("lock"));
         },
         MAX_POLLS,
     )
     .await;
     swept.output.expect("released");
-    *next_set.lock().expect("unpoisoned") = Some(locks.lock_all(&set, TTL).await.expect("lock"));
+    *next_set.lock().expect("unpoisoned") = Some(locks.set(&set).lock(TTL).await.expect("lock"));
     let swept = cancellation_sweep(
         || {
             let mut guard = next_set
@@ -342,7 +343,7 @@ async fn releases_and_extensions_leave_nothing_when_dropped() {
         async |k| {
             nothing_held(&cluster, &other, &set, k).await;
             *next_set.lock().expect("unpoisoned") =
-                Some(locks.lock_all(&set, TTL).await.expect("lock"));
+                Some(locks.set(&set).lock(TTL).await.expect("lock"));
         },
         MAX_POLLS,
     )
@@ -414,7 +415,8 @@ async fn lease_releases_and_resignations_leave_nothing_when_dropped() {
     let drops = sweep_end(
         || async {
             locks
-                .campaign("chair", "host-a", opts())
+                .election("chair")
+                .campaign("host-a", opts())
                 .await
                 .expect("elected")
         },

@@ -99,7 +99,7 @@ async fn connect_names_the_master_it_cannot_reach() {
 
 #[tokio::test]
 async fn connections_per_node_out_of_range_is_a_config_error() {
-    for bad in [0, quorumlock::MAX_CONNECTIONS_PER_NODE + 1] {
+    for bad in [0, quorumlock::limits::MAX_CONNECTIONS_PER_NODE + 1] {
         let error = builder(&["redis://127.0.0.1:1"])
             .connections_per_node(bad)
             .build()

@@ -43,7 +43,8 @@ async fn one_leader_at_a_time_among_three_campaigners() {
             tokio::spawn(async move {
                 for _ in 0..TERMS {
                     let leadership = locks
-                        .campaign("scheduler", identity, short_lease())
+                        .election("scheduler")
+                        .campaign(identity, short_lease())
                         .await
                         .expect("elected");
                     assert_eq!(leadership.identity(), identity);
@@ -81,12 +82,13 @@ async fn resign_hands_over_promptly_to_a_waiting_campaigner() {
     let cluster = cluster(3);
     let (a, b) = (manager(&cluster), manager(&cluster));
     let first = a
-        .campaign("scheduler", "host-a", long_lease())
+        .election("scheduler")
+        .campaign("host-a", long_lease())
         .await
         .expect("A elected");
     let waiting = tokio::spawn(async move {
         let opts = long_lease().poll_every(Duration::from_secs(60));
-        let leadership = b.campaign("scheduler", "host-b", opts).await;
+        let leadership = b.election("scheduler").campaign("host-b", opts).await;
         (leadership, Instant::now())
     });
     // B is refused once, then waits in line, subscribed: give it time to get there.
@@ -119,7 +121,8 @@ async fn leadership_is_lost_when_a_majority_dies() {
     let mut cluster = cluster(3);
     let locks = manager(&cluster);
     let leadership = locks
-        .campaign("scheduler", "host-a", short_lease())
+        .election("scheduler")
+        .campaign("host-a", short_lease())
         .await
         .expect("elected");
     assert!(leadership.is_held());
@@ -151,11 +154,12 @@ async fn next(observer: &mut quorumlock::Observer) -> Option<quorumlock::Leader>
 async fn observers_see_every_change_in_order() {
     let cluster = cluster(3);
     let (a, b, watcher) = (manager(&cluster), manager(&cluster), manager(&cluster));
-    let mut observer = watcher.observe("scheduler").expect("observe");
+    let mut observer = watcher.election("scheduler").observe().expect("observe");
     assert_eq!(next(&mut observer).await, None, "nobody leads at first");
 
     let first = a
-        .campaign("scheduler", "host-a", short_lease())
+        .election("scheduler")
+        .campaign("host-a", short_lease())
         .await
         .expect("A elected");
     let seen = next(&mut observer).await.expect("A leads");
@@ -163,7 +167,8 @@ async fn observers_see_every_change_in_order() {
     let a_fence = first.fence();
 
     let waiting = tokio::spawn(async move {
-        b.campaign("scheduler", "host-b", short_lease())
+        b.election("scheduler")
+            .campaign("host-b", short_lease())
             .await
             .expect("B elected")
     });
@@ -201,7 +206,8 @@ async fn observers_see_a_dead_leaders_leadership_expire() {
         runtime.block_on(async {
             let locks = support::builder(&urls).build().expect("build manager");
             let leadership = locks
-                .campaign("scheduler", "host-a", short_lease())
+                .election("scheduler")
+                .campaign("host-a", short_lease())
                 .await
                 .expect("A elected");
             std::mem::forget(leadership);
@@ -209,7 +215,7 @@ async fn observers_see_a_dead_leaders_leadership_expire() {
     })
     .join()
     .expect("the leader's thread");
-    let mut observer = watcher.observe("scheduler").expect("observe");
+    let mut observer = watcher.election("scheduler").observe().expect("observe");
     let seen = observer.next().await.flatten().expect("A leads");
     assert_eq!(seen.identity(), "host-a");
     // The 2 s lease's keys expire unannounced.
@@ -227,33 +233,38 @@ async fn bad_identities_and_names_are_refused() {
     for identity in [
         "",
         "two\nlines",
-        &"x".repeat(quorumlock::MAX_IDENTITY_LEN + 1),
+        &"x".repeat(quorumlock::limits::MAX_IDENTITY_LEN + 1),
     ] {
         match locks
-            .campaign("scheduler", identity, CampaignOptions::new())
+            .election("scheduler")
+            .campaign(identity, CampaignOptions::new())
             .await
         {
             Err(LockError::InvalidArgument(InvalidArgument::InvalidIdentity(_))) => {}
             other => panic!("{identity:?}: expected an invalid identity, got {other:?}"),
         }
     }
-    match locks.campaign("", "host-a", CampaignOptions::new()).await {
+    match locks
+        .election("")
+        .campaign("host-a", CampaignOptions::new())
+        .await
+    {
         Err(LockError::InvalidArgument(InvalidArgument::EmptyResource)) => {}
         other => panic!("expected an empty name error, got {other:?}"),
     }
     let zero = CampaignOptions::new().poll_every(Duration::ZERO);
-    match locks.campaign("scheduler", "host-a", zero).await {
+    match locks.election("scheduler").campaign("host-a", zero).await {
         Err(LockError::InvalidArgument(InvalidArgument::ZeroPollInterval)) => {}
         other => panic!("expected a zero poll interval error, got {other:?}"),
     }
     // A resignation hands over at once: a minimum hold would be silently ignored.
     let hold = CampaignOptions::new()
         .lease(quorumlock::LeaseOptions::new().hold_at_least(Duration::from_secs(5)));
-    match locks.campaign("scheduler", "host-a", hold).await {
+    match locks.election("scheduler").campaign("host-a", hold).await {
         Err(LockError::InvalidArgument(InvalidArgument::HoldUnsupported)) => {}
         other => panic!("expected a hold-unsupported error, got {other:?}"),
     }
-    assert!(locks.observe("").is_err());
+    assert!(locks.election("").observe().is_err());
     wait_until("nothing was written", PATIENCE, || {
         cluster.iter().all(|m| support::our_keys(m).is_empty())
     })
@@ -283,13 +294,14 @@ async fn hand_over_latency_notified_and_polling() {
         for i in 0..HANDOVERS {
             let name = format!("{label}-{i}");
             let first = a
-                .campaign(&name, "host-a", long_lease())
+                .election(&name)
+                .campaign("host-a", long_lease())
                 .await
                 .expect("A elected");
             let b = b.clone();
             let opts = long_lease().poll_every(poll);
             let waiting = tokio::spawn(async move {
-                let won = b.campaign(&name, "host-b", opts).await;
+                let won = b.election(&name).campaign("host-b", opts).await;
                 (won, Instant::now())
             });
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -331,7 +343,8 @@ async fn a_dead_leader_is_replaced_when_its_keys_expire() {
         runtime.block_on(async {
             let locks = support::builder(&urls).build().expect("build manager");
             let leadership = locks
-                .campaign("scheduler", "host-a", short_lease())
+                .election("scheduler")
+                .campaign("host-a", short_lease())
                 .await
                 .expect("A elected");
             std::mem::forget(leadership);
@@ -343,7 +356,9 @@ async fn a_dead_leader_is_replaced_when_its_keys_expire() {
     let opts = short_lease().poll_every(Duration::from_secs(60));
     let second = tokio::time::timeout(
         Duration::from_secs(20),
-        manager(&cluster).campaign("scheduler", "host-b", opts),
+        manager(&cluster)
+            .election("scheduler")
+            .campaign("host-b", opts),
     )
     .await
     .expect("B elected before its first poll")
@@ -364,7 +379,8 @@ async fn leadership_ends_at_max_hold() {
         .max_hold(Duration::from_secs(2));
     let started = Instant::now();
     let leadership = locks
-        .campaign("scheduler", "host-a", CampaignOptions::new().lease(lease))
+        .election("scheduler")
+        .campaign("host-a", CampaignOptions::new().lease(lease))
         .await
         .expect("elected");
     let lost = tokio::time::timeout(Duration::from_secs(10), leadership.lost())

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use quorumlock::{LeaseOptions, LockError, Redlock, MAX_TTL};
+use quorumlock::limits;
+use quorumlock::{LeaseOptions, LockError, Redlock};
 
 /// Nothing listens there: every connection is refused at once.
 const UNREACHABLE: &str = "redis://127.0.0.1:1";
@@ -88,8 +89,8 @@ fn named_extremes() -> Vec<Duration> {
         Duration::from_millis(250),
         YEARS_30,
         YEARS_30 * 4,
-        MAX_TTL,
-        MAX_TTL + Duration::from_millis(1),
+        limits::MAX_TTL,
+        limits::MAX_TTL + Duration::from_millis(1),
         Duration::from_millis(i64::MAX as u64),
         Duration::from_millis(u64::MAX),
         Duration::from_nanos(u64::MAX),
@@ -161,11 +162,15 @@ fn manager(url: &str, setting: Setting, d: Duration) -> Result<Redlock, quorumlo
         Setting::NodeTimeout => builder.node_timeout(d),
         Setting::ConnectTimeout => builder.connect_timeout(d),
         Setting::RetryDelay => builder.retry_delay(d),
-        Setting::FenceRetention => builder.fencing(true).fence_retention(d),
+        Setting::FenceRetention => builder.fence_retention(d),
         Setting::MaxTtl => builder.max_ttl(d).restart_protection(true),
         _ => builder,
     }
     .build()
+    .map(|locks| match setting {
+        Setting::FenceRetention => locks.fenced(),
+        _ => locks,
+    })
 }
 
 /// The setter a refused builder setting must be named after.
@@ -426,27 +431,27 @@ async fn the_longest_ttl_works_end_to_end_and_one_more_millisecond_is_refused() 
         .nodes(cluster.urls())
         .build()
         .expect("valid");
-    let mut guard = locks.try_lock("r", MAX_TTL).await.expect("granted");
+    let mut guard = locks.try_lock("r", limits::MAX_TTL).await.expect("granted");
     assert!(guard.remaining() > YEARS_30);
-    guard.extend(MAX_TTL).await.expect("extended");
+    guard.extend(limits::MAX_TTL).await.expect("extended");
     let lease = guard
         .keep_alive(LeaseOptions::new().max_hold(Duration::MAX))
         .expect("a cap beyond the clock is no cap");
     assert!(lease.is_held());
     lease.release().await.expect("released");
-    let too_long = MAX_TTL + Duration::from_millis(1);
+    let too_long = limits::MAX_TTL + Duration::from_millis(1);
     let error = locks.try_lock("r", too_long).await.expect_err("too long");
     let text = error.to_string();
     assert!(
-        text.contains("ttl") && text.contains(&format!("{MAX_TTL:?}")),
+        text.contains("ttl") && text.contains(&format!("{:?}", limits::MAX_TTL)),
         "{text}"
     );
 }
 
-/// Regression: a reentrant re-entry or extension with a TTL near `MAX_TTL` failed on the
+/// Regression: a reentrant re-entry or extension with a TTL near `limits::MAX_TTL` failed on the
 /// master ("value is not an integer or out of range"): the scripts carry TTLs as Lua numbers
-/// (doubles), which Redis formats in exponent notation from 10^17 on. `MAX_TTL` is now 2^53 − 1
-/// ms, exact as a double.
+/// (doubles), which Redis formats in exponent notation from 10^17 on. `limits::MAX_TTL` is now 2^53
+/// − 1 ms, exact as a double.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrant_locks_take_the_longest_ttl() {
     let cluster = support::cluster(1);
@@ -456,8 +461,11 @@ async fn reentrant_locks_take_the_longest_ttl() {
         .expect("valid");
     let mine = locks.reentrant(quorumlock::Owner::new());
     let mut outer = mine.try_lock("r", TTL).await.expect("granted");
-    let inner = mine.try_lock("r", MAX_TTL).await.expect("re-entered");
-    outer.extend(MAX_TTL).await.expect("extended");
+    let inner = mine
+        .try_lock("r", limits::MAX_TTL)
+        .await
+        .expect("re-entered");
+    outer.extend(limits::MAX_TTL).await.expect("extended");
     inner.release().await.expect("released");
     outer.release().await.expect("released");
 }

@@ -36,9 +36,9 @@ fn plain_manager(cluster: &quorumlock::testing::RedisCluster) -> Redlock {
 /// A manager over every master of `cluster` with fencing on.
 fn fenced_manager(cluster: &quorumlock::testing::RedisCluster) -> Redlock {
     patient_builder(&cluster.urls())
-        .fencing(true)
         .build()
         .expect("build manager")
+        .fenced()
 }
 
 /// The token of a fenced grant, which must have one.
@@ -399,10 +399,10 @@ async fn idle_fence_counters_expire() {
     let retention = Duration::from_millis(500);
     let cluster = cluster(3);
     let locks = patient_builder(&cluster.urls())
-        .fencing(true)
         .fence_retention(retention)
         .build()
-        .expect("build manager");
+        .expect("build manager")
+        .fenced();
     let counter = fence_key(RESOURCE);
 
     let guard = grant(&locks, RESOURCE, ttl).await;
@@ -436,10 +436,10 @@ async fn written_back_counters_are_kept_while_the_lock_is_held() {
     let retention = Duration::from_millis(300);
     let cluster = cluster(5);
     let locks = patient_builder(&cluster.urls())
-        .fencing(true)
         .fence_retention(retention)
         .build()
-        .expect("build manager");
+        .expect("build manager")
+        .fenced();
     let counter = fence_key(RESOURCE);
     cluster[0]
         .command(&["SET", &counter, &AHEAD_OF_CLOCKS.to_string()])
@@ -503,9 +503,9 @@ async fn a_write_back_that_misses_a_quorum_is_fence_unconfirmed() {
         }
     }
     let locks = patient_builder(&urls)
-        .fencing(true)
         .build()
-        .expect("build manager");
+        .expect("build manager")
+        .fenced();
     let guard = grant(&locks, RESOURCE, TTL).await;
     let before = token(&guard);
     guard.release().await.expect("release");

@@ -5,7 +5,8 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::{ConfigError, InvalidArgument, LockError, Redlock, MAX_TTL};
+use quorumlock::limits;
+use quorumlock::{ConfigError, InvalidArgument, LockError, Redlock};
 use support::{calls, cluster, manager};
 
 /// Whether an argument error is the one a case expects.
@@ -17,7 +18,7 @@ async fn bad_arguments_are_typed_errors_and_reach_no_master() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
     let second = Duration::from_secs(1);
-    let too_long = MAX_TTL + Duration::from_millis(1);
+    let too_long = limits::MAX_TTL + Duration::from_millis(1);
     let cases: Vec<(&str, Duration, Expected)> = vec![
         ("", second, |a| matches!(a, InvalidArgument::EmptyResource)),
         (
@@ -34,7 +35,7 @@ async fn bad_arguments_are_typed_errors_and_reach_no_master() {
         }),
         ("job", too_long, |a| {
             matches!(a, InvalidArgument::TtlTooLong { ttl, max }
-                if *ttl == MAX_TTL + Duration::from_millis(1) && *max == MAX_TTL)
+                if *ttl == limits::MAX_TTL + Duration::from_millis(1) && *max == limits::MAX_TTL)
         }),
         ("job", Duration::MAX, |a| {
             matches!(a, InvalidArgument::TtlTooLong { .. })

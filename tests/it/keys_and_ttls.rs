@@ -1,12 +1,12 @@
 //! What lands on the masters: the key is the prefix plus the resource name byte for byte, the
-//! value is a fresh random token, and the TTL is the one asked for, up to `MAX_TTL`.
+//! value is a fresh random token, and the TTL is the one asked for, up to `limits::MAX_TTL`.
 
 use crate::support;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use quorumlock::MAX_TTL;
+use quorumlock::limits;
 use support::{builder, cluster, get, manager, pttl, total_keys, wait_until, warm_up, PATIENCE};
 
 /// The key is exactly `prefix + resource`, also for spaces, CRLF, RESP markers and non-ASCII.
@@ -57,7 +57,8 @@ async fn values_are_fresh_random_tokens() {
     }
 }
 
-/// The keys carry the TTL asked for; `MAX_TTL` itself is accepted by Redis and by the guard.
+/// The keys carry the TTL asked for; `limits::MAX_TTL` itself is accepted by Redis and by the
+/// guard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_on_the_masters_is_the_ttl_asked_for() {
     let cluster = cluster(3);
@@ -75,14 +76,20 @@ async fn ttl_on_the_masters_is_the_ttl_asked_for() {
     }
     guard.release().await.expect("release");
 
-    let mut guard = locks.try_lock("ttl", MAX_TTL).await.expect("MAX_TTL");
+    let mut guard = locks
+        .try_lock("ttl", limits::MAX_TTL)
+        .await
+        .expect("limits::MAX_TTL");
     assert!(guard.is_valid());
     assert!(guard.remaining() > Duration::from_secs(86_400 * 365 * 1_000));
     warm_up(&locks, &cluster).await;
-    let huge = i64::try_from(MAX_TTL.as_millis()).expect("fits") - 60_000;
+    let huge = i64::try_from(limits::MAX_TTL.as_millis()).expect("fits") - 60_000;
     let holding = cluster.iter().filter(|m| pttl(m, &key) > huge).count();
-    assert!(holding >= 2, "only {holding} masters carry MAX_TTL");
-    guard.extend(MAX_TTL).await.expect("extend to MAX_TTL");
+    assert!(holding >= 2, "only {holding} masters carry limits::MAX_TTL");
+    guard
+        .extend(limits::MAX_TTL)
+        .await
+        .expect("extend to limits::MAX_TTL");
     guard.release().await.expect("release");
     wait_until("no key of ours is left", PATIENCE, || {
         total_keys(&cluster) == 0

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use quorumlock::{InvalidArgument, LeaseOptions, LockError, NotHeldReason, MAX_TTL};
+use quorumlock::limits;
+use quorumlock::{InvalidArgument, LeaseOptions, LockError, NotHeldReason};
 use support::{
     cluster, commands_naming, get, key, log_commands, manager, total_keys, wait_until, warm_up,
     PATIENCE,
@@ -392,7 +393,7 @@ async fn invalid_options_are_rejected() {
         (LeaseOptions::new().ttl(2 * MS), |a| {
             matches!(a, InvalidArgument::TtlTooShort { .. })
         }),
-        (LeaseOptions::new().ttl(MAX_TTL + MS), |a| {
+        (LeaseOptions::new().ttl(limits::MAX_TTL + MS), |a| {
             matches!(a, InvalidArgument::TtlTooLong { .. })
         }),
     ];

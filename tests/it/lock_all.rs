@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::{
-    InvalidArgument, LockError, MultiLockGuard, Redlock, DEFAULT_KEY_PREFIX, MAX_LOCK_ALL,
-};
+use quorumlock::defaults::KEY_PREFIX;
+
+use quorumlock::limits;
+use quorumlock::{InvalidArgument, LockError, MultiLockGuard, Redlock};
 use support::{
     builder, cluster, get, key, manager, our_keys, pttl, script_calls, wait_until, warm_up,
     PATIENCE,
@@ -19,7 +20,7 @@ const TTL: Duration = Duration::from_secs(10);
 
 /// A fence counter's key, as quorumlock names it.
 fn fence_key(resource: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}fence:{resource}")
+    format!("{KEY_PREFIX}\u{1f}fence:{resource}")
 }
 
 /// Two clients locking the same two accounts in opposite orders, in a loop: both finish every
@@ -42,7 +43,8 @@ async fn opposite_orders_never_deadlock_and_never_overlap() {
             for _ in 0..ROUNDS {
                 let deadline = Instant::now() + Duration::from_secs(30);
                 let guard = locks
-                    .lock_all_until(&order, TTL, deadline)
+                    .set(&order)
+                    .lock_until(TTL, deadline)
                     .await
                     .expect("each client gets both accounts within 30 s");
                 assert_eq!(guard.resources(), ["account:1", "account:2"]);
@@ -98,7 +100,8 @@ async fn partial_overlap_with_a_single_key_holder_is_refused_and_leaves_nothing(
     );
 
     let error = other
-        .try_lock_all(&["account:1", "account:2"], TTL)
+        .set(&["account:1", "account:2"])
+        .try_lock(TTL)
         .await
         .expect_err("account:2 is held");
     assert!(error.is_contended(), "expected contended, got {error}");
@@ -124,7 +127,8 @@ async fn partial_overlap_with_a_single_key_holder_is_refused_and_leaves_nothing(
 
     single.release().await.expect("release account:2");
     let both = other
-        .try_lock_all(&["account:1", "account:2"], TTL)
+        .set(&["account:1", "account:2"])
+        .try_lock(TTL)
         .await
         .expect("free now");
     both.release().await.expect("release both");
@@ -141,7 +145,8 @@ async fn a_dead_minority_master_does_not_stop_lock_all() {
         .expect("kill master 2");
     let locks = manager(&cluster);
     let guard = locks
-        .lock_all(&["a", "b", "c"], TTL)
+        .set(&["a", "b", "c"])
+        .lock(TTL)
         .await
         .expect("two of three masters grant the set");
     assert!(guard.is_valid());
@@ -165,7 +170,8 @@ async fn extend_renews_and_release_frees_every_resource() {
     let cluster = cluster(3);
     let (locks, other) = (manager(&cluster), manager(&cluster));
     let mut guard = locks
-        .lock_all(&["c", "a", "b"], Duration::from_secs(2))
+        .set(&["c", "a", "b"])
+        .lock(Duration::from_secs(2))
         .await
         .expect("lock the set");
     assert_eq!(guard.resources(), ["a", "b", "c"]);
@@ -210,7 +216,8 @@ async fn a_set_missing_one_key_on_a_majority_is_not_extended() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
     let mut guard = locks
-        .lock_all(&["a", "b"], Duration::from_secs(5))
+        .set(&["a", "b"])
+        .lock(Duration::from_secs(5))
         .await
         .expect("lock the set");
     support::warm_up(&locks, &cluster).await;
@@ -242,36 +249,39 @@ async fn bad_input_is_refused_with_a_clear_error() {
     };
     let none: [&str; 0] = [];
     assert_eq!(
-        invalid(locks.try_lock_all(&none, TTL).await),
+        invalid(locks.set(&none).try_lock(TTL).await),
         InvalidArgument::NoResources
     );
     assert_eq!(
-        invalid(locks.lock_all(&["a", "b", "a"], TTL).await),
+        invalid(locks.set(&["a", "b", "a"]).lock(TTL).await),
         InvalidArgument::DuplicateResource("a".into())
     );
     assert_eq!(
-        invalid(locks.try_lock_all(&["a", ""], TTL).await),
+        invalid(locks.set(&["a", ""]).try_lock(TTL).await),
         InvalidArgument::EmptyResource
     );
     assert_eq!(
-        invalid(locks.try_lock_all(&["a", "\u{1f}x"], TTL).await),
+        invalid(locks.set(&["a", "\u{1f}x"]).try_lock(TTL).await),
         InvalidArgument::ReservedResource
     );
-    let many: Vec<String> = (0..=MAX_LOCK_ALL).map(|i| format!("r{i}")).collect();
+    let many: Vec<String> = (0..=limits::MAX_SET_SIZE)
+        .map(|i| format!("r{i}"))
+        .collect();
     assert_eq!(
-        invalid(locks.try_lock_all(&many, TTL).await),
+        invalid(locks.set(&many).try_lock(TTL).await),
         InvalidArgument::TooManyResources {
-            count: MAX_LOCK_ALL + 1,
-            max: MAX_LOCK_ALL
+            count: limits::MAX_SET_SIZE + 1,
+            max: limits::MAX_SET_SIZE
         }
     );
     assert!(matches!(
-        invalid(locks.try_lock_all(&["a"], Duration::ZERO).await),
+        invalid(locks.set(&["a"]).try_lock(Duration::ZERO).await),
         InvalidArgument::ZeroTtl(_)
     ));
-    let at_most: Vec<String> = (0..MAX_LOCK_ALL).map(|i| format!("r{i}")).collect();
+    let at_most: Vec<String> = (0..limits::MAX_SET_SIZE).map(|i| format!("r{i}")).collect();
     let guard = locks
-        .try_lock_all(&at_most, TTL)
+        .set(&at_most)
+        .try_lock(TTL)
         .await
         .expect("the maximum");
     guard.release().await.expect("release");
@@ -290,9 +300,9 @@ async fn bad_input_is_refused_with_a_clear_error() {
 async fn the_sets_token_fences_every_resource() {
     let cluster = cluster(3);
     let locks = builder(&cluster.urls())
-        .fencing(true)
         .build()
-        .expect("build manager");
+        .expect("build manager")
+        .fenced();
     // b's counter far ahead of any clock (as after a burst of grants on a fast-clocked past).
     let high: u64 = 9_000_000_000_000_000;
     for master in cluster.iter() {
@@ -301,7 +311,8 @@ async fn the_sets_token_fences_every_resource() {
             .expect("SET fence counter");
     }
     let guard = locks
-        .lock_all(&["a", "b"], TTL)
+        .set(&["a", "b"])
+        .lock(TTL)
         .await
         .expect("lock the set");
     let token = guard.fence().expect("a token");
@@ -329,7 +340,8 @@ async fn restart_protection_quarantines_sets_too() {
         .build()
         .expect("build manager");
     let error = locks
-        .try_lock_all(&["a", "b"], TTL)
+        .set(&["a", "b"])
+        .try_lock(TTL)
         .await
         .expect_err("every master just started");
     assert!(
@@ -352,7 +364,8 @@ async fn restart_protection_quarantines_sets_too() {
         .await;
     }
     let guard = locks
-        .try_lock_all(&["a", "b"], TTL)
+        .set(&["a", "b"])
+        .try_lock(TTL)
         .await
         .expect("provisioned");
     guard.release().await.expect("release");
@@ -378,7 +391,8 @@ async fn a_refused_set_is_cleaned_up_on_a_timed_out_master() {
         .pause()
         .expect("pause master 2");
     let error = locks
-        .try_lock_all(&["a", "b"], TTL)
+        .set(&["a", "b"])
+        .try_lock(TTL)
         .await
         .expect_err("b is held on two masters");
     assert!(error.is_contended(), "expected contended, got {error}");
@@ -415,7 +429,7 @@ async fn a_cancelled_lock_all_leaves_nothing_behind() {
         .expect("three masters")
         .pause()
         .expect("pause master 1");
-    let attempt = locks.try_lock_all(&["a", "b", "c"], TTL);
+    let attempt = locks.set(&["a", "b", "c"]).try_lock(TTL);
     let cancelled = tokio::time::timeout(Duration::from_millis(20), attempt).await;
     assert!(
         cancelled.is_err(),
@@ -485,7 +499,7 @@ async fn lock_all_until_is_woken_by_a_release() {
     let took = granted_after_release(|waiter| async move {
         let deadline = Instant::now() + Duration::from_secs(60);
         let accounts = ["account:1", "account:2"];
-        waiter.lock_all_until(&accounts, TTL, deadline).await
+        waiter.set(&accounts).lock_until(TTL, deadline).await
     })
     .await;
     assert!(took < Duration::from_secs(10), "woken after {took:?}");
@@ -496,7 +510,7 @@ async fn lock_all_until_is_woken_by_a_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_all_is_woken_by_a_release() {
     let took = granted_after_release(|waiter| async move {
-        waiter.lock_all(&["account:1", "account:2"], TTL).await
+        waiter.set(&["account:1", "account:2"]).lock(TTL).await
     })
     .await;
     assert!(took < Duration::from_secs(10), "woken after {took:?}");
@@ -533,7 +547,7 @@ async fn lock_all_spends_no_retry_on_releases_of_a_key_it_does_not_wait_for() {
         .build()
         .expect("build manager");
     let start = Instant::now();
-    let refused = waiter.lock_all(&["a", "b"], TTL).await;
+    let refused = waiter.set(&["a", "b"]).lock(TTL).await;
     let took = start.elapsed();
     stop.store(true, Ordering::SeqCst);
     for task in tasks {

@@ -566,7 +566,8 @@ async fn hold(holder: &Redlock, resource: &str, ending: Ending) -> Box<dyn FnOnc
         }
         Ending::SetReleased | Ending::SetDropped => {
             let set = holder
-                .lock_all(&[resource, "other"], TTL)
+                .set(&[resource, "other"])
+                .lock(TTL)
                 .await
                 .expect("holder");
             if matches!(ending, Ending::SetDropped) {
@@ -579,7 +580,8 @@ async fn hold(holder: &Redlock, resource: &str, ending: Ending) -> Box<dyn FnOnc
         Ending::LeadershipDropped => {
             let opts = CampaignOptions::new().lease(lease());
             let leadership = holder
-                .campaign(resource, "host-a", opts)
+                .election(resource)
+                .campaign("host-a", opts)
                 .await
                 .expect("elected");
             Box::new(move || drop(leadership))

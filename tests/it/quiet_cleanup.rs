@@ -105,7 +105,9 @@ async fn a_set_waiter_does_not_wake_itself_on_quarantined_masters() {
     let deadline = Instant::now() + WATCH * 2;
     let ran = rounds_while(
         &locks,
-        locks.lock_all_until(&["a", "b"], Duration::from_secs(5), deadline),
+        locks
+            .set(&["a", "b"])
+            .lock_until(Duration::from_secs(5), deadline),
     )
     .await;
     println!("lock_all_until: {ran} rounds in {WATCH:?}");
@@ -119,7 +121,7 @@ async fn a_campaigner_does_not_wake_itself_on_quarantined_masters() {
     let opts = CampaignOptions::new()
         .lease(LeaseOptions::new().ttl(Duration::from_secs(5)))
         .poll_every(RETRY_DELAY);
-    let ran = rounds_while(&locks, locks.campaign("leader", "host-b", opts)).await;
+    let ran = rounds_while(&locks, locks.election("leader").campaign("host-b", opts)).await;
     println!("campaign: {ran} rounds in {WATCH:?}");
     assert!(ran <= MAX_ROUNDS, "{ran} rounds in {WATCH:?}");
 }
@@ -146,7 +148,7 @@ async fn fenced_beside_a_paused_master() -> (RedisCluster, Redlock) {
 
 /// The key of election `name`'s announcement with the default prefix.
 fn announcement(name: &str) -> String {
-    format!("{}\u{1f}leader:{name}", quorumlock::DEFAULT_KEY_PREFIX)
+    format!("{}\u{1f}leader:{name}", quorumlock::defaults::KEY_PREFIX)
 }
 
 /// Waits until the answering masters hold no key of `resource` (its lock, an election's
@@ -228,7 +230,7 @@ async fn a_campaign_dropped_during_its_announcement_is_cleaned_up_silently() {
     for _ in 0..SWEEPS {
         let before = publishes(&cluster);
         let swept = cancellation_sweep(
-            || locks.campaign("chair", "host-a", opts()),
+            || locks.election("chair").campaign("host-a", opts()),
             async |k| {
                 keys_gone(&cluster, "chair", k).await;
                 assert_eq!(
@@ -267,7 +269,7 @@ async fn waiters_do_not_spin_with_one_master_down_and_two_quarantined() {
     println!("lock_until: {ran} rounds in {WATCH:?}");
     assert!(ran <= MAX_ROUNDS, "lock_until: {ran} rounds in {WATCH:?}");
     let set = ["down-a", "down-b"];
-    let ran = rounds_while(&locks, locks.lock_all_until(&set, ttl, deadline())).await;
+    let ran = rounds_while(&locks, locks.set(&set).lock_until(ttl, deadline())).await;
     println!("lock_all_until: {ran} rounds in {WATCH:?}");
     assert!(
         ran <= MAX_ROUNDS,
@@ -276,7 +278,11 @@ async fn waiters_do_not_spin_with_one_master_down_and_two_quarantined() {
     let opts = CampaignOptions::new()
         .lease(LeaseOptions::new().ttl(ttl))
         .poll_every(RETRY_DELAY);
-    let ran = rounds_while(&locks, locks.campaign("down-leader", "host-b", opts)).await;
+    let ran = rounds_while(
+        &locks,
+        locks.election("down-leader").campaign("host-b", opts),
+    )
+    .await;
     println!("campaign: {ran} rounds in {WATCH:?}");
     assert!(ran <= MAX_ROUNDS, "campaign: {ran} rounds in {WATCH:?}");
 }

@@ -6,10 +6,10 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
+use quorumlock::defaults;
+use quorumlock::limits;
 use quorumlock::testing::{Backup, MasterOptions, Persistence, RedisCluster};
-use quorumlock::{
-    ConfigError, InvalidArgument, LockError, NodeErrorKind, Redlock, DEFAULT_DRIFT_FACTOR, MAX_TTL,
-};
+use quorumlock::{ConfigError, InvalidArgument, LockError, NodeErrorKind, Redlock};
 use support::{
     clear, cluster, commands_naming, epoch_key, get, grant, key, log_commands, patient_builder,
     server_time_us, set_foreign, total_lock_keys, transient, wait_until, wait_until_async,
@@ -22,7 +22,7 @@ const SHORT_MAX_TTL: Duration = Duration::from_secs(3);
 /// How long a master stays out after it lost its data: max TTL plus its drift allowance
 /// (`ttl × factor + 2 ms`).
 fn quarantine(max_ttl: Duration) -> Duration {
-    max_ttl + max_ttl.mul_f64(DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2)
+    max_ttl + max_ttl.mul_f64(defaults::DRIFT_FACTOR) + Duration::from_millis(2)
 }
 
 /// Leeway between the masters' wall clock (which ages the epoch marker) and this process's
@@ -221,9 +221,9 @@ async fn a_new_deployment_is_unusable_until_provisioned() {
     let locks = patient(&cluster)
         .max_ttl(max_ttl)
         .restart_protection(true)
-        .fencing(true)
         .build()
-        .expect("build manager");
+        .expect("build manager")
+        .fenced();
 
     let error = refused(&locks, "fresh", Duration::from_secs(10)).await;
     match &error {
@@ -378,7 +378,7 @@ fn protection_settings_are_validated() {
     for bad in [
         Duration::ZERO,
         Duration::from_micros(999),
-        MAX_TTL + Duration::from_millis(1),
+        limits::MAX_TTL + Duration::from_millis(1),
     ] {
         assert_eq!(
             base().max_ttl(bad).restart_protection(true).build().err(),
@@ -734,8 +734,8 @@ async fn a_durable_master_restored_from_a_backup_elects_no_second_leader() {
         .renew_every(BACKUP_MAX_TTL * 3 / 4);
     let (mut cluster, locks, backup) = durable_three_with_a_backup_of_master_0(|b| b).await;
     let first = locks
+        .election(ELECTION)
         .campaign(
-            ELECTION,
             "host-a",
             quorumlock::CampaignOptions::new()
                 .lease(lease)
@@ -748,8 +748,8 @@ async fn a_durable_master_restored_from_a_backup_elects_no_second_leader() {
 
     let other = protected(&cluster, BACKUP_MAX_TTL);
     let second = other
+        .election(ELECTION)
         .campaign(
-            ELECTION,
             "host-b",
             quorumlock::CampaignOptions::new()
                 .lease(lease)
@@ -848,7 +848,8 @@ async fn a_master_reloading_an_older_copy_of_itself_in_place_is_not_detected() {
 async fn a_durable_master_restored_from_a_backup_grants_no_overlapping_set() {
     let (mut cluster, first, backup) = durable_three_with_a_backup_of_master_0(|b| b).await;
     let held = first
-        .lock_all(&["set-a", "set-b"], BACKUP_MAX_TTL)
+        .set(&["set-a", "set-b"])
+        .lock(BACKUP_MAX_TTL)
         .await
         .expect("the first manager locks the set");
     assert_held_on(&cluster, "set-a", &[0, 1]);
@@ -858,7 +859,8 @@ async fn a_durable_master_restored_from_a_backup_grants_no_overlapping_set() {
     let start = Instant::now();
     let error = loop {
         match second
-            .try_lock_all(&["set-b", "set-c"], BACKUP_MAX_TTL)
+            .set(&["set-b", "set-c"])
+            .try_lock(BACKUP_MAX_TTL)
             .await
         {
             Ok(granted) => {

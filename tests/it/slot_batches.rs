@@ -9,14 +9,16 @@ use crate::support;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use quorumlock::defaults::KEY_PREFIX;
+
+use quorumlock::limits;
 use quorumlock::{
     InvalidArgument, LockError, Redlock, SlotClaim, SlotOptions, SlotRun, SlotStatus,
-    DEFAULT_KEY_PREFIX, MAX_SLOT_BATCH,
 };
 use support::{builder, cluster, count_keys, manager, pttl, script_calls, wait_until, PATIENCE};
 
 fn running_key(job: &str, slot: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
+    format!("{KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
 }
 
 fn pairs(jobs: usize, slot: &str) -> Vec<(String, String)> {
@@ -39,7 +41,7 @@ async fn racing_batches_claim_each_slot_once() {
         let batches = futures::future::join_all(hosts.iter().enumerate().map(|(h, host)| {
             let opts = SlotOptions::new().runner(format!("host-{h}"));
             let due = due.clone();
-            async move { host.claim_slots(&due, &opts).await }
+            async move { host.slots().claim_many(&due, &opts).await }
         }))
         .await;
         let mut claimed: HashMap<String, usize> = HashMap::new();
@@ -71,7 +73,8 @@ async fn racing_batches_claim_each_slot_once() {
         for (job, slot) in &due {
             if !claimed.contains_key(job) {
                 let again = hosts[0]
-                    .claim_slot(job, slot, &SlotOptions::new())
+                    .slots()
+                    .claim(job, slot, &SlotOptions::new())
                     .await
                     .expect("claim");
                 if let SlotClaim::Claimed(run) = again {
@@ -90,27 +93,30 @@ async fn each_slot_of_a_batch_gets_its_own_outcome() {
     let cluster = cluster(3);
     let fenced = |name: &str| {
         builder(&cluster.urls())
-            .fencing(true)
             .build()
             .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .fenced()
     };
     let (locks, other) = (fenced("locks"), fenced("other"));
     let short = SlotOptions::new().ttl(Duration::from_millis(1500));
     let done = other
-        .claim_slot("done", "s", &short)
+        .slots()
+        .claim("done", "s", &short)
         .await
         .expect("claim")
         .into_run()
         .expect("claimed");
     done.complete().await.expect("complete");
     let busy = other
-        .claim_slot("busy", "s", &short.clone().runner("busy-host"))
+        .slots()
+        .claim("busy", "s", &short.clone().runner("busy-host"))
         .await
         .expect("claim")
         .into_run()
         .expect("claimed");
     let dead = other
-        .claim_slot("dead", "s", &short.clone().runner("dead-host"))
+        .slots()
+        .claim("dead", "s", &short.clone().runner("dead-host"))
         .await
         .expect("claim")
         .into_run()
@@ -118,7 +124,11 @@ async fn each_slot_of_a_batch_gets_its_own_outcome() {
     let dead_token = dead.fence().expect("fenced");
     dead.abandon().await.expect("abandon");
     let due = [("done", "s"), ("busy", "s"), ("dead", "s"), ("free", "s")];
-    let outcomes = locks.claim_slots(&due, &short).await.expect("valid batch");
+    let outcomes = locks
+        .slots()
+        .claim_many(&due, &short)
+        .await
+        .expect("valid batch");
     assert!(
         matches!(outcomes[0], Ok(SlotClaim::Completed(_))),
         "{outcomes:?}"
@@ -139,7 +149,8 @@ async fn each_slot_of_a_batch_gets_its_own_outcome() {
     free.complete().await.expect("complete");
     // With retries, the abandoned slot is claimed again, with a higher token.
     let retry = locks
-        .claim_slots(&[("dead", "s")], &short.clone().retry_abandoned(true))
+        .slots()
+        .claim_many(&[("dead", "s")], &short.clone().retry_abandoned(true))
         .await
         .expect("valid batch")
         .pop()
@@ -170,7 +181,8 @@ async fn a_batch_that_did_not_win_is_undone() {
         }
     }
     let outcomes = locks
-        .claim_slots(&due, &SlotOptions::new())
+        .slots()
+        .claim_many(&due, &SlotOptions::new())
         .await
         .expect("valid batch");
     for outcome in &outcomes {
@@ -196,7 +208,8 @@ async fn a_batch_that_did_not_win_is_undone() {
         }
     }
     for outcome in locks
-        .claim_slots(&due, &SlotOptions::new())
+        .slots()
+        .claim_many(&due, &SlotOptions::new())
         .await
         .expect("valid batch")
     {
@@ -220,7 +233,8 @@ async fn the_undo_of_a_lost_slot_leaves_the_won_ones_alone() {
             .expect("SET");
     }
     let mut outcomes = locks
-        .claim_slots(&[("won", "s"), ("lost", "s")], &SlotOptions::new())
+        .slots()
+        .claim_many(&[("won", "s"), ("lost", "s")], &SlotOptions::new())
         .await
         .expect("valid batch");
     assert!(
@@ -244,21 +258,21 @@ async fn the_undo_of_a_lost_slot_leaves_the_won_ones_alone() {
             "the won slot's claim was deleted"
         );
     }
-    match other.claim_slot("won", "s", &SlotOptions::new()).await {
+    match other.slots().claim("won", "s", &SlotOptions::new()).await {
         Ok(SlotClaim::RunningElsewhere(_)) => {}
         other => panic!("the won slot was claimed again: {other:?}"),
     }
     run.complete().await.expect("complete");
 }
 
-/// No slot, a pair named twice, more than `MAX_SLOT_BATCH` slots or a bad name: rejected with
-/// a clear error before any master is asked.
+/// No slot, a pair named twice, more than `limits::MAX_SLOT_BATCH` slots or a bad name: rejected
+/// with a clear error before any master is asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_batches_are_rejected_without_writing() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
     let none: [(&str, &str); 0] = [];
-    let too_many = pairs(MAX_SLOT_BATCH + 1, "s");
+    let too_many = pairs(limits::MAX_SLOT_BATCH + 1, "s");
     let cases: Vec<(Vec<(String, String)>, SlotOptions)> = vec![
         (Vec::new(), SlotOptions::new()),
         (
@@ -273,11 +287,11 @@ async fn bad_batches_are_rejected_without_writing() {
         ),
     ];
     assert!(matches!(
-        locks.claim_slots(&none, &SlotOptions::new()).await,
+        locks.slots().claim_many(&none, &SlotOptions::new()).await,
         Err(LockError::InvalidArgument(InvalidArgument::NoSlots))
     ));
     for (due, opts) in cases {
-        match locks.claim_slots(&due, &opts).await {
+        match locks.slots().claim_many(&due, &opts).await {
             Err(LockError::InvalidArgument(error)) => {
                 let text = error.to_string();
                 assert!(text.contains("expected"), "{text}");
@@ -307,7 +321,8 @@ async fn a_batch_that_timed_out_is_not_retried() {
     let live = cluster.get(2).expect("master");
     let before = support::calls(live, "evalsha");
     let outcomes = locks
-        .claim_slots(&pairs(3, "s"), &SlotOptions::new())
+        .slots()
+        .claim_many(&pairs(3, "s"), &SlotOptions::new())
         .await
         .expect("valid batch");
     for outcome in &outcomes {
@@ -339,9 +354,9 @@ async fn complete_all_records_each_completion_and_releases_each_claim() {
     let cluster = cluster(3);
     let fenced = || {
         builder(&cluster.urls())
-            .fencing(true)
             .build()
             .expect("build manager")
+            .fenced()
     };
     let (one, two) = (fenced(), fenced());
     let mut runs = Vec::new();
@@ -349,7 +364,8 @@ async fn complete_all_records_each_completion_and_releases_each_claim() {
     for (locks, host, slot) in [(&one, "one", "s1"), (&two, "two", "s2")] {
         let opts = SlotOptions::new().runner(host);
         for outcome in locks
-            .claim_slots(&pairs(3, slot), &opts)
+            .slots()
+            .claim_many(&pairs(3, slot), &opts)
             .await
             .expect("valid batch")
         {
@@ -362,7 +378,7 @@ async fn complete_all_records_each_completion_and_releases_each_claim() {
     assert_eq!(outcomes.len(), 6);
     assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
     for (job, slot, host, token) in tokens {
-        match one.slot_status(&job, slot).await.expect("status") {
+        match one.slots().status(&job, slot).await.expect("status") {
             SlotStatus::Completed(r) => {
                 assert_eq!((r.runner.as_deref(), r.token), (Some(host), token))
             }
@@ -377,7 +393,7 @@ async fn complete_all_records_each_completion_and_releases_each_claim() {
         })
         .await;
         assert!(matches!(
-            two.claim_slot(&job, slot, &SlotOptions::new()).await,
+            two.slots().claim(&job, slot, &SlotOptions::new()).await,
             Ok(SlotClaim::Completed(_))
         ));
     }
@@ -396,7 +412,8 @@ async fn complete_all_releases_the_claims_in_its_own_request() {
     for slot in ["warm-up", "s1"] {
         let mut runs = Vec::new();
         for outcome in locks
-            .claim_slots(&pairs(4, slot), &SlotOptions::new())
+            .slots()
+            .claim_many(&pairs(4, slot), &SlotOptions::new())
             .await
             .expect("valid batch")
         {
@@ -429,7 +446,8 @@ async fn complete_all_keeps_the_claims_of_runs_holding_at_least() {
     let locks = manager(&cluster);
     let mut runs = Vec::new();
     for outcome in locks
-        .claim_slots(&pairs(3, "s"), &SlotOptions::new().hold_at_least(HOLD))
+        .slots()
+        .claim_many(&pairs(3, "s"), &SlotOptions::new().hold_at_least(HOLD))
         .await
         .expect("valid batch")
     {
@@ -482,7 +500,8 @@ async fn restart_protection_keeps_a_forgetful_master_out_of_a_batch() {
             }
         }
         let runs: Vec<SlotRun> = locks
-            .claim_slots(&due, &SlotOptions::new())
+            .slots()
+            .claim_many(&due, &SlotOptions::new())
             .await
             .expect("valid batch")
             .into_iter()
@@ -499,14 +518,12 @@ async fn restart_protection_keeps_a_forgetful_master_out_of_a_batch() {
             .expect("restart empty");
         let third = cluster.get(2).expect("master");
         for (job, slot) in &due {
-            let record = format!(
-                "{DEFAULT_KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}",
-                job.len()
-            );
+            let record = format!("{KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}", job.len());
             third.command(&["DEL", &record]).expect("DEL");
         }
         let outcomes = locks
-            .claim_slots(&due, &SlotOptions::new())
+            .slots()
+            .claim_many(&due, &SlotOptions::new())
             .await
             .expect("valid batch");
         for outcome in outcomes {

@@ -13,8 +13,9 @@ use crate::support;
 
 use std::cell::RefCell;
 
+use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::testing::{RedisCluster, RedisMaster};
-use quorumlock::{Redlock, SlotClaim, SlotOptions, SlotRun, SlotStatus, DEFAULT_KEY_PREFIX};
+use quorumlock::{Redlock, SlotClaim, SlotOptions, SlotRun, SlotStatus};
 use support::sweep::cancellation_sweep;
 use support::{builder, cluster, our_keys, pttl, wait_until, wait_until_async, warm_up, PATIENCE};
 
@@ -26,20 +27,21 @@ const JOB: &str = "sweep";
 
 /// The running key of slot `slot` of [`JOB`] with the default prefix.
 fn running_key(slot: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot:{}:{JOB}:{slot}", JOB.len())
+    format!("{KEY_PREFIX}\u{1f}slot:{}:{JOB}:{slot}", JOB.len())
 }
 
 /// The fence counter of [`JOB`] with the default prefix.
 fn fence_key() -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}fence:{JOB}")
+    format!("{KEY_PREFIX}\u{1f}fence:{JOB}")
 }
 
 /// A manager over `cluster`, fenced or not.
 fn locks(cluster: &RedisCluster, fencing: bool) -> Redlock {
-    builder(&cluster.urls())
-        .fencing(fencing)
-        .build()
-        .expect("build manager")
+    let locks = builder(&cluster.urls()).build().expect("build manager");
+    match fencing {
+        true => locks.fenced(),
+        false => locks,
+    }
 }
 
 /// Whether every key of ours on every master expires by itself: nothing is left for good.
@@ -79,7 +81,7 @@ async fn wait_claimable(locks: &Redlock, cluster: &RedisCluster, slots: &[&str],
         PATIENCE,
         || async {
             for slot in slots {
-                if !matches!(locks.slot_status(JOB, slot).await, Ok(SlotStatus::Free)) {
+                if !matches!(locks.slots().status(JOB, slot).await, Ok(SlotStatus::Free)) {
                     return false;
                 }
             }
@@ -110,7 +112,7 @@ async fn sweep_claim_slot(fencing: bool) {
                 if fencing {
                     split_tokens(&cluster);
                 }
-                locks.claim_slot(JOB, &slot, &opts)
+                locks.slots().claim(JOB, &slot, &opts)
             },
             async |k| wait_claimable(&locks, &cluster, &[&slot], k).await,
             MAX_POLLS,
@@ -163,7 +165,7 @@ async fn sweep_claim_slots(fencing: bool) {
                 if fencing {
                     split_tokens(&cluster);
                 }
-                locks.claim_slots(&pairs, &opts)
+                locks.slots().claim_many(&pairs, &opts)
             },
             async |k| wait_claimable(&locks, &cluster, &names, k).await,
             MAX_POLLS,
@@ -210,7 +212,7 @@ async fn claim_runs(locks: &Redlock, prefix: &str, count: usize) -> Vec<(String,
     let mut runs = Vec::new();
     for i in 0..count {
         let slot = format!("{prefix}{i}");
-        match locks.claim_slot(JOB, &slot, &SlotOptions::new()).await {
+        match locks.slots().claim(JOB, &slot, &SlotOptions::new()).await {
             Ok(SlotClaim::Claimed(run)) => runs.push((slot, run)),
             other => panic!("{slot} should be claimed: {other:?}"),
         }
@@ -232,7 +234,7 @@ async fn wait_ended(
         &format!("{slot}'s claim is released and its ending read after a drop at poll {k}"),
         PATIENCE,
         || async {
-            let status = locks.slot_status(JOB, slot).await;
+            let status = locks.slots().status(JOB, slot).await;
             matches!(&status, Ok(s) if endings(s))
                 && unclaimed(cluster, slot)
                 && all_expiring(cluster)
@@ -353,7 +355,7 @@ async fn a_dropped_status_read_changes_nothing() {
     .await;
     let keys_before: Vec<Vec<String>> = cluster.iter().map(sorted_keys).collect();
     let swept = cancellation_sweep(
-        || locks.slot_status(JOB, "s0"),
+        || locks.slots().status(JOB, "s0"),
         async |k| {
             let keys: Vec<Vec<String>> = cluster.iter().map(sorted_keys).collect();
             assert_eq!(

@@ -7,10 +7,10 @@ use crate::support;
 
 use std::time::Duration;
 
+use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::testing::{Mode, Modes, Proxy, RedisCluster, RedisMaster};
 use quorumlock::{
     InvalidArgument, LockError, NodeErrorKind, Redlock, SlotClaim, SlotOptions, SlotStatus,
-    DEFAULT_KEY_PREFIX,
 };
 use support::{
     builder, cluster, count_keys, manager, pttl, script_calls, wait_until, warm_up, PATIENCE,
@@ -18,15 +18,12 @@ use support::{
 
 /// The running key of `(job, slot)` with the default prefix.
 fn running_key(job: &str, slot: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
+    format!("{KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
 }
 
 /// The record key of `(job, slot)` with the default prefix.
 fn record_key(job: &str, slot: &str) -> String {
-    format!(
-        "{DEFAULT_KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}",
-        job.len()
-    )
+    format!("{KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}", job.len())
 }
 
 /// A field of `(job, slot)`'s record on `master`.
@@ -43,9 +40,9 @@ fn record_field(master: &RedisMaster, job: &str, slot: &str, field: &str) -> Opt
 /// A fenced manager over `cluster` (its own connections).
 fn fenced(cluster: &RedisCluster) -> Redlock {
     builder(&cluster.urls())
-        .fencing(true)
         .build()
         .expect("build manager")
+        .fenced()
 }
 
 /// Short claims, so that a dead runner's claim expires quickly.
@@ -68,7 +65,7 @@ async fn each_slot_is_claimed_once_by_three_racing_managers() {
         let claims = futures::future::join_all(
             hosts
                 .iter()
-                .map(|host| host.claim_slot("nightly", &slot, &opts)),
+                .map(|host| host.slots().claim("nightly", &slot, &opts)),
         )
         .await;
         let seen = format!("{claims:?}");
@@ -138,7 +135,7 @@ async fn split_votes_never_leave_a_slot_to_nobody() {
                 let opts = SlotOptions::new().runner(format!("host-{h}"));
                 start.wait().await;
                 for split in 0..100 {
-                    match host.claim_slot("race", &slot, &opts).await {
+                    match host.slots().claim("race", &slot, &opts).await {
                         Err(e) if e.is_retryable() => {
                             assert!(e.is_contended(), "slot {slot}: {e}");
                             let ms = rand::random_range(0..150);
@@ -194,7 +191,8 @@ async fn a_refused_claim_undoes_nothing() {
         locks.connect().await.expect("connect");
     }
     let run = winner
-        .claim_slot("cheap", "s", &SlotOptions::new())
+        .slots()
+        .claim("cheap", "s", &SlotOptions::new())
         .await
         .expect("claim")
         .into_run()
@@ -207,7 +205,7 @@ async fn a_refused_claim_undoes_nothing() {
     for master in &cluster {
         support::log_commands(master);
     }
-    match loser.claim_slot("cheap", "s", &SlotOptions::new()).await {
+    match loser.slots().claim("cheap", "s", &SlotOptions::new()).await {
         Ok(SlotClaim::RunningElsewhere(_)) => {}
         other => panic!("expected running elsewhere, got {other:?}"),
     }
@@ -237,22 +235,28 @@ async fn a_late_claimer_sees_the_completion() {
     let cluster = cluster(3);
     let (early, late) = (manager(&cluster), manager(&cluster));
     assert_eq!(
-        early.slot_status("report", "s1").await.expect("status"),
+        early.slots().status("report", "s1").await.expect("status"),
         SlotStatus::Free
     );
     let run = early
-        .claim_slot("report", "s1", &SlotOptions::new().runner("host-a"))
+        .slots()
+        .claim("report", "s1", &SlotOptions::new().runner("host-a"))
         .await
         .expect("claim")
         .into_run()
         .expect("claimed");
-    match late.slot_status("report", "s1").await.expect("status") {
+    match late.slots().status("report", "s1").await.expect("status") {
         SlotStatus::Running(record) => assert_eq!(record.runner.as_deref(), Some("host-a")),
         other => panic!("expected running, got {other:?}"),
     }
     run.complete().await.expect("complete");
     for opts in [SlotOptions::new(), SlotOptions::new().retry_abandoned(true)] {
-        match late.claim_slot("report", "s1", &opts).await.expect("claim") {
+        match late
+            .slots()
+            .claim("report", "s1", &opts)
+            .await
+            .expect("claim")
+        {
             SlotClaim::Completed(record) => {
                 assert_eq!(record.runner.as_deref(), Some("host-a"));
                 assert_eq!(record.attempts, 1);
@@ -262,7 +266,7 @@ async fn a_late_claimer_sees_the_completion() {
         }
     }
     assert!(matches!(
-        late.slot_status("report", "s1").await.expect("status"),
+        late.slots().status("report", "s1").await.expect("status"),
         SlotStatus::Completed(_)
     ));
     // The running key goes (the completion returns at a quorum: the last master's request
@@ -279,7 +283,8 @@ async fn a_late_claimer_sees_the_completion() {
     }
     // Another slot of the same job is free.
     assert!(late
-        .claim_slot("report", "s2", &SlotOptions::new())
+        .slots()
+        .claim("report", "s2", &SlotOptions::new())
         .await
         .expect("claim")
         .is_claimed());
@@ -298,7 +303,8 @@ async fn a_completion_releases_its_claim_in_the_same_request() {
     // The first run loads the scripts (a NOSCRIPT answer and its EVAL count as calls too).
     for slot in ["warm-up", "s1"] {
         let run = locks
-            .claim_slot("job", slot, &SlotOptions::new())
+            .slots()
+            .claim("job", slot, &SlotOptions::new())
             .await
             .expect("claim")
             .into_run()
@@ -318,7 +324,7 @@ async fn a_completion_releases_its_claim_in_the_same_request() {
         }
     }
     assert!(matches!(
-        locks.claim_slot("job", "s1", &SlotOptions::new()).await,
+        locks.slots().claim("job", "s1", &SlotOptions::new()).await,
         Ok(SlotClaim::Completed(_))
     ));
 }
@@ -332,7 +338,8 @@ async fn a_completed_run_holding_at_least_keeps_its_claim_until_then() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
     let run = locks
-        .claim_slot("job", "s", &SlotOptions::new().hold_at_least(HOLD))
+        .slots()
+        .claim("job", "s", &SlotOptions::new().hold_at_least(HOLD))
         .await
         .expect("claim")
         .into_run()
@@ -348,7 +355,7 @@ async fn a_completed_run_holding_at_least_keeps_its_claim_until_then() {
         .count();
     assert!(holding >= 2, "masters still holding the claim: {holding}");
     assert!(matches!(
-        locks.claim_slot("job", "s", &SlotOptions::new()).await,
+        locks.slots().claim("job", "s", &SlotOptions::new()).await,
         Ok(SlotClaim::Completed(_))
     ));
     wait_until("the hold ends", HOLD + PATIENCE, || {
@@ -372,9 +379,9 @@ async fn a_dead_runner_leaves_the_slot_abandoned_and_a_retry_gets_a_higher_token
             .enable_all()
             .build()
             .expect("runtime");
-        let locks = builder(&urls).fencing(true).build().expect("build");
+        let locks = builder(&urls).build().expect("build").fenced();
         let run = runtime
-            .block_on(locks.claim_slot("etl", "s", &short().runner("doomed")))
+            .block_on(locks.slots().claim("etl", "s", &short().runner("doomed")))
             .expect("claim")
             .into_run()
             .expect("claimed");
@@ -388,7 +395,12 @@ async fn a_dead_runner_leaves_the_slot_abandoned_and_a_retry_gets_a_higher_token
     .expect("runner thread");
 
     let locks = fenced(&cluster);
-    match locks.claim_slot("etl", "s", &short()).await.expect("claim") {
+    match locks
+        .slots()
+        .claim("etl", "s", &short())
+        .await
+        .expect("claim")
+    {
         SlotClaim::RunningElsewhere(record) => {
             assert_eq!(record.runner.as_deref(), Some("doomed"));
             assert_eq!(record.token, Some(first_token));
@@ -401,7 +413,12 @@ async fn a_dead_runner_leaves_the_slot_abandoned_and_a_retry_gets_a_higher_token
             .all(|m| pttl(m, &running_key("etl", "s")) == -2)
     })
     .await;
-    match locks.claim_slot("etl", "s", &short()).await.expect("claim") {
+    match locks
+        .slots()
+        .claim("etl", "s", &short())
+        .await
+        .expect("claim")
+    {
         SlotClaim::Abandoned(record) => {
             assert_eq!(record.runner.as_deref(), Some("doomed"));
             assert_eq!(record.attempts, 1);
@@ -409,11 +426,12 @@ async fn a_dead_runner_leaves_the_slot_abandoned_and_a_retry_gets_a_higher_token
         other => panic!("expected abandoned, got {other:?}"),
     }
     assert!(matches!(
-        locks.slot_status("etl", "s").await.expect("status"),
+        locks.slots().status("etl", "s").await.expect("status"),
         SlotStatus::Abandoned(_)
     ));
     let retry = locks
-        .claim_slot("etl", "s", &short().retry_abandoned(true))
+        .slots()
+        .claim("etl", "s", &short().retry_abandoned(true))
         .await
         .expect("claim")
         .into_run()
@@ -423,7 +441,8 @@ async fn a_dead_runner_leaves_the_slot_abandoned_and_a_retry_gets_a_higher_token
     assert!(token > first_token, "retry token {token} <= {first_token}");
     retry.complete().await.expect("complete");
     match locks
-        .claim_slot("etl", "s", &short().retry_abandoned(true))
+        .slots()
+        .claim("etl", "s", &short().retry_abandoned(true))
         .await
     {
         Ok(SlotClaim::Completed(record)) => assert_eq!(record.attempts, 2),
@@ -438,13 +457,15 @@ async fn dropped_and_abandoned_runs_read_as_abandoned() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
     let dropped = locks
-        .claim_slot("job", "dropped", &SlotOptions::new())
+        .slots()
+        .claim("job", "dropped", &SlotOptions::new())
         .await
         .expect("claim");
     assert!(dropped.is_claimed());
     drop(dropped);
     let abandoned = locks
-        .claim_slot("job", "abandoned", &SlotOptions::new())
+        .slots()
+        .claim("job", "abandoned", &SlotOptions::new())
         .await
         .expect("claim")
         .into_run()
@@ -458,7 +479,8 @@ async fn dropped_and_abandoned_runs_read_as_abandoned() {
         })
         .await;
         let claim = locks
-            .claim_slot("job", slot, &SlotOptions::new())
+            .slots()
+            .claim("job", slot, &SlotOptions::new())
             .await
             .expect("claim");
         assert!(
@@ -495,24 +517,26 @@ async fn a_minority_master_down_changes_nothing() {
     cluster.get_mut(2).expect("master").kill().expect("kill");
     let (a, b) = (manager(&cluster), manager(&cluster));
     let run = a
-        .claim_slot("job", "s", &SlotOptions::new())
+        .slots()
+        .claim("job", "s", &SlotOptions::new())
         .await
         .expect("claim")
         .into_run()
         .expect("claimed");
     assert!(matches!(
-        b.claim_slot("job", "s", &SlotOptions::new()).await,
+        b.slots().claim("job", "s", &SlotOptions::new()).await,
         Ok(SlotClaim::RunningElsewhere(_))
     ));
     run.complete().await.expect("complete on a quorum");
     assert!(matches!(
-        b.claim_slot("job", "s", &SlotOptions::new().retry_abandoned(true))
+        b.slots()
+            .claim("job", "s", &SlotOptions::new().retry_abandoned(true))
             .await,
         Ok(SlotClaim::Completed(_))
     ));
     // Two masters down: no quorum, a clear error naming the dead masters.
     cluster.get_mut(1).expect("master").kill().expect("kill");
-    match b.claim_slot("job", "t", &SlotOptions::new()).await {
+    match b.slots().claim("job", "t", &SlotOptions::new()).await {
         Err(LockError::QuorumUnreachable { failures, .. }) => assert_eq!(failures.len(), 2),
         other => panic!("expected unreachable, got {other:?}"),
     }
@@ -534,7 +558,7 @@ async fn a_claim_that_did_not_win_is_undone() {
             .expect("SET");
     }
     cluster.get_mut(0).expect("master").pause().expect("pause");
-    let claim = locks.claim_slot("job", "s", &SlotOptions::new()).await;
+    let claim = locks.slots().claim("job", "s", &SlotOptions::new()).await;
     cluster
         .get_mut(0)
         .expect("master")
@@ -560,7 +584,8 @@ async fn a_claim_that_did_not_win_is_undone() {
             .expect("DEL");
     }
     assert!(locks
-        .claim_slot("job", "s", &SlotOptions::new())
+        .slots()
+        .claim("job", "s", &SlotOptions::new())
         .await
         .expect("claim")
         .is_claimed());
@@ -571,7 +596,7 @@ async fn a_claim_that_did_not_win_is_undone() {
 async fn bad_input_is_rejected_without_writing() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
-    let long = "x".repeat(quorumlock::MAX_SLOT_NAME + 1);
+    let long = "x".repeat(quorumlock::limits::MAX_SLOT_NAME + 1);
     let cases: Vec<(&str, &str, SlotOptions)> = vec![
         ("", "s", SlotOptions::new()),
         ("job", "", SlotOptions::new()),
@@ -593,7 +618,7 @@ async fn bad_input_is_rejected_without_writing() {
         ),
     ];
     for (job, slot, opts) in cases {
-        match locks.claim_slot(job, slot, &opts).await {
+        match locks.slots().claim(job, slot, &opts).await {
             Err(LockError::InvalidArgument(error)) => {
                 let text = error.to_string();
                 assert!(text.contains("expected"), "{text}");
@@ -602,7 +627,7 @@ async fn bad_input_is_rejected_without_writing() {
         }
     }
     assert!(matches!(
-        locks.slot_status("", "s").await,
+        locks.slots().status("", "s").await,
         Err(LockError::InvalidArgument(InvalidArgument::SlotName {
             what: "job",
             ..
@@ -625,10 +650,11 @@ async fn a_record_of_the_wrong_type_is_a_clear_error() {
     }
     for outcome in [
         locks
-            .claim_slot("job", "s", &SlotOptions::new())
+            .slots()
+            .claim("job", "s", &SlotOptions::new())
             .await
             .map(|_| ()),
-        locks.slot_status("job", "s").await.map(|_| ()),
+        locks.slots().status("job", "s").await.map(|_| ()),
     ] {
         match outcome {
             Err(LockError::QuorumUnreachable { failures, .. }) => {
@@ -671,7 +697,8 @@ async fn restart_protection_keeps_a_forgetful_master_from_granting_a_completed_s
             wait_until_provisioned(&locks).await;
         }
         locks
-            .claim_slot("job", "s", &SlotOptions::new())
+            .slots()
+            .claim("job", "s", &SlotOptions::new())
             .await
             .expect("claim")
             .into_run()
@@ -696,7 +723,7 @@ async fn restart_protection_keeps_a_forgetful_master_from_granting_a_completed_s
             .expect("master")
             .command(&["DEL", &record_key("job", "s")])
             .expect("DEL");
-        let outcome = locks.claim_slot("job", "s", &SlotOptions::new()).await;
+        let outcome = locks.slots().claim("job", "s", &SlotOptions::new()).await;
         if protection {
             match outcome {
                 Err(error @ LockError::QuorumUnreachable { .. }) => {

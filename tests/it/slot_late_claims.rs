@@ -9,19 +9,17 @@ use crate::support;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::testing::{RedisCluster, RedisMaster};
-use quorumlock::{Redlock, SlotClaim, SlotOptions, SlotStatus, DEFAULT_KEY_PREFIX};
+use quorumlock::{Redlock, SlotClaim, SlotOptions, SlotStatus};
 use support::{builder, cluster, count_keys, pttl, wait_until, warm_up, PATIENCE};
 
 fn running_key(job: &str, slot: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
+    format!("{KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
 }
 
 fn record_key(job: &str, slot: &str) -> String {
-    format!(
-        "{DEFAULT_KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}",
-        job.len()
-    )
+    format!("{KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}", job.len())
 }
 
 fn record_state(master: &RedisMaster, job: &str, slot: &str) -> Option<String> {
@@ -69,12 +67,13 @@ async fn claims_landing_on_a_paused_master_after_a_lost_round_are_undone_behind_
         cluster.get_mut(2).expect("master").pause().expect("pause");
         let outcomes = if batch {
             locks
-                .claim_slots(&due, &SlotOptions::new())
+                .slots()
+                .claim_many(&due, &SlotOptions::new())
                 .await
                 .expect("valid batch")
         } else {
             let (job, slot) = &due[0];
-            vec![locks.claim_slot(job, slot, &SlotOptions::new()).await]
+            vec![locks.slots().claim(job, slot, &SlotOptions::new()).await]
         };
         cluster
             .get_mut(2)
@@ -118,12 +117,13 @@ async fn a_straggler_claim_behind_a_completion_leaves_no_live_claim() {
         cluster.get_mut(2).expect("master").pause().expect("pause");
         let outcomes = if batch {
             locks
-                .claim_slots(&due, &SlotOptions::new())
+                .slots()
+                .claim_many(&due, &SlotOptions::new())
                 .await
                 .expect("valid batch")
         } else {
             let (job, slot) = &due[0];
-            vec![locks.claim_slot(job, slot, &SlotOptions::new()).await]
+            vec![locks.slots().claim(job, slot, &SlotOptions::new()).await]
         };
         for outcome in outcomes {
             let run = outcome
@@ -151,7 +151,7 @@ async fn a_straggler_claim_behind_a_completion_leaves_no_live_claim() {
                 "batch {batch}: a live claim of {job}/{slot} was left behind"
             );
             assert!(matches!(
-                locks.slot_status(job, slot).await,
+                locks.slots().status(job, slot).await,
                 Ok(SlotStatus::Completed(_))
             ));
         }
@@ -176,11 +176,11 @@ async fn fenced_single_claims_and_batches_race_and_win_each_slot_once() {
     let hosts: Vec<Redlock> = (0..3)
         .map(|_| {
             builder(&cluster.urls())
-                .fencing(true)
                 .max_ttl(Duration::from_secs(60))
                 .restart_protection(true)
                 .build()
                 .expect("build")
+                .fenced()
         })
         .collect();
     provisioned(&hosts[0]).await;
@@ -197,14 +197,14 @@ async fn fenced_single_claims_and_batches_race_and_win_each_slot_once() {
         let single = async {
             let mut won = Vec::new();
             for (job, slot) in &due {
-                won.push(hosts[0].claim_slot(job, slot, &opts).await);
+                won.push(hosts[0].slots().claim(job, slot, &opts).await);
             }
             won
         };
         let (single, forward, backward) = tokio::join!(
             single,
-            hosts[1].claim_slots(&due, &opts),
-            hosts[2].claim_slots(&reversed, &opts),
+            hosts[1].slots().claim_many(&due, &opts),
+            hosts[2].slots().claim_many(&reversed, &opts),
         );
         let forward = forward.expect("valid batch");
         let mut backward = backward.expect("valid batch");
@@ -258,10 +258,16 @@ async fn a_master_restarted_with_its_data_is_kept_out_of_single_claims_and_batch
     restarted.restart().expect("restart with the AOF");
     let due = pairs(6);
     let mut outcomes = locks
-        .claim_slots(&due, &SlotOptions::new())
+        .slots()
+        .claim_many(&due, &SlotOptions::new())
         .await
         .expect("valid batch");
-    outcomes.push(locks.claim_slot("single", "s", &SlotOptions::new()).await);
+    outcomes.push(
+        locks
+            .slots()
+            .claim("single", "s", &SlotOptions::new())
+            .await,
+    );
     for outcome in &outcomes {
         match outcome {
             Err(error @ LockError::QuorumUnreachable { .. }) => assert!(

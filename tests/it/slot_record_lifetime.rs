@@ -7,24 +7,21 @@ use crate::support;
 
 use std::time::Duration;
 
+use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
 use quorumlock::{
     InvalidArgument, LeaseOptions, LockError, Redlock, SlotClaim, SlotOptions, SlotStatus,
-    DEFAULT_KEY_PREFIX,
 };
 use support::{cluster, manager, pttl, wait_until, PATIENCE};
 
 /// The running key of `(job, slot)` with the default prefix.
 fn running_key(job: &str, slot: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
+    format!("{KEY_PREFIX}\u{1f}slot:{}:{job}:{slot}", job.len())
 }
 
 /// The record key of `(job, slot)` with the default prefix.
 fn record_key(job: &str, slot: &str) -> String {
-    format!(
-        "{DEFAULT_KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}",
-        job.len()
-    )
+    format!("{KEY_PREFIX}\u{1f}slot-record:{}:{job}:{slot}", job.len())
 }
 
 /// A claim TTL and a retention of 600 ms, for runs of 2 s.
@@ -39,7 +36,7 @@ const RUN: Duration = Duration::from_secs(2);
 
 /// Claims `(job, slot)`, which must be granted.
 async fn claim(locks: &Redlock, job: &str, slot: &str, opts: &SlotOptions) -> quorumlock::SlotRun {
-    match locks.claim_slot(job, slot, opts).await {
+    match locks.slots().claim(job, slot, opts).await {
         Ok(SlotClaim::Claimed(run)) => run,
         other => panic!("{job}/{slot} should be claimed: {other:?}"),
     }
@@ -81,11 +78,11 @@ async fn a_run_longer_than_the_retention_is_abandoned_not_forgotten() {
     assert!(run.lease().is_held(), "the lease keeps the claim");
     run.abandon().await.expect("the abandonment is recorded");
     assert!(matches!(
-        locks.slot_status("long", "s1").await,
+        locks.slots().status("long", "s1").await,
         Ok(SlotStatus::Abandoned(_))
     ));
     let late = manager(&cluster);
-    match late.claim_slot("long", "s1", &short()).await {
+    match late.slots().claim("long", "s1", &short()).await {
         Ok(SlotClaim::Abandoned(record)) => assert_eq!(record.attempts, 1),
         other => panic!("a late host must not run the slot again: {other:?}"),
     }
@@ -108,12 +105,12 @@ async fn a_dropped_run_longer_than_the_retention_leaves_the_slot_abandoned() {
     })
     .await;
     assert!(matches!(
-        locks.slot_status("long", "s2").await,
+        locks.slots().status("long", "s2").await,
         Ok(SlotStatus::Abandoned(_))
     ));
     let late = manager(&cluster);
     assert!(matches!(
-        late.claim_slot("long", "s2", &short()).await,
+        late.slots().claim("long", "s2", &short()).await,
         Ok(SlotClaim::Abandoned(_))
     ));
 }
@@ -125,7 +122,7 @@ async fn a_retention_shorter_than_the_minimum_hold_is_refused() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
     let opts = short().hold_at_least(Duration::from_secs(1));
-    match locks.claim_slot("long", "s3", &opts).await {
+    match locks.slots().claim("long", "s3", &opts).await {
         Err(LockError::InvalidArgument(InvalidArgument::RetentionBelowHold { .. })) => {}
         other => panic!("expected a retention error, got {other:?}"),
     }
@@ -170,7 +167,7 @@ fn crashed_slot_is_never_free(
         let locks = manager(cluster);
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            match locks.slot_status("crash", slot).await {
+            match locks.slots().status("crash", slot).await {
                 Ok(SlotStatus::Abandoned(_)) => break,
                 Ok(SlotStatus::Running(_)) | Err(_) => {}
                 Ok(other) => panic!("the crashed run's slot must not read {other:?}"),
@@ -181,7 +178,7 @@ fn crashed_slot_is_never_free(
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        match locks.claim_slot("crash", slot, opts).await {
+        match locks.slots().claim("crash", slot, opts).await {
             Ok(SlotClaim::Abandoned(record)) => assert_eq!(record.attempts, 1),
             other => panic!("a late host must not run the crashed run's slot again: {other:?}"),
         }

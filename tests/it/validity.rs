@@ -5,12 +5,12 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::DEFAULT_DRIFT_FACTOR;
+use quorumlock::defaults;
 use support::{cluster, key, manager, pttl, warm_up};
 
 /// `ttl × drift_factor + 2 ms`, the drift allowance of the default configuration.
 fn drift(ttl: Duration) -> Duration {
-    ttl.mul_f64(DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2)
+    ttl.mul_f64(defaults::DRIFT_FACTOR) + Duration::from_millis(2)
 }
 
 /// `valid_until` is `round start + ttl − drift` and a quorum of keys outlives it.

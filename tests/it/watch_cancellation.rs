@@ -15,10 +15,9 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::testing::{RedisCluster, Reply};
-use quorumlock::{
-    CampaignOptions, LeaseHandle, LeaseOptions, LockError, NotHeldReason, DEFAULT_KEY_PREFIX,
-};
+use quorumlock::{CampaignOptions, LeaseHandle, LeaseOptions, LockError, NotHeldReason};
 use support::sweep::cancellation_sweep;
 use support::{clear, cluster, key, manager, pttl, wait_until, PATIENCE};
 
@@ -119,11 +118,8 @@ async fn a_dropped_leadership_lost_keeps_the_leadership() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
     let leadership = locks
-        .campaign(
-            "leader",
-            "host-a",
-            CampaignOptions::new().lease(lease_options()),
-        )
+        .election("leader")
+        .campaign("host-a", CampaignOptions::new().lease(lease_options()))
         .await
         .expect("elected");
     let handle = leadership.handle();
@@ -132,7 +128,7 @@ async fn a_dropped_leadership_lost_keeps_the_leadership() {
 
 /// The announcement key of election `name` with the default prefix.
 fn announcement_key(name: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}leader:{name}")
+    format!("{KEY_PREFIX}\u{1f}leader:{name}")
 }
 
 /// How many clients subscribe to `channel` on each master.
@@ -165,7 +161,7 @@ async fn a_dropped_observer_next_loses_no_change() {
     const NAME: &str = "observed";
     let cluster = cluster(3);
     let (watcher, candidate) = (manager(&cluster), manager(&cluster));
-    let mut observer = watcher.observe(NAME).expect("observe");
+    let mut observer = watcher.election(NAME).observe().expect("observe");
     let first = tokio::time::timeout(PATIENCE, observer.next()).await;
     assert_eq!(first, Ok(Some(None)), "nobody leads at first");
     // Uncontended: locking it never waits, so each await point swept is the observer's.
@@ -190,7 +186,7 @@ async fn a_dropped_observer_next_loses_no_change() {
                 }
                 if expect_leader {
                     let opts = CampaignOptions::new().lease(lease_options());
-                    let won = candidate.campaign(NAME, "host-a", opts).await;
+                    let won = candidate.election(NAME).campaign("host-a", opts).await;
                     *leadership.borrow_mut() = Some(won.expect("elected"));
                 } else {
                     let won = leadership.borrow_mut().take().expect("a leader");

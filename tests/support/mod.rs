@@ -8,8 +8,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
-use quorumlock::{Redlock, RedlockBuilder, DEFAULT_KEY_PREFIX};
+use quorumlock::{Redlock, RedlockBuilder};
 
 pub(crate) mod sweep;
 
@@ -41,12 +42,12 @@ pub(crate) fn manager(cluster: &RedisCluster) -> Redlock {
 
 /// The key a resource is stored under with the default prefix.
 pub(crate) fn key(resource: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}{resource}")
+    format!("{KEY_PREFIX}{resource}")
 }
 
 /// The keys with our prefix on `master` (which must not be paused: the query would block).
 pub(crate) fn our_keys(master: &RedisMaster) -> Vec<String> {
-    let pattern = format!("{DEFAULT_KEY_PREFIX}*");
+    let pattern = format!("{KEY_PREFIX}*");
     match master.query(&["KEYS", &pattern]).expect("KEYS") {
         Reply::Array(items) => items.iter().map(ToString::to_string).collect(),
         other => panic!("KEYS on port {} gave {other:?}", master.port()),
@@ -277,17 +278,17 @@ pub(crate) fn dead_port() -> (tokio::net::TcpSocket, SocketAddr) {
 
 /// The key of a resource's fence counter with the default prefix.
 pub(crate) fn fence_key(resource: &str) -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}fence:{resource}")
+    format!("{KEY_PREFIX}\u{1f}fence:{resource}")
 }
 
 /// The key of the epoch marker of restart protection with the default prefix.
 pub(crate) fn epoch_key() -> String {
-    format!("{DEFAULT_KEY_PREFIX}\u{1f}epoch")
+    format!("{KEY_PREFIX}\u{1f}epoch")
 }
 
 /// The lock keys on `master`: our keys without the fence counters and the epoch marker.
 pub(crate) fn lock_keys(master: &RedisMaster) -> Vec<String> {
-    let reserved = format!("{DEFAULT_KEY_PREFIX}\u{1f}");
+    let reserved = format!("{KEY_PREFIX}\u{1f}");
     our_keys(master)
         .into_iter()
         .filter(|k| !k.starts_with(&reserved))

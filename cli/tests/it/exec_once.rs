@@ -185,7 +185,7 @@ fn help_lists_the_slot_exit_codes() {
 fn running_key(job: &str, slot: &str) -> String {
     format!(
         "{}\u{1f}slot:{}:{job}:{slot}",
-        quorumlock::DEFAULT_KEY_PREFIX,
+        quorumlock::defaults::KEY_PREFIX,
         job.len()
     )
 }

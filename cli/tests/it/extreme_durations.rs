@@ -61,7 +61,7 @@ fn eons_of_wait_node_timeout_and_max_hold_run_the_command_and_exit() {
 #[test]
 fn eons_of_ttl_or_max_ttl_are_usage_errors_naming_the_bound() {
     let cluster = cluster(1);
-    let bound = format!("{:?}", quorumlock::MAX_TTL);
+    let bound = format!("{:?}", quorumlock::limits::MAX_TTL);
     let cases: [(&[&str], &str); 2] = [
         (&["exec", "-r", "eons", "--ttl", EONS, "--", "true"], "ttl"),
         (

@@ -250,7 +250,8 @@ async fn record_not_renewed(cfg: &WorkerConfig) -> Result<Redlock, Box<dyn std::
         process_env::fenced_manager(cfg.nodes.clone(), Duration::from_millis(cfg.max_ttl_ms))
             .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
             .mutant(quorumlock::Mutant::SlotRecordNotRenewed)
-            .build()?;
+            .build()?
+            .fenced();
     let _ = locks.connect().await;
     Ok(locks)
 }

@@ -45,7 +45,11 @@ pub async fn run(
         let mut call = reporter.about(Kind::Call, claim, &election, None);
         call.identity = identity.clone();
         reporter.send(&call).await;
-        let leadership = match locks.campaign(ELECTION, &identity, opts.clone()).await {
+        let leadership = match locks
+            .election(ELECTION)
+            .campaign(&identity, opts.clone())
+            .await
+        {
             Ok(l) => l,
             Err(e) => {
                 reporter.refused(claim, &[], e.to_string()).await;

@@ -54,7 +54,7 @@ pub async fn run(
             WAIT
         };
         let deadline = std::time::Instant::now() + wait;
-        let mut guard = match locks.lock_all_until(&set, ttl, deadline).await {
+        let mut guard = match locks.set(&set).lock_until(ttl, deadline).await {
             Ok(g) => g,
             Err(e) => {
                 reporter.refused(claim, &set, e.to_string()).await;

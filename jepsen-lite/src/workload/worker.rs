@@ -220,7 +220,7 @@ async fn observe(
     reporter: &mut Reporter,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use futures::StreamExt;
-    let mut stream = locks.observe(super::ELECTION)?;
+    let mut stream = locks.election(super::ELECTION).observe()?;
     while let Some(item) = stream.next().await {
         let mut req = reporter.request(Kind::Observed);
         req.resources = vec![super::ELECTION.to_string()];

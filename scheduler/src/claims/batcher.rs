@@ -307,7 +307,7 @@ async fn run(locks: &Redlock, batch: Vec<Pending>) {
         .map(|p| (p.job.as_str(), p.slot.as_str()))
         .collect();
     tracing::debug!(slots = pairs.len(), "claiming a batch of slots");
-    match locks.claim_slots(&pairs, &opts).await {
+    match locks.slots().claim_many(&pairs, &opts).await {
         Ok(outcomes) => {
             for (pending, outcome) in batch.into_iter().zip(outcomes) {
                 // A claimer that went away drops its run, which abandons the slot.

@@ -77,7 +77,7 @@ impl SlotClaims for RedlockClaims {
         slot: &'a str,
     ) -> BoxFuture<'a, Result<SlotState, LockError>> {
         async move {
-            Ok(match self.locks.slot_status(job, slot).await? {
+            Ok(match self.locks.slots().status(job, slot).await? {
                 SlotStatus::Running(r) => SlotState::Running(record(&r)),
                 SlotStatus::Completed(r) => SlotState::Completed(record(&r)),
                 SlotStatus::Abandoned(r) => SlotState::Abandoned(record(&r)),

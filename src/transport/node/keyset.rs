@@ -1,4 +1,4 @@
-//! Operations on a **set** of lock keys at once (for `lock_all` and elections), each one script
+//! Operations on a **set** of lock keys at once (for lock sets and elections), each one script
 //! run atomically on the master, and an election's reads.
 //!
 //! Every request names the set's first (smallest) lock key first, so that all requests about
