@@ -226,10 +226,10 @@ pub enum InvalidArgument {
     },
     /// A slot record's retention ([`SlotOptions::retention`](crate::SlotOptions::retention))
     /// is zero.
-    #[error("slot record retention is zero: expected at least the ownership ttl")]
+    #[error("slot record retention is zero: expected at least the claim ttl")]
     ZeroRetention,
     /// A slot record's retention is shorter than the claim TTL, or too long.
-    #[error("slot record retention {retention:?} is out of range: expected from the ownership ttl {ttl:?} up to {max:?}")]
+    #[error("slot record retention {retention:?} is out of range: expected from the claim ttl {ttl:?} up to {max:?}")]
     Retention {
         /// The retention asked for.
         retention: Duration,
@@ -278,6 +278,15 @@ pub enum InvalidArgument {
         /// The most accepted ([`limits::MAX_SET_SIZE`](crate::limits::MAX_SET_SIZE)).
         max: usize,
     },
+    /// A [`Semaphore`](crate::Semaphore) was given no permit, or more than
+    /// [`limits::MAX_PERMITS`](crate::limits::MAX_PERMITS).
+    #[error("a semaphore of {permits} permits: expected 1 to {max}")]
+    InvalidPermits {
+        /// How many were given.
+        permits: usize,
+        /// The most accepted.
+        max: usize,
+    },
     /// An election identity is empty, too long, or contains control characters.
     #[error(
         "election identity {0:?} is invalid: expected 1 to 256 bytes without control characters"
@@ -288,7 +297,7 @@ pub enum InvalidArgument {
     #[error("election poll interval is zero: expected a positive duration")]
     ZeroPollInterval,
     /// [`Slots::claim_many`](crate::Slots::claim_many) was given no slot.
-    #[error("no slots to ownership: expected at least one (job, slot) pair")]
+    #[error("no slots to claim: expected at least one (job, slot) pair")]
     NoSlots,
     /// [`Slots::claim_many`](crate::Slots::claim_many) was given the same `(job, slot)`
     /// twice (an error rather than a silent merge: it is usually a bug in the caller's list).
@@ -301,7 +310,7 @@ pub enum InvalidArgument {
     },
     /// [`Slots::claim_many`](crate::Slots::claim_many) was given more slots than one
     /// request may carry.
-    #[error("{count} slots to ownership at once: expected at most {max}")]
+    #[error("{count} slots to claim at once: expected at most {max}")]
     TooManySlots {
         /// How many were given.
         count: usize,

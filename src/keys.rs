@@ -44,6 +44,29 @@ pub(crate) fn lock_keys(config: &Config, resource: &str) -> Result<LockKeys, Inv
 
 /// The fence counter of `resource`: the tokens of its locks, and of the slots of the job of
 /// that name, come from this one sequence.
+/// The keys of permit `index` of semaphore `name`: a lock key, fence counter and epoch marker as
+/// for a resource, under a reserved name (`<prefix>\x1fpermit:<index>:<name>`, the index first
+/// so no two names collide) that no resource can take. A permit is never reentrant.
+///
+/// # Errors
+///
+/// As [`lock_keys`], for `name`.
+pub(crate) fn permit_keys(
+    config: &Config,
+    name: &str,
+    index: usize,
+) -> Result<LockKeys, InvalidArgument> {
+    lock_keys(config, name)?;
+    let prefix = &config.key_prefix;
+    let resource = format!("{RESERVED}permit:{index}:{name}");
+    Ok(LockKeys {
+        lock: Arc::from(format!("{prefix}{resource}")),
+        fence: config.fencing.then(|| fence_key(prefix, &resource)),
+        epoch: config.restart_protection.then(|| epoch_key(config)),
+        reentrant: None,
+    })
+}
+
 fn fence_key(prefix: &str, resource: &str) -> Arc<str> {
     Arc::from(format!("{prefix}{RESERVED}fence:{resource}"))
 }

@@ -276,6 +276,7 @@ mod reentrant_hold;
 mod restart_protection;
 mod round;
 mod scripts;
+mod semaphore;
 mod shared;
 pub mod slot;
 mod stats;
@@ -302,5 +303,6 @@ pub use multi::{LockSet, MultiLockGuard};
 #[doc(hidden)]
 pub use mutant::Mutant;
 pub use owner::Owner;
+pub use semaphore::Semaphore;
 pub use slot::{SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, Slots};
 pub use stats::{NodeStats, Stats};

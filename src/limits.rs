@@ -20,6 +20,10 @@ pub const MAX_CONNECTIONS_PER_NODE: usize = 64;
 /// fencing) in one script that blocks its master while it runs.
 pub const MAX_SET_SIZE: usize = 64;
 
+/// The most permits a [`Semaphore`](crate::Semaphore) may have: a refused acquisition tries
+/// each permit in turn, one round each.
+pub const MAX_PERMITS: usize = 64;
+
 /// The longest identity an [`Election`](crate::Election) campaigner may have, in bytes.
 pub const MAX_IDENTITY_LEN: usize = 256;
 

@@ -432,7 +432,7 @@ impl Redlock {
 
     /// One acquire round, plus the write-back of the fencing token when fencing is on and the
     /// granting masters did not all issue the same token.
-    async fn acquire_round(
+    pub(crate) async fn acquire_round(
         &self,
         resource: &str,
         keys: &LockKeys,

@@ -106,7 +106,7 @@ fn nothing_left(fakes: &[Arc<FakeMaster>], slot: &SlotToClaim) -> Result<(), Str
     for (i, fake) in fakes.iter().enumerate() {
         if fake.value_of(&slot.keys.running).as_deref() == Some(value) {
             return Err(format!(
-                "master {i} still holds the ownership of {}",
+                "master {i} still holds the claim of {}",
                 slot.resource
             ));
         }
@@ -174,7 +174,7 @@ proptest! {
                     }
                     RoundOutcome::Running(_) | RoundOutcome::Split(_) => {
                         let foreign = fakes.iter().any(|f| f.value_of(&slot.keys.running).as_deref() == Some("foreign"));
-                        prop_assert!(foreign, "{outcome:?} without a foreign ownership");
+                        prop_assert!(foreign, "{outcome:?} without a foreign claim");
                     }
                     RoundOutcome::Abandoned(_) => prop_assert!(false, "no slot was abandoned: {outcome:?}"),
                     RoundOutcome::Failed(error) => prop_assert!(matches!(
@@ -334,7 +334,7 @@ fn a_restarted_master_cannot_make_a_completed_slot_run_again_unless_the_quaranti
             let first = to_claim(0, false, true);
             let (outcome, _) = slots::claim_one(&nodes, first, spec(terms, false)).await;
             let RoundOutcome::Won(won) = outcome else {
-                panic!("the first ownership did not win: {outcome:?}");
+                panic!("the first claim did not win: {outcome:?}");
             };
             let ending = Finish {
                 resource: "j/0",

@@ -260,11 +260,11 @@ pub(crate) fn claim_replies(
     epoch_check: bool,
 ) -> Result<Vec<ClaimReply>, NodeErrorKind> {
     let Reply::Array(items) = value else {
-        return Err(unexpected("an array of ownership replies", &value));
+        return Err(unexpected("an array of claim replies", &value));
     };
     if items.len() != count {
         return Err(NodeErrorKind::UnexpectedReply(format!(
-            "expected {count} ownership replies, got {}",
+            "expected {count} claim replies, got {}",
             items.len()
         )));
     }

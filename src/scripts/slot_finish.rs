@@ -41,7 +41,7 @@ local function finish(rec, value, ending, runner, retention, token, attempt, run
         redis.call('pexpire', rec, retention)
         written = 1
     end
-    -- Last: a script is not rolled back, so a call above that fails leaves the ownership in place.
+    -- Last: a script is not rolled back, so a call above that fails leaves the claim in place.
     if release == '1' and redis.call('get', run) == value then
         redis.call('del', run)
     end

@@ -230,7 +230,7 @@ impl SlotTally {
             running = running.len(),
             abandoned = abandoned.len(),
             elapsed = ?span.elapsed,
-            "ownership round decided"
+            "claim round decided"
         );
         let holders = tally.may_hold();
         if let Some(record) = completed {
@@ -348,7 +348,7 @@ pub(crate) async fn claim<M: SlotMaster>(
     })
     .await;
     cancelled.disarm();
-    tracing::debug!(slots = slots.len(), elapsed = ?span.elapsed, "slot ownership round decided");
+    tracing::debug!(slots = slots.len(), elapsed = ?span.elapsed, "slot claim round decided");
     // Per master, the slots to undo there.
     let mut undo: Vec<Vec<usize>> = vec![Vec::new(); n];
     let outcomes = tallies

@@ -216,7 +216,7 @@ impl SlotRun {
             self.lease.release().await
         };
         if let Err(error) = outcome {
-            tracing::debug!(job = %self.info.job, slot = %self.info.slot, %error, "releasing the slot ownership failed; it expires after its ttl");
+            tracing::debug!(job = %self.info.job, slot = %self.info.slot, %error, "releasing the slot claim failed; it expires after its ttl");
         }
     }
 }

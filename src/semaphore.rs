@@ -1,0 +1,248 @@
+//! Counting semaphores on a quorum: at most K holders of a name at once.
+//!
+//! # Permits, not a counter per master
+//!
+//! The obvious construction is wrong: let each master admit up to K holders and count a
+//! majority. With N = 3 masters and K = 2, holders A on {m1, m3}, B on {m1, m2} and C on
+//! {m2, m3} each stand on a majority while no master admits more than two: three holders of a
+//! 2-permit semaphore. A counter design is sound only with a quorum `q > N·K / (K + 1)`: K + 1
+//! holders then need `(K + 1)·q > N·K` admissions, more than the N masters' K places each. That
+//! quorum costs availability: for N = 3 and K = 2 it is all three masters (no master may fail),
+//! for N = 5 and K = 2 four of them.
+//!
+//! A [`Semaphore`] is instead K **permits**, each an ordinary lock on its own key
+//! ([`keys::permit_keys`]): a holder holds one permit on a majority of masters, exactly as a
+//! lock. Two holders of one permit would be two holders of one lock, which Redlock excludes, so
+//! there are never more than K holders, whatever the placement, with the lock's majority quorum
+//! and its fault tolerance (a minority of masters may fail). Everything a lock has, a permit
+//! has: validity, extend, release, lease, fencing tokens (one counter per permit), restart
+//! protection, notified hand-offs. The price is in refusals: a full semaphore is learnt one
+//! permit at a time, so an acquisition that finds every permit held costs K rounds (bounded by
+//! [`limits::MAX_PERMITS`]). Each acquisition starts at a random permit, so that concurrent
+//! acquirers spread over the free ones rather than split the vote on the first.
+
+use std::time::Duration;
+
+use rand::RngExt;
+
+use crate::acquisition::{settle, Acquisition, Line, Patience, PollDelay};
+use crate::error::{InvalidArgument, LockError};
+use crate::guard::LockGuard;
+use crate::keys::permit_keys;
+use crate::limits;
+use crate::manager::Redlock;
+use crate::round::terms::{round_terms, RoundTerms};
+use crate::round::{LockKeys, RoundFailure};
+
+impl Redlock {
+    /// A counting semaphore named `name` with `permits` permits: at most that many holders at
+    /// once across every client of these masters (see the [module docs](crate::Semaphore) for
+    /// why this is sound with a majority). The name and the count are checked by each call;
+    /// every client must use the same count for the same name.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// let uploads = locks.semaphore("uploads", 4); // at most 4 uploads at once
+    /// let permit = uploads.acquire(Duration::from_secs(30)).await?;
+    /// // ... upload, passing permit.fence() to the store if it checks tokens ...
+    /// permit.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn semaphore<'a>(&'a self, name: &'a str, permits: usize) -> Semaphore<'a> {
+        Semaphore {
+            locks: self,
+            name,
+            permits,
+        }
+    }
+}
+
+/// A counting semaphore: at most [`permits`](Self::permits) holders of its name at once. Made by
+/// [`Redlock::semaphore`]. A permit is a [`LockGuard`] on one of the semaphore's permit keys:
+/// extend it, release it, keep it alive with a [lease](LockGuard::keep_alive), read its
+/// [fencing token](LockGuard::fence) (on a [fenced](Redlock::fenced) manager; each permit has
+/// its own counter) as for any lock.
+///
+/// # Why permits
+///
+/// Each master admitting K holders under a majority quorum lets more than K hold: with N = 3
+/// and K = 2, holders on {m1, m3}, {m1, m2} and {m2, m3} each have a majority. A counter design
+/// needs a quorum above `N·K / (K + 1)` (all 3 masters for N = 3, K = 2: no fault tolerance).
+/// Here each of the K permits is its own lock, held on a majority: never more than K holders,
+/// and a minority of masters may fail. A refusal of a full semaphore costs one round per
+/// permit.
+///
+/// The handle borrows the manager and the name, holds nothing itself and is `Copy`: its calls
+/// take it by value, so a future never borrows a temporary.
+#[derive(Clone, Copy, Debug)]
+pub struct Semaphore<'a> {
+    locks: &'a Redlock,
+    name: &'a str,
+    permits: usize,
+}
+
+/// The keys and labels of every permit, and the terms of a round, checked once per call.
+struct Permits {
+    keys: Vec<LockKeys>,
+    locks: Vec<std::sync::Arc<str>>,
+    labels: Vec<String>,
+    terms: RoundTerms,
+}
+
+impl<'a> Semaphore<'a> {
+    /// The semaphore's name.
+    pub fn name(self) -> &'a str {
+        self.name
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(self) -> usize {
+        self.permits
+    }
+
+    /// One try, no retry: a free permit if there is one. Starting at a random permit, each is
+    /// tried in turn (one round each, as [`Redlock::try_lock`]) until one is granted; the
+    /// first error other than a refusal ends the try.
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::InvalidArgument`]: no permit or more than
+    ///   [`limits::MAX_PERMITS`] ([`InvalidPermits`](InvalidArgument::InvalidPermits)), an
+    ///   empty or reserved name, or a bad TTL; nothing is sent;
+    /// * [`LockError::Contended`]: every permit is held (the last permit's refusal);
+    /// * otherwise those of [`Redlock::try_lock`] for the permit that failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Redlock::try_lock`]: dropping the future releases, in the background, whatever
+    /// the permit round in flight may have set.
+    pub async fn try_acquire(self, ttl: Duration) -> Result<LockGuard, LockError> {
+        let permits = self.check(ttl)?;
+        Acquisition::new(self.locks.shared(), self.name, permits.terms.ttl)
+            .once(self.round(&permits, false))
+            .await
+    }
+
+    /// Like [`try_acquire`](Self::try_acquire), with up to
+    /// [`retry_count`](crate::RedlockBuilder::retry_count) more tries, as [`Redlock::lock`]:
+    /// with [notified hand-offs](crate::RedlockBuilder::notified_handoffs), a refused caller
+    /// is woken by the release of any permit (every waiter of the semaphore is), or when the
+    /// soonest holder's keys expire; otherwise each retry follows a random delay below the
+    /// [`retry_delay`](crate::RedlockBuilder::retry_delay).
+    ///
+    /// # Errors
+    ///
+    /// The last try's error once the retries are spent; argument errors, and errors that
+    /// retrying cannot fix, at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`try_acquire`](Self::try_acquire); a waiter leaves its place when dropped.
+    pub async fn acquire(self, ttl: Duration) -> Result<LockGuard, LockError> {
+        let retries = self.locks.config().retry_count;
+        self.acquire_with(ttl, Patience::Retries(retries)).await
+    }
+
+    /// Like [`acquire`](Self::acquire), retrying until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::DeadlinePassed`] with the last try's error once the deadline is reached
+    /// (at once, without contacting any master, if it already passed); argument errors, and
+    /// errors that retrying cannot fix, at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn acquire_until(
+        self,
+        ttl: Duration,
+        deadline: std::time::Instant,
+    ) -> Result<LockGuard, LockError> {
+        self.acquire_with(ttl, Patience::until(deadline)).await
+    }
+
+    /// [`acquire`](Self::acquire) and [`acquire_until`](Self::acquire_until): tries through the
+    /// acquisition driver, woken by the release of any permit.
+    async fn acquire_with(self, ttl: Duration, patience: Patience) -> Result<LockGuard, LockError> {
+        let permits = self.check(ttl)?;
+        let poll = PollDelay::below(self.locks.config().retry_delay);
+        Acquisition::new(self.locks.shared(), self.name, permits.terms.ttl)
+            .retrying(patience, Line::All(&permits.locks), poll, |waiting| {
+                self.round(&permits, waiting)
+            })
+            .await
+    }
+
+    /// Checks the count, the name and the TTL; names every permit's keys.
+    fn check(self, ttl: Duration) -> Result<Permits, LockError> {
+        if self.permits == 0 || self.permits > limits::MAX_PERMITS {
+            return Err(InvalidArgument::InvalidPermits {
+                permits: self.permits,
+                max: limits::MAX_PERMITS,
+            }
+            .into());
+        }
+        let config = self.locks.config();
+        let keys = (0..self.permits)
+            .map(|i| permit_keys(config, self.name, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let terms = round_terms(config, ttl)?;
+        Ok(Permits {
+            locks: keys
+                .iter()
+                .map(|k| std::sync::Arc::clone(&k.lock))
+                .collect(),
+            labels: (0..self.permits)
+                .map(|i| format!("{} (permit {i} of {})", self.name, self.permits))
+                .collect(),
+            keys,
+            terms,
+        })
+    }
+
+    /// One try: the permits in turn from a random one, each a lock round, until one is granted.
+    /// A refused permit's cleanup is waited for (a node timeout at most) before the next, and
+    /// the try's refusal says when the soonest of the holders' keys expire.
+    async fn round(self, permits: &Permits, waiting: bool) -> Result<LockGuard, RoundFailure> {
+        let n = self.permits;
+        let first = rand::rng().random_range(0..n);
+        let node_timeout = self.locks.config().node_timeout;
+        let attempt = |i: usize| {
+            let label = &permits.labels[i];
+            self.locks
+                .acquire_round(label, &permits.keys[i], permits.terms, waiting)
+        };
+        let mut refused = match attempt(first).await {
+            Err(failure) if failure.error.is_contended() => failure,
+            other => return other,
+        };
+        for i in (1..n).map(|step| (first + step) % n) {
+            let failure = match attempt(i).await {
+                Err(failure) if failure.error.is_contended() => failure,
+                other => {
+                    settle(refused.cleanup, node_timeout).await;
+                    return other;
+                }
+            };
+            settle(refused.cleanup.take(), node_timeout).await;
+            refused = RoundFailure {
+                free_in: soonest(refused.free_in, failure.free_in),
+                ..failure
+            };
+        }
+        Err(refused)
+    }
+}
+
+/// The sooner of two expiries, `None` (unknown) counting as never.
+fn soonest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
