@@ -941,21 +941,49 @@ impl Ctx {
     }
 }
 
-/// A library error as the history logs it: its text, and in `value` how many of the masters'
-/// answers did not fit their request (`unexpected_replies`, from the error's kinds), which
-/// the verdict counts without reading the text.
+/// A library error as the history logs it: its text, and in `value` what the verdict reads
+/// of it without reading the text (the text is for people and may change with the library):
+/// `refusal`, the kind of the last round's error ([`refusal`]); `quarantined`, how many masters
+/// restart protection kept out of it; `unexpected_replies`, how many of the masters' answers
+/// did not fit their request.
 fn failure(value: &mut serde_json::Value, error: &LockError) -> Option<String> {
-    let unexpected = error
-        .node_errors()
-        .iter()
-        .filter(|e| matches!(e.kind(), quorumlock::NodeErrorKind::UnexpectedReply(_)))
-        .count();
+    let count = |kind: fn(&quorumlock::NodeErrorKind) -> bool| {
+        error
+            .node_errors()
+            .iter()
+            .filter(|e| kind(e.kind()))
+            .count()
+    };
+    let unexpected = count(|k| matches!(k, quorumlock::NodeErrorKind::UnexpectedReply(_)));
+    let quarantined = count(|k| matches!(k, quorumlock::NodeErrorKind::Quarantined { .. }));
     if let serde_json::Value::Object(fields) = value {
+        fields.insert("refusal".into(), json!(refusal(error)));
         if unexpected > 0 {
             fields.insert("unexpected_replies".into(), json!(unexpected));
         }
+        if quarantined > 0 {
+            fields.insert("quarantined".into(), json!(quarantined));
+        }
     }
     Some(error.to_string())
+}
+
+/// The kind of `error`, as the history names it; a deadline that passed is named by its last
+/// round's error (what refused the claim), like the error's text.
+pub fn refusal(error: &LockError) -> &'static str {
+    match error {
+        LockError::DeadlinePassed {
+            last: Some(last), ..
+        } => refusal(last),
+        LockError::DeadlinePassed { last: None, .. } => "deadline-passed",
+        LockError::InvalidArgument(_) => "invalid-argument",
+        LockError::Contended { .. } => "contended",
+        LockError::QuorumUnreachable { .. } => "quorum-unreachable",
+        LockError::FenceUnconfirmed { .. } => "fence-unconfirmed",
+        LockError::ValidityExhausted { .. } => "validity-exhausted",
+        LockError::NotHeld { .. } => "not-held",
+        _ => "other",
+    }
 }
 
 #[cfg(test)]

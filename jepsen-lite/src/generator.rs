@@ -166,27 +166,10 @@ fn free_nodes(
 
 /// The proxy links (client, node) a fault sets a mode on.
 pub fn links_of(fault: &Fault, shape: &Shape) -> Vec<(usize, usize)> {
-    let cross = |clients: &[usize], nodes: &[usize]| -> Vec<(usize, usize)> {
-        clients
-            .iter()
-            .flat_map(|&c| nodes.iter().map(move |&n| (c, n)))
-            .collect()
-    };
-    let all: Vec<usize> = (0..shape.nodes).collect();
-    match fault {
-        Fault::Partition { clients, nodes, .. }
-        | Fault::OneWay { clients, nodes, .. }
-        | Fault::HoldReplies { clients, nodes } => cross(clients, nodes),
-        Fault::Delay { clients, node, .. } => cross(clients, &[*node]),
-        Fault::SlowClients { clients, .. } => cross(clients, &all),
-        Fault::Ring { clients, nodes, .. } => {
-            let quorum = nodes / 2 + 1;
-            (0..*clients)
-                .flat_map(|c| (quorum..*nodes).map(move |k| (c, (c + k) % nodes)))
-                .collect()
-        }
-        _ => Vec::new(),
-    }
+    fault
+        .proxy_links(shape.nodes)
+        .map(|(links, _)| links)
+        .unwrap_or_default()
 }
 
 /// The masters a fault takes out of every client's reach (or whose clock or data it touches):

@@ -5,7 +5,7 @@
 //! [`worker_manager`]); waiting for the workers' first reports ([`wait_for_reports`]); and the
 //! host-monotonic time helpers the controllers schedule their faults with.
 //!
-//! The faults themselves, with their proofs, are [`nemesis::proven`](crate::nemesis::proven)'s.
+//! The faults themselves, with their proofs, are the [`nemesis`](crate::nemesis)'s.
 
 use std::error::Error;
 use std::path::Path;
@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::clock::now_ns;
 use crate::evidence::Evidence;
-use crate::nemesis::proven;
+use crate::nemesis::{crash, kernel_drop, kill};
 
 /// How many worker processes each workload runs (the election's observers come on top).
 pub const WORKERS: usize = 5;
@@ -115,7 +115,7 @@ impl TrackedMasters {
     }
 
     /// Crashes master `m` and restarts it empty after `down_for`
-    /// ([`proven::crash_restart_empty`]); it is unusable from the crash until restart
+    /// ([`crash::crash_restart_empty`]); it is unusable from the crash until restart
     /// protection's quarantine has passed after the restart.
     ///
     /// # Errors
@@ -123,13 +123,13 @@ impl TrackedMasters {
     /// The crash or the restart is not proven (the reading says why).
     pub fn crash(&mut self, m: usize, down_for: Duration) -> Result<String, String> {
         let down = now_ns();
-        let check = proven::crash_restart_empty(&mut self.cluster, m, down_for);
+        let check = crash::crash_restart_empty(&mut self.cluster, m, down_for);
         let up = now_ns() + dur_ns(self.quarantine);
         self.unusable.push((m, down, up));
         check
     }
 
-    /// Cuts masters `cut` off for `cut_for` ([`proven::partition`]): the packets dropped to
+    /// Cuts masters `cut` off for `cut_for` ([`kernel_drop::partition`]): the packets dropped to
     /// each. They are unusable while the rules stand.
     ///
     /// # Errors
@@ -142,7 +142,7 @@ impl TrackedMasters {
     ) -> Result<Vec<u64>, String> {
         let ports = self.ports(cut);
         let from = now_ns();
-        let check = proven::partition(&ports, cut_for).await;
+        let check = kernel_drop::partition(&ports, cut_for).await;
         let to = now_ns();
         for &m in cut {
             self.unusable.push((m, from, to));
@@ -200,14 +200,14 @@ impl WorkerProc {
         Ok(Self { child, pid })
     }
 
-    /// Kills the process with `SIGKILL` and waits for its exit ([`proven::kill9`]): its pid,
+    /// Kills the process with `SIGKILL` and waits for its exit ([`kill::kill9`]): its pid,
     /// and whether it died of signal 9. Its place is for [`WorkerProc::restarted`].
     pub async fn kill9(&mut self) -> (u32, bool) {
-        (self.pid, proven::kill9(&mut self.child).await)
+        (self.pid, kill::kill9(&mut self.child).await)
     }
 
     /// Puts `new` in the place of this killed process and proves the kill and restart
-    /// ([`proven::killed_and_restarted`]): `old` and `killed` as [`WorkerProc::kill9`] said,
+    /// ([`kill::killed_and_restarted`]): `old` and `killed` as [`WorkerProc::kill9`] said,
     /// `holding` what it was doing.
     pub fn restarted(
         &mut self,
@@ -219,7 +219,7 @@ impl WorkerProc {
             *self = p;
             self.pid
         });
-        proven::killed_and_restarted(old, killed, new.map_err(|e| e.to_string()), holding)
+        kill::killed_and_restarted(old, killed, new.map_err(|e| e.to_string()), holding)
     }
 }
 

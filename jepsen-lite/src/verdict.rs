@@ -19,12 +19,14 @@ use crate::scenario::{Expect, Minimum, RandomFault, Restart, Scenario, Script};
 /// timeout rather than the quarantine). `Ok` with what was seen, `Err` with what was missing;
 /// `Ok` for scenarios without one.
 pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
-    let refused = |client: u32, text: &str| {
+    // Read from the fields the client types (`refusal`, `quarantined`), never from the
+    // library's error text.
+    let refused = |client: u32, why: fn(&Event) -> bool| {
         events.iter().any(|e| {
             e.f == "acquire"
                 && e.kind == Kind::Fail
                 && e.process == Process::Client(client)
-                && e.error.as_deref().is_some_and(|error| error.contains(text))
+                && why(e)
         })
     };
     if sc.expect != Expect::Hold {
@@ -44,7 +46,7 @@ pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
             Err("pivotal step not seen: no claim was granted while a fault was on".to_string())
         };
     }
-    let (client, text, what) = match sc.script {
+    let (client, why, what): (u32, fn(&Event) -> bool, &str) = match sc.script {
         Script::Crash(
             Restart::ImmediateEmpty
             | Restart::Snapshot
@@ -52,14 +54,18 @@ pub fn pivot(sc: &Scenario, events: &[Event]) -> Result<String, String> {
             | Restart::RestoredBackup,
         ) if sc.protection => (
             1,
-            "restarted or lost its data",
+            |e| e.u64_field("quarantined").is_some_and(|n| n > 0),
             "B refused because node 2 is quarantined",
         ),
-        Script::HeldReplies => (0, "validity exhausted", "A refused for lack of validity"),
-        Script::SplitMinority => (0, "", "A, on a minority, refused"),
+        Script::HeldReplies => (
+            0,
+            |e| e.str_field("refusal") == Some("validity-exhausted"),
+            "A refused for lack of validity",
+        ),
+        Script::SplitMinority => (0, |_| true, "A, on a minority, refused"),
         _ => return Ok("no pivotal step".to_string()),
     };
-    if refused(client, text) {
+    if refused(client, why) {
         Ok(what.to_string())
     } else {
         Err(format!("pivotal step not seen: {what}"))
@@ -922,30 +928,27 @@ mod tests {
     #[test]
     fn the_pivot_of_a_protected_crash_is_the_quarantine() {
         let sc = crate::scenario::find("crash-restart-snapshot-protected").expect("scenario");
-        let fail = |client: u32, error: &str| {
-            let mut e = Event::at(
-                1,
-                Process::Client(client),
-                Kind::Fail,
-                "acquire",
-                serde_json::json!({}),
-            );
-            e.error = Some(error.to_string());
-            e
+        // The error text says one thing and the typed fields another: only the fields count.
+        let fail = |client: u32, value: serde_json::Value| {
+            Event::at(1, Process::Client(client), Kind::Fail, "acquire", value)
+                .with_error("restarted or lost its data; validity exhausted")
         };
-        let timed_out = [fail(1, "quorum unreachable: node 2: timed out")];
+        let quarantine = || serde_json::json!({"refusal": "contended", "quarantined": 1});
+        let timeout = || serde_json::json!({"refusal": "quorum-unreachable"});
+        let timed_out = [fail(1, timeout())];
         assert!(pivot(&sc, &timed_out).is_err());
-        let by_a = [fail(0, "node 2: restarted or lost its data only 1s ago")];
+        let by_a = [fail(0, quarantine())];
         assert!(pivot(&sc, &by_a).is_err(), "A's refusal is not B's");
-        let quarantined = [fail(1, "node 2: restarted or lost its data only 1s ago")];
+        let quarantined = [fail(1, quarantine())];
         assert!(pivot(&sc, &quarantined).is_ok());
         let held = crate::scenario::find("held-replies").expect("scenario");
-        let a_timed_out = [fail(0, "quorum unreachable: node 2: timed out")];
+        let a_timed_out = [fail(0, timeout())];
         assert!(
             pivot(&held, &a_timed_out).is_err(),
             "A refused, but not for validity"
         );
-        assert!(pivot(&held, &[fail(0, "validity exhausted for \"r\"")]).is_ok());
+        let exhausted = serde_json::json!({"refusal": "validity-exhausted"});
+        assert!(pivot(&held, &[fail(0, exhausted)]).is_ok());
         let split = crate::scenario::find("split-minority").expect("scenario");
         assert!(
             pivot(&split, &quarantined).is_err(),

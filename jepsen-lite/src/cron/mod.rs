@@ -38,7 +38,7 @@ use self::worker::{JobSpec, LongRun, Mutant, WorkerConfig};
 use crate::clock::now_ns;
 use crate::clockshim::Clocks;
 use crate::evidence::{self, Evidence};
-use crate::nemesis::{iptables, proven};
+use crate::nemesis::{iptables, pause};
 use crate::outcome::Verdict;
 use crate::process_env::{self, dur_ns, sleep_until_ns, TrackedMasters, WorkerProc};
 use crate::process_env::{MASTERS, MAX_TTL_MS, NODE_TIMEOUT_MS, WARM_UP, WORKERS};
@@ -125,21 +125,9 @@ fn jobs() -> Vec<JobSpec> {
     jobs
 }
 
-/// The faults the nemesis cycles through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-enum Fault {
-    PauseWorker,
-    KillWorker,
-    CrashMaster,
-    PartitionMaster,
-}
-
-const CYCLE: [Fault; 4] = [
-    Fault::PauseWorker,
-    Fault::KillWorker,
-    Fault::CrashMaster,
-    Fault::PartitionMaster,
-];
+/// How many faults the nemesis cycles through: a pause and a `kill -9` of a worker holding a
+/// slot, a master's crash, a master's partition (see [`Env::inject`]).
+const CYCLE: usize = 4;
 
 /// One worker's clock as set.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -328,8 +316,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
     let mut k = 0;
     while at + dur_ns(FAULT_EVERY) <= measured.1 {
         sleep_until_ns(at).await;
-        let fault = CYCLE[k % CYCLE.len()];
-        env.inject(fault).await;
+        env.inject(k % CYCLE).await;
         k += 1;
         at += dur_ns(FAULT_EVERY);
     }
@@ -344,7 +331,7 @@ async fn run_in(opts: &Options, dir: &Path) -> Result<i32, Box<dyn std::error::E
     let min = Minimum {
         slots: opts.min_slots,
         // One fault of each kind at least, every clock offset and the fast rate.
-        faults: k.max(CYCLE.len()) + WORKERS + 1,
+        faults: k.max(CYCLE) + WORKERS + 1,
     };
     let (verdict, why) = checker::verdict(&obs, &env.evidence, &min);
     print_table(&obs, &env.evidence, verdict, &why);
@@ -559,12 +546,13 @@ impl Env {
         None
     }
 
-    async fn inject(&mut self, fault: Fault) {
-        match fault {
-            Fault::PauseWorker => self.pause_worker().await,
-            Fault::KillWorker => self.kill_worker().await,
-            Fault::CrashMaster => self.crash_master(),
-            Fault::PartitionMaster => self.partition_master().await,
+    /// Injects the `k`th fault of the cycle.
+    async fn inject(&mut self, k: usize) {
+        match k {
+            0 => self.pause_worker().await,
+            1 => self.kill_worker().await,
+            2 => self.crash_master(),
+            _ => self.partition_master().await,
         }
     }
 
@@ -579,7 +567,7 @@ impl Env {
             pid: self.workers[w].pid,
             at_ns: now_ns(),
         });
-        let check = proven::pause(self.workers[w].pid, PAUSE_FOR)
+        let check = pause::pause(self.workers[w].pid, PAUSE_FOR)
             .await
             .map(|r| format!("{r}, {holding}"));
         self.evidence

@@ -12,9 +12,9 @@ use rand::RngExt;
 use super::checker::ClientFault;
 use super::store::{Access, Kind};
 use super::worker::Role;
-use super::{Env, Fault};
+use super::Env;
 use crate::clock::now_ns;
-use crate::nemesis::proven;
+use crate::nemesis::pause;
 use crate::process_env::{dur_ns, MASTERS};
 
 const PAUSE_FOR: Duration = Duration::from_secs(3);
@@ -28,13 +28,14 @@ const FRESH: Duration = Duration::from_millis(20);
 type Holder = (usize, Access);
 
 impl Env {
-    pub(super) async fn inject(&mut self, fault: Fault) {
-        match fault {
-            Fault::PauseHolder => self.pause_holder().await,
-            Fault::KillHolder => self.kill_holder().await,
-            Fault::CrashMaster => self.crash_master(),
-            Fault::PartitionMinority => self.partition_minority().await,
-            Fault::PauseMaster => self.pause_master().await,
+    /// Injects the `k`th fault of the cycle.
+    pub(super) async fn inject(&mut self, k: usize) {
+        match k {
+            0 => self.pause_holder().await,
+            1 => self.crash_master(),
+            2 => self.kill_holder().await,
+            3 => self.partition_minority().await,
+            _ => self.pause_master().await,
         }
     }
 
@@ -125,7 +126,7 @@ impl Env {
         };
         let pid = self.workers[w].pid;
         let at_ns = now_ns();
-        let stopped = proven::pause(pid, PAUSE_FOR).await;
+        let stopped = pause::pause(pid, PAUSE_FOR).await;
         // Time for the holder to report an end it may have sent just before the stop.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let check = stopped.and_then(|s| self.held_at(&grant, at_ns).map(|h| format!("{s}, {h}")));
@@ -203,25 +204,11 @@ impl Env {
     async fn pause_master(&mut self) {
         let usable = self.masters.usable();
         let m = usable[self.rng.random_range(0..usable.len())];
-        let pid = self.masters.cluster.masters()[m].pid().unwrap_or(0);
         let from = now_ns();
-        let paused = tokio::task::block_in_place(|| {
-            self.masters
-                .cluster
-                .get_mut(m)
-                .map(|master| master.pause().map_err(|e| e.to_string()))
-        });
-        let check = match paused {
-            Some(Ok(())) => proven::wait_stopped(pid).await,
-            Some(Err(e)) => Err(e),
+        let check = match self.masters.cluster.get_mut(m) {
+            Some(master) => pause::pause_master(master, PAUSE_FOR).await,
             None => Err(format!("no master {m}")),
         };
-        tokio::time::sleep(PAUSE_FOR).await;
-        tokio::task::block_in_place(|| {
-            if let Some(master) = self.masters.cluster.get_mut(m) {
-                let _ = master.resume();
-            }
-        });
         self.masters.unusable.push((m, from, now_ns()));
         self.evidence
             .record(format!("pause master {m} for {PAUSE_FOR:?}"), check);

@@ -137,23 +137,9 @@ impl Options {
     }
 }
 
-/// The faults the nemesis cycles through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-enum Fault {
-    PauseHolder,
-    CrashMaster,
-    KillHolder,
-    PartitionMinority,
-    PauseMaster,
-}
-
-const CYCLE: [Fault; 5] = [
-    Fault::PauseHolder,
-    Fault::CrashMaster,
-    Fault::KillHolder,
-    Fault::PartitionMinority,
-    Fault::PauseMaster,
-];
+/// How many faults the nemesis cycles through: a holder's pause, a master's crash, a holder's
+/// `kill -9`, a minority's partition, a master's pause (see `Env::inject`).
+const CYCLE: usize = 5;
 
 /// Everything a run starts; dropping it kills the processes and the masters.
 struct Env {
@@ -273,7 +259,7 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
     let mut k = 0;
     while at + dur_ns(FAULT_LEN) <= end.saturating_sub(dur_ns(TAIL)) {
         sleep_until_ns(at).await;
-        env.inject(CYCLE[k % CYCLE.len()]).await;
+        env.inject(k % CYCLE).await;
         k += 1;
         at += dur_ns(FAULT_EVERY);
     }
@@ -306,7 +292,7 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
             0
         },
         liveness: 1,
-        faults: k.max(CYCLE.len()),
+        faults: k.max(CYCLE),
     };
     let (verdict, why) = checker::verdict(&obs, &env.evidence, &min);
     print_table(&obs, &env.evidence, verdict, &why);
