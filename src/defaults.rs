@@ -47,6 +47,10 @@ pub const LEASE_TTL: Duration = Duration::from_secs(30);
 /// notification comes: 100 ms.
 pub const POLL_EVERY: Duration = Duration::from_millis(100);
 
+/// How many readers a [`RwLock`](crate::RwLock) admits at once unless
+/// [`max_readers`](crate::RwLock::max_readers) says otherwise: 16.
+pub const RW_READERS: usize = 16;
+
 /// The claim TTL [`SlotOptions::new`](crate::SlotOptions::new) starts with: 30 s, like
 /// [`LEASE_TTL`].
 pub const SLOT_TTL: Duration = Duration::from_secs(30);

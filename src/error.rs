@@ -278,9 +278,9 @@ pub enum InvalidArgument {
         /// The most accepted ([`limits::MAX_SET_SIZE`](crate::limits::MAX_SET_SIZE)).
         max: usize,
     },
-    /// A [`Semaphore`](crate::Semaphore) was given no permit, or more than
-    /// [`limits::MAX_PERMITS`](crate::limits::MAX_PERMITS).
-    #[error("a semaphore of {permits} permits: expected 1 to {max}")]
+    /// A [`Semaphore`](crate::Semaphore) or a read-write lock's readers were given no permit,
+    /// or more than [`limits::MAX_PERMITS`](crate::limits::MAX_PERMITS).
+    #[error("{permits} permits: expected 1 to {max}")]
     InvalidPermits {
         /// How many were given.
         permits: usize,

@@ -39,31 +39,67 @@ pub(crate) fn lock_keys(config: &Config, resource: &str) -> Result<LockKeys, Inv
             let holds = Arc::from(format!("{prefix}{RESERVED}holds:{resource}"));
             (owner.clone(), holds)
         }),
+        blocker: None,
     })
 }
 
 /// The fence counter of `resource`: the tokens of its locks, and of the slots of the job of
 /// that name, come from this one sequence.
-/// The keys of permit `index` of semaphore `name`: a lock key, fence counter and epoch marker as
-/// for a resource, under a reserved name (`<prefix>\x1fpermit:<index>:<name>`, the index first
-/// so no two names collide) that no resource can take. A permit is never reentrant.
+/// What a permit key belongs to: a semaphore, or the readers of a read-write lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PermitOf {
+    /// A semaphore's permit.
+    Semaphore,
+    /// A read-write lock's read permit.
+    Readers,
+}
+
+/// The keys of permit `index` of `name`: a lock key, fence counter and epoch marker as for a
+/// resource, under a reserved name (`<prefix>\x1fpermit:<index>:<name>` for a semaphore,
+/// `<prefix>\x1fread:<index>:<name>` for a read-write lock's readers; the index first so no two
+/// names collide) that no resource can take. A permit is never reentrant.
 ///
 /// # Errors
 ///
 /// As [`lock_keys`], for `name`.
 pub(crate) fn permit_keys(
     config: &Config,
+    of: PermitOf,
     name: &str,
     index: usize,
 ) -> Result<LockKeys, InvalidArgument> {
     lock_keys(config, name)?;
     let prefix = &config.key_prefix;
-    let resource = format!("{RESERVED}permit:{index}:{name}");
+    let kind = match of {
+        PermitOf::Semaphore => "permit",
+        PermitOf::Readers => "read",
+    };
+    let resource = format!("{RESERVED}{kind}:{index}:{name}");
     Ok(LockKeys {
         lock: Arc::from(format!("{prefix}{resource}")),
         fence: config.fencing.then(|| fence_key(prefix, &resource)),
         epoch: config.restart_protection.then(|| epoch_key(config)),
         reentrant: None,
+        blocker: None,
+    })
+}
+
+/// The keys of the writer intent of read-write lock `name`
+/// (`<prefix>\x1fwrite-intent:<name>`): a plain lock a writer holds while it waits for the
+/// readers to leave, which refuses new readers meanwhile. Never fenced, never reentrant.
+///
+/// # Errors
+///
+/// As [`lock_keys`], for `name`.
+pub(crate) fn writer_intent_keys(config: &Config, name: &str) -> Result<LockKeys, InvalidArgument> {
+    lock_keys(config, name)?;
+    let prefix = &config.key_prefix;
+    Ok(LockKeys {
+        lock: Arc::from(format!("{prefix}{RESERVED}write-intent:{name}")),
+        fence: None,
+        epoch: config.restart_protection.then(|| epoch_key(config)),
+        reentrant: None,
+        blocker: None,
     })
 }
 

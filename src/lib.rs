@@ -275,6 +275,7 @@ mod owner;
 mod reentrant_hold;
 mod restart_protection;
 mod round;
+mod rwlock;
 mod scripts;
 mod semaphore;
 mod shared;
@@ -303,6 +304,7 @@ pub use multi::{LockSet, MultiLockGuard};
 #[doc(hidden)]
 pub use mutant::Mutant;
 pub use owner::Owner;
+pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
 pub use slot::{SlotClaim, SlotOptions, SlotRecord, SlotRun, SlotStatus, Slots};
 pub use stats::{NodeStats, Stats};

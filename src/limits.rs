@@ -20,9 +20,10 @@ pub const MAX_CONNECTIONS_PER_NODE: usize = 64;
 /// fencing) in one script that blocks its master while it runs.
 pub const MAX_SET_SIZE: usize = 64;
 
-/// The most permits a [`Semaphore`](crate::Semaphore) may have: a refused acquisition tries
-/// each permit in turn, one round each.
-pub const MAX_PERMITS: usize = 64;
+/// The most permits a [`Semaphore`](crate::Semaphore) may have, and the most readers a
+/// [`RwLock`](crate::RwLock) may admit at once: a refused acquisition tries each permit in turn,
+/// one round each, and a writer locks every read permit in one set.
+pub const MAX_PERMITS: usize = MAX_SET_SIZE;
 
 /// The longest identity an [`Election`](crate::Election) campaigner may have, in bytes.
 pub const MAX_IDENTITY_LEN: usize = 256;

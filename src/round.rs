@@ -57,6 +57,8 @@ pub(crate) struct LockKeys {
     pub(crate) epoch: Option<Arc<str>>,
     /// For a reentrant lock: the owner's identity and the hash of its live acquisitions.
     pub(crate) reentrant: Option<(LockValue, Arc<str>)>,
+    /// A key whose existence refuses the grant (a read-write lock's writer intent).
+    pub(crate) blocker: Option<Arc<str>>,
 }
 
 /// Which masters hold a granted key, as far as the grant knows.
@@ -168,6 +170,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
         fence_cap: terms.fence_cap(),
         epoch_key: keys.epoch.as_deref(),
         report_ttl,
+        blocker: keys.blocker.as_deref(),
     };
     // Per master, when it could be free (granted to us: at once, our key is cleaned up; but
     // when it counts again, if quarantined).

@@ -28,7 +28,7 @@ use rand::RngExt;
 use crate::acquisition::{settle, Acquisition, Line, Patience, PollDelay};
 use crate::error::{InvalidArgument, LockError};
 use crate::guard::LockGuard;
-use crate::keys::permit_keys;
+use crate::keys::{permit_keys, PermitOf};
 use crate::limits;
 use crate::manager::Redlock;
 use crate::round::terms::{round_terms, RoundTerms};
@@ -86,11 +86,90 @@ pub struct Semaphore<'a> {
 }
 
 /// The keys and labels of every permit, and the terms of a round, checked once per call.
-struct Permits {
-    keys: Vec<LockKeys>,
-    locks: Vec<std::sync::Arc<str>>,
+pub(crate) struct Permits {
+    pub(crate) keys: Vec<LockKeys>,
+    /// The lock keys, and the blocker's if any: what a waiter is woken by.
+    pub(crate) wakes: Vec<std::sync::Arc<str>>,
     labels: Vec<String>,
-    terms: RoundTerms,
+    pub(crate) terms: RoundTerms,
+}
+
+impl Permits {
+    /// The `count` permits of `name` (`of` a semaphore or a read-write lock's readers), each
+    /// refused while `blocker` exists, with rounds of `ttl`.
+    pub(crate) fn new(
+        locks: &Redlock,
+        of: PermitOf,
+        name: &str,
+        count: usize,
+        ttl: Duration,
+        blocker: Option<&LockKeys>,
+    ) -> Result<Self, LockError> {
+        if count == 0 || count > limits::MAX_PERMITS {
+            return Err(InvalidArgument::InvalidPermits {
+                permits: count,
+                max: limits::MAX_PERMITS,
+            }
+            .into());
+        }
+        let config = locks.config();
+        let mut keys = (0..count)
+            .map(|i| permit_keys(config, of, name, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let terms = round_terms(config, ttl)?;
+        let mut wakes: Vec<_> = keys
+            .iter()
+            .map(|k| std::sync::Arc::clone(&k.lock))
+            .collect();
+        if let Some(blocker) = blocker {
+            for key in &mut keys {
+                key.blocker = Some(std::sync::Arc::clone(&blocker.lock));
+            }
+            wakes.push(std::sync::Arc::clone(&blocker.lock));
+        }
+        Ok(Self {
+            wakes,
+            labels: (0..count)
+                .map(|i| format!("{name} (permit {i} of {count})"))
+                .collect(),
+            keys,
+            terms,
+        })
+    }
+
+    /// One try: the permits in turn from a random one, each a lock round, until one is
+    /// granted. A refused permit's cleanup is waited for (a node timeout at most) before the
+    /// next, and the try's refusal says when the soonest of the holders' keys expire.
+    pub(crate) async fn any(
+        &self,
+        locks: &Redlock,
+        waiting: bool,
+    ) -> Result<LockGuard, RoundFailure> {
+        let n = self.keys.len();
+        let first = rand::rng().random_range(0..n);
+        let node_timeout = locks.config().node_timeout;
+        let attempt =
+            |i: usize| locks.acquire_round(&self.labels[i], &self.keys[i], self.terms, waiting);
+        let mut refused = match attempt(first).await {
+            Err(failure) if failure.error.is_contended() => failure,
+            other => return other,
+        };
+        for i in (1..n).map(|step| (first + step) % n) {
+            let failure = match attempt(i).await {
+                Err(failure) if failure.error.is_contended() => failure,
+                other => {
+                    settle(refused.cleanup, node_timeout).await;
+                    return other;
+                }
+            };
+            settle(refused.cleanup.take(), node_timeout).await;
+            refused = RoundFailure {
+                free_in: soonest(refused.free_in, failure.free_in),
+                ..failure
+            };
+        }
+        Err(refused)
+    }
 }
 
 impl<'a> Semaphore<'a> {
@@ -123,7 +202,7 @@ impl<'a> Semaphore<'a> {
     pub async fn try_acquire(self, ttl: Duration) -> Result<LockGuard, LockError> {
         let permits = self.check(ttl)?;
         Acquisition::new(self.locks.shared(), self.name, permits.terms.ttl)
-            .once(self.round(&permits, false))
+            .once(permits.any(self.locks, false))
             .await
     }
 
@@ -172,70 +251,22 @@ impl<'a> Semaphore<'a> {
         let permits = self.check(ttl)?;
         let poll = PollDelay::below(self.locks.config().retry_delay);
         Acquisition::new(self.locks.shared(), self.name, permits.terms.ttl)
-            .retrying(patience, Line::All(&permits.locks), poll, |waiting| {
-                self.round(&permits, waiting)
+            .retrying(patience, Line::All(&permits.wakes), poll, |waiting| {
+                permits.any(self.locks, waiting)
             })
             .await
     }
 
     /// Checks the count, the name and the TTL; names every permit's keys.
     fn check(self, ttl: Duration) -> Result<Permits, LockError> {
-        if self.permits == 0 || self.permits > limits::MAX_PERMITS {
-            return Err(InvalidArgument::InvalidPermits {
-                permits: self.permits,
-                max: limits::MAX_PERMITS,
-            }
-            .into());
-        }
-        let config = self.locks.config();
-        let keys = (0..self.permits)
-            .map(|i| permit_keys(config, self.name, i))
-            .collect::<Result<Vec<_>, _>>()?;
-        let terms = round_terms(config, ttl)?;
-        Ok(Permits {
-            locks: keys
-                .iter()
-                .map(|k| std::sync::Arc::clone(&k.lock))
-                .collect(),
-            labels: (0..self.permits)
-                .map(|i| format!("{} (permit {i} of {})", self.name, self.permits))
-                .collect(),
-            keys,
-            terms,
-        })
-    }
-
-    /// One try: the permits in turn from a random one, each a lock round, until one is granted.
-    /// A refused permit's cleanup is waited for (a node timeout at most) before the next, and
-    /// the try's refusal says when the soonest of the holders' keys expire.
-    async fn round(self, permits: &Permits, waiting: bool) -> Result<LockGuard, RoundFailure> {
-        let n = self.permits;
-        let first = rand::rng().random_range(0..n);
-        let node_timeout = self.locks.config().node_timeout;
-        let attempt = |i: usize| {
-            let label = &permits.labels[i];
-            self.locks
-                .acquire_round(label, &permits.keys[i], permits.terms, waiting)
-        };
-        let mut refused = match attempt(first).await {
-            Err(failure) if failure.error.is_contended() => failure,
-            other => return other,
-        };
-        for i in (1..n).map(|step| (first + step) % n) {
-            let failure = match attempt(i).await {
-                Err(failure) if failure.error.is_contended() => failure,
-                other => {
-                    settle(refused.cleanup, node_timeout).await;
-                    return other;
-                }
-            };
-            settle(refused.cleanup.take(), node_timeout).await;
-            refused = RoundFailure {
-                free_in: soonest(refused.free_in, failure.free_in),
-                ..failure
-            };
-        }
-        Err(refused)
+        Permits::new(
+            self.locks,
+            PermitOf::Semaphore,
+            self.name,
+            self.permits,
+            ttl,
+            None,
+        )
     }
 }
 

@@ -63,6 +63,7 @@ fn keys(resource: &str) -> LockKeys {
         fence: None,
         epoch: None,
         reentrant: None,
+        blocker: None,
     }
 }
 

@@ -63,10 +63,20 @@ impl KeySet {
                 max: limits::MAX_SET_SIZE,
             });
         }
-        let mut entries = resources
+        let entries = resources
             .iter()
             .map(|r| lock_keys(config, r.as_ref()).map(|keys| (r.as_ref().to_string(), keys)))
             .collect::<Result<Vec<_>, _>>()?;
+        Self::of_keys(entries)
+    }
+
+    /// The set of the keys in `entries` (a label and the keys of each), sorted by key: for sets
+    /// whose keys are not a resource's (a read-write lock's read permits).
+    ///
+    /// # Errors
+    ///
+    /// The same key given twice ([`InvalidArgument::DuplicateResource`], with its label).
+    pub(crate) fn of_keys(mut entries: Vec<(String, LockKeys)>) -> Result<Self, InvalidArgument> {
         // One global order (by key) is what makes sets deadlock-free whatever order callers
         // name them in; the script is atomic anyway, but sorting also gives every caller the
         // same first key, and so the same connection for the set's requests.
@@ -105,6 +115,7 @@ impl KeySet {
             fence: self.fences.as_ref().map(|f| Arc::clone(&f[0])),
             epoch: self.epoch.clone(),
             reentrant: None,
+            blocker: None,
         }
     }
 

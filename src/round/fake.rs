@@ -79,6 +79,7 @@ enum OpKind {
         fence_cap: Duration,
         retention: Duration,
         epoch_key: Option<String>,
+        blocker: Option<String>,
     },
     Delete(String, String),
     Pexpire(String, String, Duration),
@@ -334,12 +335,14 @@ fn settle(state: &mut Store, now: Instant) {
                 fence_cap,
                 retention,
                 epoch_key,
+                blocker,
             } => {
                 let epoch_age = epoch_key.map(|epoch_key| {
                     let born = *state.markers.entry(epoch_key).or_insert(now_us);
                     Duration::from_millis(now_us.saturating_sub(born) / 1000)
                 });
-                let ok = live(&state.keys, &key).is_none();
+                let blocked = blocker.is_some_and(|b| live(&state.keys, &b).is_some());
+                let ok = !blocked && live(&state.keys, &key).is_none();
                 let mut token = None;
                 if ok {
                     state.keys.insert(key, (value.clone(), op.at + ttl));
@@ -446,6 +449,7 @@ impl Master for FakeMaster {
                     fence_cap: request.fence_cap,
                     retention: request.fence_retention,
                     epoch_key: request.epoch_key.map(Into::into),
+                    blocker: request.blocker.map(Into::into),
                 },
                 false,
             )

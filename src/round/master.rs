@@ -35,6 +35,9 @@ pub(crate) struct AcquireRequest<'a> {
     /// hand-off asks, to retry when a crashed holder's key expires): this takes the script
     /// instead of the plain `SET`.
     pub(crate) report_ttl: bool,
+    /// A key whose existence refuses the grant (a read-write lock's writer intent, for a
+    /// reader's permit): this takes the script instead of the plain `SET`.
+    pub(crate) blocker: Option<&'a str>,
 }
 
 impl AcquireRequest<'_> {
@@ -44,6 +47,7 @@ impl AcquireRequest<'_> {
             && self.epoch_key.is_none()
             && self.ownership.reentry.is_none()
             && !self.report_ttl
+            && self.blocker.is_none()
     }
 }
 

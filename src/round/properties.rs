@@ -22,6 +22,7 @@ fn plain_keys() -> LockKeys {
         fence: None,
         epoch: None,
         reentrant: None,
+        blocker: None,
     }
 }
 
@@ -457,6 +458,7 @@ proptest! {
                 fence: Some(Arc::from("quorumlock:\u{1f}fence:r")),
                 epoch: Some(Arc::from(epoch_key)),
                 reentrant: None,
+                blocker: None,
             };
             let ttl = Duration::from_millis(ttl_ms);
             let mut terms = RoundTerms::new(ttl, 0.01);
@@ -539,6 +541,7 @@ fn restart_without_protection_breaks_exclusion_and_protection_prevents_it() {
                 fence: None,
                 epoch: protected.then(|| Arc::from(epoch_key)),
                 reentrant: None,
+                blocker: None,
             };
             let ttl = Duration::from_secs(10);
             let mut terms = RoundTerms::new(ttl, 0.01);
@@ -590,6 +593,7 @@ fn quarantined_grants_are_free_only_when_the_quarantine_ends() {
             fence: None,
             epoch: Some(Arc::from("quorumlock:\u{1f}epoch")),
             reentrant: None,
+            blocker: None,
         };
         let ttl = Duration::from_secs(10);
         let mut terms = RoundTerms::new(ttl, 0.01);

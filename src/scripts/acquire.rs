@@ -14,18 +14,21 @@ lua_script! {
     /// Acquire with fencing and/or restart protection, in one atomic step.
     ///
     /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` epoch marker, `KEYS[4]` the hash
-    /// of a reentrant owner's live acquisitions; `ARGV[1]` value (the owner's identity when
+    /// of a reentrant owner's live acquisitions, `KEYS[5]` a blocker key; `ARGV[1]` value (the owner's identity when
     /// reentrant), `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for a fencing token, `ARGV[4]` `"1"` for
     /// the epoch check, `ARGV[5]` how long (ms) an idle fence counter is kept, `ARGV[6]` the
     /// acquisition's id for a reentrant lock (empty otherwise), `ARGV[7]` the token the client
     /// proposes (`0` for none), `ARGV[8]` how far (µs) a proposal may run ahead of this node's
-    /// clock.
+    /// clock, `ARGV[9]` `"1"` to refuse while the blocker key exists.
     ///
     /// Returns `{granted, token, epoch_age_ms, pttl_ms}` (`epoch_age_ms` is -1 when not
     /// checked); `pttl_ms` is the holder's key's remaining TTL when refused (`PTTL`: -1 for a
     /// key without one), so that a waiter knows when a crashed holder's key expires (expiry
     /// publishes nothing), and -2 when granted.
     ///
+    /// * A blocker (a read-write lock's writer intent) refuses the grant while it exists, and
+    ///   the refusal reports the blocker's TTL: the reader waits for the writer, not for a
+    ///   holder of the key itself.
     /// * The epoch marker is created, stamped with the node's own clock (`TIME`, microseconds), the
     ///   first time it is missing: a node that lost its data gets a new, young marker, and its age
     ///   says how long ago it may have forgotten the locks it granted.
@@ -51,6 +54,9 @@ if ARGV[4] == '1' then
         born = now_us
     end
     epoch_age_ms = math.floor((now_us - tonumber(born)) / 1000)
+end
+if ARGV[9] == '1' and redis.call('exists', KEYS[5]) == 1 then
+    return {0, 0, epoch_age_ms, redis.call('pttl', KEYS[5])}
 end
 local granted = false
 if ARGV[6] == '' then
@@ -86,13 +92,14 @@ return {1, token, epoch_age_ms, -2}";
 
 /// [`ACQUIRE`]'s keys for `request`: unused ones are passed as the lock key itself (never
 /// touched by the script).
-pub(crate) fn acquire_keys<'a>(request: &AcquireRequest<'a>) -> [&'a [u8]; 4] {
+pub(crate) fn acquire_keys<'a>(request: &AcquireRequest<'a>) -> [&'a [u8]; 5] {
     let reentry = request.ownership.reentry.as_ref();
     [
         request.key,
         request.fence_key.unwrap_or(request.key),
         request.epoch_key.unwrap_or(request.key),
         reentry.map_or(request.key, |r| &r.holds_key),
+        request.blocker.unwrap_or(request.key),
     ]
     .map(str::as_bytes)
 }
@@ -118,7 +125,7 @@ impl AcquireNumbers {
     }
 
     /// [`ACQUIRE`]'s `ARGV` for `request`.
-    pub(crate) fn args<'a>(&'a self, request: &AcquireRequest<'a>) -> [&'a [u8]; 8] {
+    pub(crate) fn args<'a>(&'a self, request: &AcquireRequest<'a>) -> [&'a [u8]; 9] {
         let flag = |on: bool| if on { &b"1"[..] } else { &b"0"[..] };
         let reentry = request.ownership.reentry.as_ref();
         [
@@ -130,6 +137,7 @@ impl AcquireNumbers {
             reentry.map_or(&b""[..], |r| r.acquisition.as_str().as_bytes()),
             self.proposal.as_bytes(),
             self.cap.as_bytes(),
+            flag(request.blocker.is_some()),
         ]
     }
 }

@@ -38,6 +38,7 @@ mod reset_connection;
 mod restart_protection;
 mod restarted_master;
 mod retries;
+mod rw_lock;
 mod semaphore;
 mod slot_batches;
 mod slot_cancellation;

@@ -1,0 +1,328 @@
+//! Read-write locks on a quorum: many readers or one writer.
+//!
+//! A [`RwLock`] admits up to R readers ([`RwLock::max_readers`]). Each reader holds one of R
+//! **read permits**, a lock on its own key, as a [`Semaphore`](crate::Semaphore) permit; a
+//! writer holds **every** read permit at once, as a [lock set](crate::LockSet). A writer and a
+//! reader both holding would be two holders of that reader's permit, which Redlock excludes, so
+//! the exclusion is the lock's, with its majority quorum, whatever the placement of the grants
+//! over the masters. Two writers exclude each other the same way.
+//!
+//! # Writers first
+//!
+//! Readers arriving one after another could keep a permit held forever and starve a writer,
+//! which needs all of them free on one majority. So a writer first takes the lock's **writer
+//! intent** (a plain lock, kept alive by a lease while it waits), and a read permit is refused
+//! on a master while the intent exists there ([`LockKeys::blocker`]). Readers already in keep
+//! their permits; new ones wait; the writer gets every permit once the readers in leave, then
+//! drops the intent. The intent only decides who waits: the exclusion never depends on it.
+//!
+//! # Tokens
+//!
+//! On a [fenced](Redlock::fenced) manager each read permit has its own fence counter, and the
+//! writer's one token is written to every one of them (as a set's is), so a writer's token is
+//! above every earlier reader's and writer's, and the next reader's above the writer's.
+
+use std::time::Duration;
+
+use crate::acquisition::{Acquisition, Line, Patience, PollDelay};
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::keys::{writer_intent_keys, PermitOf};
+use crate::lease::{Lease, LeaseOptions};
+use crate::manager::Redlock;
+use crate::multi::guard::MultiLockGuard;
+use crate::multi::keyset::KeySet;
+use crate::round::terms::{round_terms, RoundTerms};
+use crate::round::LockKeys;
+use crate::semaphore::Permits;
+use crate::{defaults, limits};
+
+impl Redlock {
+    /// A read-write lock named `name`: many readers (up to
+    /// [`defaults::RW_READERS`], see [`RwLock::max_readers`]) or one writer. The name is checked
+    /// by each call; every client must use the same reader count for the same name.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run(locks: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// let config = locks.rw_lock("config");
+    /// let reading = config.read(Duration::from_secs(10)).await?;
+    /// // ... read; other readers may read too, no writer writes ...
+    /// reading.release().await?;
+    /// let writing = config.write(Duration::from_secs(10)).await?;
+    /// // ... write, alone ...
+    /// writing.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn rw_lock<'a>(&'a self, name: &'a str) -> RwLock<'a> {
+        RwLock {
+            locks: self,
+            name,
+            readers: defaults::RW_READERS,
+        }
+    }
+}
+
+/// A read-write lock: many readers or one writer, on a quorum. Made by [`Redlock::rw_lock`].
+///
+/// A reader gets a [`LockGuard`] on one of the lock's read permits, a writer a
+/// [`MultiLockGuard`] on all of them: extend them, release them, read their fencing tokens as
+/// for any lock. Writers go first: once a writer waits, new readers wait behind it (see the
+/// [module docs](crate::RwLock) for why this is sound with a majority and why writers are not
+/// starved).
+///
+/// The handle borrows the manager and the name, holds nothing itself and is `Copy`: its calls
+/// take it by value, so a future never borrows a temporary.
+#[derive(Clone, Copy, Debug)]
+pub struct RwLock<'a> {
+    locks: &'a Redlock,
+    name: &'a str,
+    readers: usize,
+}
+
+impl<'a> RwLock<'a> {
+    /// The same lock admitting at most `readers` readers at once (1 to
+    /// [`limits::MAX_PERMITS`], checked by each call). A refused reader tries each read permit
+    /// in turn, and a writer locks all of them in one script: keep it to what the readers need.
+    pub fn max_readers(self, readers: usize) -> Self {
+        Self { readers, ..self }
+    }
+
+    /// The lock's name.
+    pub fn name(self) -> &'a str {
+        self.name
+    }
+
+    /// How many readers it admits at once.
+    pub fn readers(self) -> usize {
+        self.readers
+    }
+
+    /// One try for a read permit, no retry: refused while a writer holds the lock or waits for
+    /// it, or when every read permit is taken.
+    ///
+    /// # Errors
+    ///
+    /// * [`LockError::InvalidArgument`]: a reader count of 0 or above [`limits::MAX_PERMITS`]
+    ///   ([`InvalidPermits`](crate::InvalidArgument::InvalidPermits)), an empty or reserved
+    ///   name, or a bad TTL; nothing is sent;
+    /// * [`LockError::Contended`]: a writer holds or waits, or every permit is held;
+    /// * otherwise those of [`Redlock::try_lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Redlock::try_lock`].
+    pub async fn try_read(self, ttl: Duration) -> Result<LockGuard, LockError> {
+        let permits = self.read_permits(ttl)?;
+        Acquisition::new(self.locks.shared(), self.name, permits.terms.ttl)
+            .once(permits.any(self.locks, false))
+            .await
+    }
+
+    /// Like [`try_read`](Self::try_read), with up to
+    /// [`retry_count`](crate::RedlockBuilder::retry_count) more tries, woken (with notified
+    /// hand-offs) by a release of a permit or of the writer intent.
+    ///
+    /// # Errors
+    ///
+    /// The last try's error once the retries are spent; argument errors, and errors that
+    /// retrying cannot fix, at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`try_read`](Self::try_read); a waiter leaves its place when dropped.
+    pub async fn read(self, ttl: Duration) -> Result<LockGuard, LockError> {
+        self.read_with(ttl, self.retries()).await
+    }
+
+    /// Like [`read`](Self::read), retrying until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::DeadlinePassed`] with the last try's error once the deadline is reached;
+    /// argument errors, and errors that retrying cannot fix, at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`read`](Self::read).
+    pub async fn read_until(
+        self,
+        ttl: Duration,
+        deadline: std::time::Instant,
+    ) -> Result<LockGuard, LockError> {
+        self.read_with(ttl, Patience::until(deadline)).await
+    }
+
+    /// One try for the write lock, no retry: refused while a reader or another writer holds,
+    /// or another writer waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_read`](Self::try_read) ([`LockError::Contended`] while any reader or writer
+    /// holds or a writer waits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future releases, in the background, the writer intent and whatever the
+    /// set round in flight may have set.
+    pub async fn try_write(self, ttl: Duration) -> Result<MultiLockGuard, LockError> {
+        let writing = self.writing(ttl)?;
+        let intent = Acquisition::new(self.locks.shared(), self.name, writing.terms.ttl)
+            .once(
+                self.locks
+                    .acquire_round(self.name, &writing.intent, writing.terms, false),
+            )
+            .await?;
+        let _intent = hold(intent, ttl);
+        let label = writing.set.label();
+        Acquisition::new(self.locks.shared(), &label, writing.terms.ttl)
+            .once(
+                self.locks
+                    .acquire_set_round(&writing.set, &label, writing.terms),
+            )
+            .await
+    }
+
+    /// Like [`try_write`](Self::try_write), with up to
+    /// [`retry_count`](crate::RedlockBuilder::retry_count) more tries for the writer intent,
+    /// and as many for the read permits once the intent is held: new readers then wait, and
+    /// the writer is woken (with notified hand-offs) by each reader's release.
+    ///
+    /// # Errors
+    ///
+    /// The last try's error once the retries are spent; argument errors, and errors that
+    /// retrying cannot fix, at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`try_write`](Self::try_write); a waiter leaves its place when dropped.
+    pub async fn write(self, ttl: Duration) -> Result<MultiLockGuard, LockError> {
+        self.write_with(ttl, self.retries()).await
+    }
+
+    /// Like [`write`](Self::write), retrying until `deadline` (the intent and then the read
+    /// permits).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::DeadlinePassed`] with the last try's error once the deadline is reached;
+    /// argument errors, and errors that retrying cannot fix, at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`write`](Self::write).
+    pub async fn write_until(
+        self,
+        ttl: Duration,
+        deadline: std::time::Instant,
+    ) -> Result<MultiLockGuard, LockError> {
+        self.write_with(ttl, Patience::until(deadline)).await
+    }
+
+    /// The manager's retries.
+    fn retries(self) -> Patience {
+        Patience::Retries(self.locks.config().retry_count)
+    }
+
+    /// The read permits, each refused while the writer intent exists.
+    fn read_permits(self, ttl: Duration) -> Result<Permits, LockError> {
+        let intent = writer_intent_keys(self.locks.config(), self.name)?;
+        Permits::new(
+            self.locks,
+            PermitOf::Readers,
+            self.name,
+            self.readers,
+            ttl,
+            Some(&intent),
+        )
+    }
+
+    /// [`read`](Self::read) and [`read_until`](Self::read_until).
+    async fn read_with(self, ttl: Duration, patience: Patience) -> Result<LockGuard, LockError> {
+        let permits = self.read_permits(ttl)?;
+        let poll = PollDelay::below(self.locks.config().retry_delay);
+        Acquisition::new(self.locks.shared(), self.name, permits.terms.ttl)
+            .retrying(patience, Line::All(&permits.wakes), poll, |waiting| {
+                permits.any(self.locks, waiting)
+            })
+            .await
+    }
+
+    /// [`write`](Self::write) and [`write_until`](Self::write_until): the writer intent, kept
+    /// alive while the readers leave, then every read permit at once.
+    async fn write_with(
+        self,
+        ttl: Duration,
+        patience: Patience,
+    ) -> Result<MultiLockGuard, LockError> {
+        let writing = self.writing(ttl)?;
+        let terms = writing.terms;
+        let poll = PollDelay::below(self.locks.config().retry_delay);
+        let shared = self.locks.shared();
+        let intent = Acquisition::new(shared, self.name, writing.terms.ttl)
+            .retrying(patience, Line::One(&writing.intent.lock), poll, |waiting| {
+                self.locks
+                    .acquire_round(self.name, &writing.intent, terms, waiting)
+            })
+            .await?;
+        // Dropped (released in the background) once the permits are held, or if this future
+        // is dropped first.
+        let _intent = hold(intent, ttl);
+        let label = writing.set.label();
+        Acquisition::new(shared, &label, writing.terms.ttl)
+            .retrying(patience, Line::All(writing.set.locks()), poll, |_| {
+                self.locks.acquire_set_round(&writing.set, &label, terms)
+            })
+            .await
+    }
+
+    /// What a writer takes: the intent's keys and the set of every read permit.
+    fn writing(self, ttl: Duration) -> Result<Writing, LockError> {
+        let permits = self.read_permits(ttl)?;
+        let intent = writer_intent_keys(self.locks.config(), self.name)?;
+        let entries = (0..self.readers)
+            .zip(permits.keys)
+            .map(|(i, mut keys)| {
+                // A writer is not refused by its own intent.
+                keys.blocker = None;
+                (format!("{} (read permit {i})", self.name), keys)
+            })
+            .collect();
+        let set = KeySet::of_keys(entries)?;
+        let terms = round_terms(self.locks.config(), ttl)?;
+        Ok(Writing {
+            intent,
+            set: std::sync::Arc::new(set),
+            terms,
+        })
+    }
+}
+
+/// A writer's keys and terms.
+struct Writing {
+    intent: LockKeys,
+    set: std::sync::Arc<KeySet>,
+    terms: RoundTerms,
+}
+
+/// The writer intent while the writer waits for the readers: kept alive by a lease if its TTL
+/// allows one, else held for its TTL (readers may then come back in after it: the writer waits
+/// longer, nothing else).
+enum Intent {
+    Leased { _lease: Lease },
+    Held { _guard: LockGuard },
+}
+
+fn hold(intent: LockGuard, ttl: Duration) -> Intent {
+    match intent.keep_alive(LeaseOptions::new().ttl(ttl)) {
+        Ok(lease) => Intent::Leased { _lease: lease },
+        Err(refused) => Intent::Held {
+            _guard: refused.into_guard(),
+        },
+    }
+}
+
+const _: () = assert!(limits::MAX_PERMITS <= limits::MAX_SET_SIZE);
