@@ -5,10 +5,10 @@
 # writes results.csv and SVG charts under target/bench/ (or --out DIR), and the printed tables
 # of the last run to target/bench/last-run.txt.
 #
-#   scripts/bench.sh                    # full run (about 5 minutes)
-#   scripts/bench.sh --quick            # smoke run (about 40 s)
+#   scripts/bench.sh                    # full run
+#   scripts/bench.sh --quick            # smoke run (numbers not meaningful)
 #   scripts/bench.sh --only latency --only throughput
-#   scripts/bench.sh --only memory --cycles 1000000   # the memory figure
+#   scripts/bench.sh --only memory --cycles 1000000   # memory over a million cycles
 #
 # Not part of scripts/test.sh: CI keeps the bench compiling (clippy --workspace) but never
 # times it. Numbers on a shared machine are noisy: read ratios within one run.

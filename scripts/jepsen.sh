@@ -23,10 +23,10 @@ if [[ ${1:-} == run || ${1:-} == list || ${1:-} == soak || ${1:-} == cron || ${1
 RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
     cargo run --locked --release -p jepsen-lite -- "${command[@]}" "$@"
 if [[ ${#command[@]} -gt 0 && " $* " == *" --quick "* ]]; then
-    # The cron workload (issue 13): scheduler workers with skewed clocks under faults, ~50 s.
+    # The cron workload: scheduler workers with skewed clocks under faults.
     RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
         cargo run --locked --release -p jepsen-lite -- cron --quick
-    # The election and lock-all workloads (issue 14): fenced leaders and sets under faults, ~40 s each.
+    # The election and lock-all workloads: fenced leaders and sets under faults.
     for kind in election lock-all; do
         RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
             cargo run --locked --release -p jepsen-lite -- workload --kind "$kind" --quick

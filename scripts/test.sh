@@ -4,8 +4,8 @@
 # processes that the tests start and stop themselves, then the quick jepsen-lite matrix and
 # workloads.
 #
-#   scripts/test.sh           # what CI runs (about 15 minutes on a clean clone, 2 cores)
-#   scripts/test.sh --full    # also two 60 s composed runs, N = 3 and 5 (about 3 more minutes)
+#   scripts/test.sh           # what CI runs
+#   scripts/test.sh --full    # also two 60 s composed runs, N = 3 and 5
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,10 +52,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --all-featur
 
 phase "all checks passed"
 
-phase "jepsen-lite smoke: the quick matrix (real redis-server, scripted faults, mutants; ~4 min)"
+phase "jepsen-lite smoke: the quick matrix (real redis-server, scripted faults, mutants)"
 scripts/jepsen.sh --quick
 if $full; then
-    phase "jepsen-lite composed: two 60 s composed runs, N = 3 and 5, every fault kind (~3 min)"
+    phase "jepsen-lite composed: two 60 s composed runs, N = 3 and 5, every fault kind"
     # Dense enough for the subtle bugs the quick matrix's short runs miss (an extension or a
     # grant whose validity is overstated or already over, tokens out of order under clock
     # faults).

@@ -293,6 +293,12 @@ pub mod testing;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The Rust examples of the pages under `docs/`, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/fencing.md")]
+#[doc = include_str!("../docs/restart-protection.md")]
+struct DocsDoctests;
 pub use config::RedlockBuilder;
 pub use election::{holder_identity, CampaignOptions, Election, Leader, Leadership, Observer};
 pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};

@@ -3,7 +3,7 @@
 //! Several workers (processes, hosts) run the same jobs; every **slot** of every job — one due
 //! instant of its schedule — runs on at most one of them. Each slot is claimed on a quorum of
 //! the Redis masters of a [`quorumlock::Redlock`] manager
-//! ([`Redlock::claim_slot`](quorumlock::Redlock::claim_slot)): the first worker to claim it runs
+//! ([`Slots::claim`](quorumlock::Slots::claim)): the first worker to claim it runs
 //! it under a lease with a fencing token; the others see it running or completed and move on,
 //! and a worker that fires late (a skewed clock, a busy host) still finds the completion record.
 //!
@@ -102,7 +102,7 @@
 //!   slot) is claimed again after a short random delay while the slot is within its starting
 //!   deadline. Other claim errors are recorded, not retried.
 //! * Claims and completions made at the same instant (jobs due on the same second) go to each
-//!   master in batches ([`Redlock::claim_slots`](quorumlock::Redlock::claim_slots),
+//!   master in batches ([`Slots::claim_many`](quorumlock::Slots::claim_many),
 //!   [`SlotRun::complete_all`](quorumlock::SlotRun::complete_all)), one batch in flight at a
 //!   time: each slot is decided exactly as a single claim would be.
 //!

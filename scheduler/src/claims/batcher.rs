@@ -1,13 +1,15 @@
-//! Claims made at the same instant go to the masters together: the jobs of a worker that fall
-//! due on the same second each ask for their slot, and one [`Redlock::claim_slots`] request per
-//! master carries them all (and their completions go together too, through
-//! [`SlotRun::complete_all`]) (a batch of `n` slots costs one request per master instead of `n`,
-//! which is what lets a thousand jobs fall due on one second on a small machine).
+//! Claims made at the same instant go to the masters together: the jobs of a worker that fall due
+//! on the same second each ask for their slot, and one
+//! [`Slots::claim_many`](quorumlock::Slots::claim_many) request per master carries them all (and
+//! their completions go together too, through [`SlotRun::complete_all`]) (a batch of `n` slots
+//! costs one request per master instead of `n`, which is what lets a thousand jobs fall due on one
+//! second on a small machine).
 //!
-//! The first claim of an instant leads: it lets the other tasks woken by the same timer tick
-//! add theirs (a few yields, until a pass adds nothing), then sends the gathered claims, in
-//! groups that share their options, as batches of distinct slots. Each claim's outcome is the
-//! one [`Redlock::claim_slot`] would give; a batch adds no delay when a claim is alone.
+//! The first claim of an instant leads: it lets the other tasks woken by the same timer tick add
+//! theirs (a few yields, until a pass adds nothing), then sends the gathered claims, in groups that
+//! share their options, as batches of distinct slots. Each claim's outcome is the one
+//! [`Slots::claim`](quorumlock::Slots::claim) would give; a batch adds no delay when a claim is
+//! alone.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
