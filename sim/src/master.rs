@@ -122,12 +122,18 @@ impl SimMaster {
     /// A restart: every client is disconnected, scripts are forgotten, a new `run_id` and
     /// uptime begin, and the data is `data` (what the persistence kept: nothing, an older
     /// snapshot, everything).
-    pub fn restart(&mut self, data: Keyspace) {
+    ///
+    /// # Errors
+    ///
+    /// Only if Lua cannot allocate the new process's state.
+    pub fn restart(&mut self, data: Keyspace) -> mlua::Result<()> {
+        // A new process: a new Lua state, its random generator back at its start.
+        self.engine = Engine::new()?;
         self.state.clients.clear();
         self.state.keys = data;
         self.state.run_id = self.rng.run_id();
         self.state.started_us = self.state.clock.micros();
-        self.engine.flush();
+        Ok(())
     }
 
     /// A new client connection from `addr` (`ip:port`, as `CLIENT INFO` reports it).

@@ -2,7 +2,7 @@
 //! library's real scripts with Redis's `redis.*` API, its global protection, its error texts and
 //! its value conversions ([`convert`]).
 //!
-//! Scripts are compiled as Redis compiles them (`function() <body> end`, chunk `@user_script`),
+//! Scripts are compiled as Redis 7.0 compiles them (the body as a chunk named `@user_script`),
 //! so line numbers and syntax errors read the same. Libraries: base, `table`, `string`, `math`
 //! (with Redis's deterministic `math.random`, [`rand48`]); not `cjson`, `struct`, `cmsgpack` or
 //! `bit`, which no script of the library uses.
@@ -71,7 +71,6 @@ pub struct Engine {
     env: Table,
     handler: Function,
     xpcall: Function,
-    rand: Rc<Cell<Rand48>>,
     cache: BTreeMap<String, Function>,
 }
 
@@ -111,7 +110,7 @@ impl Engine {
         ] {
             globals.raw_set(removed, Value::Nil)?;
         }
-        let rand = Rc::new(Cell::new(Rand48::seeded(0)));
+        let rand = Rc::new(Cell::new(Rand48::unseeded()));
         let sim = lua.create_table()?;
         sim.raw_set(
             "sha1hex",
@@ -168,7 +167,6 @@ impl Engine {
             env,
             handler,
             xpcall,
-            rand,
             cache: BTreeMap::new(),
         })
     }
@@ -183,16 +181,12 @@ impl Engine {
         if self.cache.contains_key(&sha) {
             return Ok(sha);
         }
-        let mut source = b"return function() ".to_vec();
-        source.extend_from_slice(body);
-        source.extend_from_slice(b"\nend");
         let compiled = self
             .lua
-            .load(source)
+            .load(body)
             .set_name("@user_script")
             .set_environment(self.env.clone())
-            .into_function()
-            .and_then(|chunk| chunk.call::<Function>(()));
+            .into_function();
         match compiled {
             Ok(function) => {
                 self.cache.insert(sha.clone(), function);
@@ -212,7 +206,7 @@ impl Engine {
         self.cache.contains_key(&sha.to_ascii_lowercase())
     }
 
-    /// Forgets every script (`SCRIPT FLUSH`, and a master's restart).
+    /// Forgets every script (`SCRIPT FLUSH`; a restart starts a new engine).
     pub fn flush(&mut self) {
         self.cache.clear();
     }
@@ -232,7 +226,6 @@ impl Engine {
         let Some(function) = self.cache.get(&sha).cloned() else {
             return Frame::error("NOSCRIPT No matching script. Please use EVAL.");
         };
-        self.rand.set(Rand48::seeded(0));
         match self.run_function(&sha, &function, keys, argv, exec) {
             Ok(frame) => frame,
             // Only when Lua itself fails (out of memory): no script can cause it.

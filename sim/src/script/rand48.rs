@@ -1,6 +1,8 @@
-//! The `math.random` of Redis scripts: Redis replaces Lua's with its own `rand48`, seeded with
-//! 0 before every script, so that a script's "random" numbers are the same on every master and
-//! every run (which the simulation needs too).
+//! The `math.random` of Redis scripts: Redis replaces Lua's with its own `rand48`, a C static
+//! that starts, in every process, from `lrand48`'s unseeded state and runs on across scripts
+//! (Redis 7.0 no longer reseeds it per script; `math.randomseed` does). So a master's "random"
+//! numbers depend only on the scripts it ran since it started: deterministic, as the
+//! simulation needs.
 
 /// The 48-bit linear congruential generator of `lrand48`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,6 +13,13 @@ pub struct Rand48 {
 const MASK: u64 = (1 << 48) - 1;
 
 impl Rand48 {
+    /// The generator as a process starts it, before any `srand48`.
+    pub fn unseeded() -> Self {
+        Self {
+            state: 0x1234_ABCD_330E,
+        }
+    }
+
     /// The generator as `srand48(seed)` leaves it.
     pub fn seeded(seed: i32) -> Self {
         // The seed's 32 bits go above the fixed low word 0x330E, as in `srand48`.
@@ -46,5 +55,9 @@ mod tests {
             [r.draw(), r.draw(), r.draw()],
             [366_850_414, 1_610_402_240, 206_956_554]
         );
+        // And redis-server's first two `math.random(100000)` after it starts.
+        let mut r = Rand48::unseeded();
+        let draws = [r.unit(), r.unit()].map(|u| (u * 100_000.0).floor() + 1.0);
+        assert_eq!(draws, [39_647.0, 84_049.0]);
     }
 }
