@@ -289,6 +289,10 @@ mod wake;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub use scripts::catalog::lua_scripts;
+
 /// The README's Rust examples, compiled as doctests so that they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -36,6 +36,8 @@ macro_rules! lua_script {
 // extend and fence raise are written in `transport::node` into fixed arrays: they run per
 // master on every lock, and a built request would allocate there.
 mod acquire;
+#[cfg(feature = "sim")]
+pub(crate) mod catalog;
 mod extend;
 mod fence;
 mod hold;
