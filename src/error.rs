@@ -259,8 +259,9 @@ pub enum InvalidArgument {
         max: Duration,
     },
     /// A minimum hold ([`LeaseOptions::hold_at_least`](crate::LeaseOptions::hold_at_least))
-    /// asked of a leadership: a resignation hands over at once, and a hold would be ignored.
-    #[error("hold-at-least is not supported for a leadership: a resignation hands over at once")]
+    /// asked of a lock set's lease or a leadership: they release at once, and a hold would be
+    /// ignored.
+    #[error("hold-at-least is not supported for a lock set or a leadership: they release at once")]
     HoldUnsupported,
     /// [`LockSet::lock`](crate::LockSet::lock) was given no resource.
     #[error("no resources to lock: expected at least one name")]

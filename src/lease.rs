@@ -116,30 +116,44 @@ pub struct Lease {
 /// lease.release().await
 /// # }
 /// ```
-pub struct KeepAliveError {
+///
+/// `G` is the guard handed back: a [`LockGuard`], or a
+/// [`MultiLockGuard`](crate::MultiLockGuard) from its own `keep_alive`.
+pub struct KeepAliveError<G = LockGuard> {
     error: InvalidArgument,
     // Boxed: a guard is large, and errors travel through every `?` on the way up.
-    guard: Box<LockGuard>,
+    guard: Box<G>,
+    /// What the guard holds, for the message.
+    held: String,
 }
 
-impl KeepAliveError {
+impl<G> KeepAliveError<G> {
+    /// A refusal of `opts` for `guard`, which holds `held`.
+    pub(crate) fn new(error: InvalidArgument, guard: G, held: String) -> Self {
+        Self {
+            error,
+            guard: Box::new(guard),
+            held,
+        }
+    }
+
     /// What was wrong: an option (see [`LeaseOptions`]) or a missing tokio runtime.
     pub fn error(&self) -> &InvalidArgument {
         &self.error
     }
 
     /// The guard, still held.
-    pub fn into_guard(self) -> LockGuard {
+    pub fn into_guard(self) -> G {
         *self.guard
     }
 
     /// What was wrong, and the guard, still held.
-    pub fn into_parts(self) -> (InvalidArgument, LockGuard) {
+    pub fn into_parts(self) -> (InvalidArgument, G) {
         (self.error, *self.guard)
     }
 }
 
-impl fmt::Debug for KeepAliveError {
+impl<G: fmt::Debug> fmt::Debug for KeepAliveError<G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeepAliveError")
             .field("error", &self.error)
@@ -148,21 +162,20 @@ impl fmt::Debug for KeepAliveError {
     }
 }
 
-impl fmt::Display for KeepAliveError {
+impl<G> fmt::Display for KeepAliveError<G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "cannot keep the lock on {:?} alive: {}",
-            self.guard.resource(),
-            self.error
+            "cannot keep the lock on {} alive: {}",
+            self.held, self.error
         )
     }
 }
 
-impl std::error::Error for KeepAliveError {}
+impl<G: fmt::Debug> std::error::Error for KeepAliveError<G> {}
 
-impl From<KeepAliveError> for LockError {
-    fn from(error: KeepAliveError) -> Self {
+impl<G> From<KeepAliveError<G>> for LockError {
+    fn from(error: KeepAliveError<G>) -> Self {
         LockError::InvalidArgument(error.error)
     }
 }
@@ -212,17 +225,13 @@ impl LockGuard {
         let resolved = match checked {
             Ok(resolved) => resolved,
             Err(error) => {
-                return Err(KeepAliveError {
-                    error,
-                    guard: Box::new(self),
-                })
+                let held = format!("{:?}", self.resource());
+                return Err(KeepAliveError::new(error, self, held));
             }
         };
         let Ok(runtime) = Handle::try_current() else {
-            return Err(KeepAliveError {
-                error: InvalidArgument::NoRuntime,
-                guard: Box::new(self),
-            });
+            let held = format!("{:?}", self.resource());
+            return Err(KeepAliveError::new(InvalidArgument::NoRuntime, self, held));
         };
         // The whole schedule is on the lock clock, like the validity (see `crate::clock`).
         let plan = Plan::for_grant(

@@ -18,6 +18,7 @@
 
 pub(crate) mod guard;
 pub(crate) mod keyset;
+mod lease;
 
 use std::sync::Arc;
 use std::time::Duration;

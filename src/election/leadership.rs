@@ -1,13 +1,8 @@
 //! [`Leadership`]: an election won, kept by a lease.
 
-use std::future::Future;
 use std::time::Duration;
 
-use tokio::runtime::Handle;
-use tokio::time::Instant;
-
-use crate::error::{InvalidArgument, LockError};
-use crate::lease::{check_against, Plan, Renew};
+use crate::error::LockError;
 use crate::multi::guard::MultiLockGuard;
 use crate::{Lease, LeaseHandle, LeaseOptions};
 
@@ -42,7 +37,7 @@ impl Leadership {
         opts: &LeaseOptions,
     ) -> Result<Self, LockError> {
         let fence = guard.fence().unwrap_or_default();
-        let lease = keep_alive(guard, name, opts)?;
+        let lease = guard.lease_as(name, opts)?;
         Ok(Self {
             lease,
             name: name.to_string(),
@@ -107,40 +102,4 @@ impl Leadership {
         tracing::info!(election = %self.name, identity = %self.identity, "resigning");
         self.lease.release().await
     }
-}
-
-impl Renew for MultiLockGuard {
-    fn valid_until(&self) -> Instant {
-        self.valid_until_on_lock_clock()
-    }
-
-    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<(), LockError>> + Send {
-        MultiLockGuard::extend(self, ttl)
-    }
-
-    fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
-        MultiLockGuard::release(self)
-    }
-
-    fn count_expiry(&mut self) {
-        self.count_lost();
-    }
-}
-
-/// Hands `guard` to a renewal task, scheduled as [`LockGuard::keep_alive`] schedules one.
-///
-/// [`LockGuard::keep_alive`]: crate::LockGuard::keep_alive
-fn keep_alive(guard: MultiLockGuard, name: &str, opts: &LeaseOptions) -> Result<Lease, LockError> {
-    let config = guard.config();
-    let resolved = opts.resolve(guard.ttl())?;
-    check_against(config, resolved)?;
-    let runtime = Handle::try_current().map_err(|_| InvalidArgument::NoRuntime)?;
-    let plan = Plan::for_grant(
-        resolved,
-        config,
-        guard.ttl(),
-        guard.valid_until_on_lock_clock(),
-    );
-    let fence = guard.fence();
-    Ok(Lease::start(guard, name, fence, plan, &runtime))
 }

@@ -209,3 +209,31 @@ async fn bad_reader_counts_are_argument_errors() {
         "{error}"
     );
 }
+
+/// A writer kept alive by a lease outlives its TTL; a minimum hold is refused and the guard
+/// handed back, still held.
+#[tokio::test]
+async fn a_writer_kept_alive_outlives_its_ttl() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let rw = locks.rw_lock("long").max_readers(2);
+    let ttl = Duration::from_secs(1);
+    let writer = rw.try_write(ttl).await.expect("writer");
+    let hold = quorumlock::LeaseOptions::new().hold_at_least(Duration::from_secs(5));
+    let refused = writer.keep_alive(hold).expect_err("a set has no minimum hold");
+    assert!(
+        matches!(refused.error(), InvalidArgument::HoldUnsupported),
+        "{refused}"
+    );
+    let writer = refused.into_guard();
+    assert!(writer.is_valid(), "handed back still held");
+    let lease = writer
+        .keep_alive(quorumlock::LeaseOptions::new().ttl(ttl))
+        .expect("lease");
+    tokio::time::sleep(ttl * 3).await;
+    assert!(lease.is_held(), "the lease kept the writer");
+    let refused = rw.try_read(ttl).await.expect_err("a reader beside the kept writer");
+    assert!(refused.is_contended(), "{refused}");
+    lease.release().await.expect("release");
+    rw.try_read(ttl).await.expect("a reader after the release").release().await.ok();
+}
