@@ -277,3 +277,68 @@ fn soonest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
         (a, b) => a.or(b),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The counter design the permits replace: each master admits K holders, a holder needs
+    //! `q` masters. These check, over every placement for N ≤ 5 masters and K ≤ 4 permits, the
+    //! bound the docs state: K + 1 holders can overlap exactly when `q ≤ N·K / (K + 1)`.
+
+    /// The smallest quorum with which a counter design admits at most `k` holders on `n`
+    /// masters: `q > n·k / (k + 1)`.
+    fn counter_quorum(n: usize, k: usize) -> usize {
+        n * k / (k + 1) + 1
+    }
+
+    /// Every `q`-subset of `n` masters, as bit masks.
+    fn subsets(n: usize, q: usize) -> Vec<u32> {
+        (0u32..1 << n).filter(|m| m.count_ones() as usize == q).collect()
+    }
+
+    /// Whether `holders` holders can each stand on `q` of `n` masters with no master admitting
+    /// more than `k`: tries every placement (holders are alike, so placements are multisets).
+    fn can_overlap(n: usize, k: usize, q: usize, holders: usize) -> bool {
+        fn place(sets: &[u32], from: usize, left: usize, load: &mut Vec<usize>, k: usize) -> bool {
+            if left == 0 {
+                return true;
+            }
+            for (i, &set) in sets.iter().enumerate().skip(from) {
+                let masters: Vec<usize> = (0..load.len()).filter(|m| set >> m & 1 == 1).collect();
+                if masters.iter().all(|&m| load[m] < k) {
+                    masters.iter().for_each(|&m| load[m] += 1);
+                    let placed = place(sets, i, left - 1, load, k);
+                    masters.iter().for_each(|&m| load[m] -= 1);
+                    if placed {
+                        return true;
+                    }
+                }
+            }
+            false
+        }
+        place(&subsets(n, q), 0, holders, &mut vec![0; n], k)
+    }
+
+    #[test]
+    fn the_counter_bound_is_exact_for_every_placement() {
+        for n in 1..=5 {
+            for k in 1..=4 {
+                let q = counter_quorum(n, k);
+                if q <= n {
+                    assert!(!can_overlap(n, k, q, k + 1), "n={n} k={k}: q={q} admits k+1");
+                }
+                // One master fewer, and K + 1 holders fit: the bound is tight.
+                if q > 1 {
+                    assert!(can_overlap(n, k, q - 1, k + 1), "n={n} k={k}: q-1 is sound");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_naive_majority_admits_more_than_k() {
+        // The docs' example: 3 masters, 2 permits, majorities {m1,m3}, {m1,m2}, {m2,m3}.
+        assert!(can_overlap(3, 2, 2, 3));
+        assert_eq!(counter_quorum(3, 2), 3, "all three masters: no fault tolerance");
+        assert_eq!(counter_quorum(5, 2), 4);
+    }
+}
