@@ -258,6 +258,7 @@
 #![forbid(unsafe_code)]
 
 mod acquisition;
+mod admin;
 mod clock;
 mod config;
 pub mod defaults;
@@ -291,6 +292,7 @@ pub mod testing;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+pub use admin::Cleared;
 pub use config::RedlockBuilder;
 pub use election::{holder_identity, CampaignOptions, Election, Leader, Leadership, Observer};
 pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};
