@@ -120,3 +120,9 @@ pub fn signal(child: &Child, signal: nix::sys::signal::Signal) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, signal).expect("send signal");
 }
+
+/// Whether `text` says a lock is held on a quorum of 3 masters (a holder's write that reached
+/// its third master late is cleaned up, so 2 of 3 is as good as 3).
+pub fn says_held_on_a_quorum_of_3(text: &str) -> bool {
+    text.contains("held on 2 of 3 masters") || text.contains("held on 3 of 3 masters")
+}
