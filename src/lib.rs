@@ -258,6 +258,7 @@
 #![forbid(unsafe_code)]
 
 mod acquisition;
+mod admin;
 mod clock;
 mod config;
 pub mod defaults;
@@ -303,6 +304,8 @@ struct ReadmeDoctests;
 #[doc = include_str!("../docs/fencing.md")]
 #[doc = include_str!("../docs/restart-protection.md")]
 struct DocsDoctests;
+
+pub use admin::Cleared;
 pub use config::RedlockBuilder;
 pub use election::{holder_identity, CampaignOptions, Election, Leader, Leadership, Observer};
 pub use error::{ConfigError, InvalidArgument, LockError, NodeError, NodeErrorKind, NotHeldReason};

@@ -144,6 +144,7 @@ use crate::round::terms::round_terms;
 use crate::round::Grant;
 use crate::value::{Companion, Ownership};
 
+pub(crate) use options::check_names;
 pub use options::SlotOptions;
 pub use outcome::{SlotClaim, SlotRecord, SlotStatus};
 use round::{ClaimSpec, RoundOutcome, SlotToClaim};

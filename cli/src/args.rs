@@ -1,4 +1,4 @@
-//! The command line: global connection settings and the three subcommands.
+//! The command line: global connection settings and the subcommands.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -8,8 +8,10 @@ use clap::{Args, Parser, Subcommand};
 use crate::duration;
 use crate::exit;
 
-/// A cluster-wide `flock`: run a command while holding a Redlock lock on a majority of
-/// independent Redis masters.
+/// A cluster-wide `flock` on a majority of independent Redis masters: run a command while
+/// holding a lock (`exec`, `exec --once` for cron jobs) or while leader of an election
+/// (`elect`); follow an election (`observe`); inspect (`status`) and clear (`clear`) what the
+/// masters hold.
 #[derive(Debug, Parser)]
 #[command(
     name = "quorumlock",
@@ -26,8 +28,19 @@ use crate::exit;
         "  # at most one run every 10 minutes, however fast each run is:\n",
         "  quorumlock exec --resource sync --no-wait --hold-at-least 10m -- ./sync.sh\n",
         "\n",
-        "  # who holds it, per node:\n",
+        "  # who holds it, per node; and a --once slot:\n",
         "  quorumlock status --resource nightly-report\n",
+        "  quorumlock status --resource nightly-report --slot 202401010300\n",
+        "\n",
+        "  # run a daemon on one host at a time (the others wait as standbys; the identity\n",
+        "  # defaults to the host name):\n",
+        "  quorumlock elect --name scheduler -- ./scheduler\n",
+        "\n",
+        "  # follow who leads, one line per change:\n",
+        "  quorumlock observe --name scheduler\n",
+        "\n",
+        "  # remove a lock whose holder is known to be gone (prints what it removed):\n",
+        "  quorumlock clear --resource nightly-report --force\n",
         "\n",
         "  # once, on a brand-new deployment that uses --restart-protection:\n",
         "  quorumlock provision\n",
@@ -43,9 +56,10 @@ pub(crate) struct Cli {
 /// Where the masters are and how to talk to them.
 #[derive(Debug, Args)]
 pub(crate) struct Connection {
-    /// The masters, comma-separated URLs: redis://host:port, optionally with user:password@
-    /// before the host and /db after the port. Use at least 3 independent masters (no
-    /// replication between them) for Redlock; 1 is a plain Redis lock.
+    /// The masters, comma-separated URLs: redis://host:port (rediss:// for TLS, trusting the
+    /// system's roots or SSL_CERT_FILE), optionally with user:password@ before the host and /db
+    /// after the port. Use at least 3 independent masters (no replication between them) for
+    /// Redlock; 1 is a plain Redis lock; 2 tolerate no failure.
     #[arg(
         long,
         global = true,
@@ -68,7 +82,7 @@ pub(crate) struct Connection {
     /// (whatever their persistence: empty, older data, a restored backup); no lock may be held
     /// longer than this without being renewed. Run `quorumlock provision` once on a brand-new
     /// deployment.
-    #[arg(long, global = true, value_name = "MAX_TTL", value_parser = duration::positive)]
+    #[arg(long, global = true, value_name = "MAX_TTL", value_parser = duration::ttl)]
     pub(crate) restart_protection: Option<Duration>,
 }
 
@@ -96,8 +110,10 @@ pub(crate) enum Command {
     /// round-trip time.
     ///
     /// The holder is shown by the identity stored in its lock value when it has one (`quorumlock
-    /// elect`, `Redlock::campaign`); a plain lock's value says nothing about its owner, which is
-    /// then reported as unknown.
+    /// elect`); a plain lock's value says nothing about its owner, which is then reported as
+    /// unknown. The state is "unknown" (exit 69) when the nodes that did not answer could make a
+    /// quorum with those that hold the key. With --slot SLOT, shows that slot of the job
+    /// (exec --once) instead.
     #[command(after_help = exit::exit_codes_help!())]
     Status(StatusArgs),
 
@@ -124,6 +140,51 @@ pub(crate) enum Command {
     /// when a node is refused.
     #[command(after_help = exit::exit_codes_help!())]
     Provision(ProvisionArgs),
+
+    /// Follow who leads an election: one line on stdout per change ("leader \"host-a\"
+    /// (fencing token 7)", "no leader"), the first for the state when it starts.
+    ///
+    /// Runs until interrupted, or until --changes lines were printed. While fewer than a
+    /// quorum of masters answer, nothing is printed (nobody can tell who leads).
+    #[command(after_help = exit::exit_codes_help!())]
+    Observe(ObserveArgs),
+
+    /// Remove a lock, or a --once slot's claim and record, left behind by a holder known to
+    /// be gone; prints what each master removed.
+    ///
+    /// Without --force, says what it would remove and exits 77: removing a lock whose holder
+    /// still runs lets a second holder in beside it. Fence counters are kept, so tokens keep
+    /// growing. A cleared slot runs again as a first attempt at its next exec --once.
+    #[command(after_help = exit::exit_codes_help!())]
+    Clear(ClearArgs),
+}
+
+/// `quorumlock observe`.
+#[derive(Debug, Args)]
+pub(crate) struct ObserveArgs {
+    /// The election's name.
+    #[arg(long, short)]
+    pub(crate) name: String,
+
+    /// Exit (0) after printing this many lines.
+    #[arg(long, value_name = "N")]
+    pub(crate) changes: Option<u64>,
+}
+
+/// `quorumlock clear`.
+#[derive(Debug, Args)]
+pub(crate) struct ClearArgs {
+    /// The lock's name (with --slot: the job's).
+    #[arg(long, short)]
+    pub(crate) resource: String,
+
+    /// Clear slot SLOT of the job (as given to exec --once) instead of the lock.
+    #[arg(long, value_name = "SLOT")]
+    pub(crate) slot: Option<String>,
+
+    /// Remove it, whoever holds it.
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// `quorumlock provision`.
@@ -144,7 +205,7 @@ pub(crate) struct ExecArgs {
 
     /// The lock's time to live on the masters; it is renewed every third of it while the
     /// command runs. A crashed quorumlock frees the lock after at most this long.
-    #[arg(long, default_value = "30s", value_parser = duration::positive)]
+    #[arg(long, default_value = "30s", value_parser = duration::ttl)]
     pub(crate) ttl: Duration,
 
     /// Wait at most this long for the lock (beyond about 30 years, as long as it takes).
@@ -156,6 +217,12 @@ pub(crate) struct ExecArgs {
     /// second (the retries break ties between hosts that start at the same moment).
     #[arg(long)]
     pub(crate) no_wait: bool,
+
+    /// While waiting, give up (exit 69) once fewer than a quorum of masters answered for this
+    /// long. A wait prints a line on stderr now and then: who holds the lock, on how many
+    /// masters, for how long it has waited.
+    #[arg(long, default_value = "10s", value_parser = duration::positive)]
+    pub(crate) max_unavailable: Duration,
 
     /// Run the command only if slot SLOT (e.g. "$(date +%Y%m%d%H%M)", the time the job was
     /// due) of the resource has not run anywhere, and record its completion; never waits.
@@ -198,9 +265,14 @@ pub(crate) struct ExecArgs {
 /// `quorumlock status`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The name of the lock.
+    /// The name of the lock (with --slot: the job's).
     #[arg(long, short)]
     pub(crate) resource: String,
+
+    /// Show slot SLOT of the job (as given to exec --once): free, running, completed or
+    /// abandoned, with its runner and attempts, as a quorum of masters reports it.
+    #[arg(long, value_name = "SLOT")]
+    pub(crate) slot: Option<String>,
 
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -215,16 +287,23 @@ pub(crate) struct ElectArgs {
     pub(crate) name: String,
 
     /// Who this campaigner is, shown to observers and by `status` (1 to 256 bytes, no control
-    /// characters): a host name, say.
+    /// characters). Defaults to the host name.
     #[arg(long)]
-    pub(crate) identity: String,
+    pub(crate) identity: Option<String>,
 
     /// The leadership lock's time to live; renewed every third of it. A crashed leader is
     /// replaced after at most this long.
-    #[arg(long, default_value = "30s", value_parser = duration::positive)]
+    #[arg(long, default_value = "30s", value_parser = duration::ttl)]
     pub(crate) ttl: Duration,
 
-    /// Give up campaigning after this long (exit 75). Without it, wait until elected.
+    /// While campaigning, give up (exit 69) once fewer than a quorum of masters answered for
+    /// this long. A campaign prints a line on stderr now and then: who leads, on how many
+    /// masters, for how long it has waited.
+    #[arg(long, default_value = "10s", value_parser = duration::positive)]
+    pub(crate) max_unavailable: Duration,
+
+    /// Give up campaigning after this long (exit 75, naming the leader). Without it, wait
+    /// until elected.
     #[arg(long, value_parser = duration::positive)]
     pub(crate) wait: Option<Duration>,
 

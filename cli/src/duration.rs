@@ -30,6 +30,32 @@ pub(crate) fn positive(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// A TTL (or a maximum TTL): positive, and no longer than Redis keeps a key
+/// ([`quorumlock::limits::MAX_TTL`]), the bound said in years rather than in seconds.
+pub(crate) fn ttl(text: &str) -> Result<Duration, String> {
+    let duration = positive(text)?;
+    let max = quorumlock::limits::MAX_TTL;
+    if duration > max {
+        return Err(format!(
+            "{text:?} is too long: expected at most {}",
+            coarse(max)
+        ));
+    }
+    Ok(duration)
+}
+
+/// A long duration in its largest whole unit, `about 285420 years`; shorter ones as [`show`].
+pub(crate) fn coarse(duration: Duration) -> String {
+    // humantime's year: 365.25 days.
+    const YEAR: u64 = 31_557_600;
+    const DAY: u64 = 86_400;
+    match duration.as_secs() {
+        secs if secs >= YEAR => format!("about {} years", secs / YEAR),
+        secs if secs >= DAY => format!("about {} days", secs / DAY),
+        _ => show(duration),
+    }
+}
+
 /// The farthest ahead a flag sets a deadline: about 30 years, as the library and tokio do (an
 /// instant a few hundred years ahead overflows the clock on some platforms).
 const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
@@ -78,6 +104,14 @@ mod tests {
         for far in [huge, Duration::MAX] {
             assert_eq!(deadline_after(now, far), now + FAR_FUTURE, "{far:?}");
         }
+    }
+
+    #[test]
+    fn ttls_beyond_redis_are_refused_with_a_bound_in_years() {
+        let error = ttl("300000000y").expect_err("too long");
+        assert!(error.contains("about 285420 years"), "{error}");
+        assert_eq!(ttl("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(coarse(Duration::from_secs(3 * 86_400 + 5)), "about 3 days");
     }
 
     #[test]

@@ -7,14 +7,26 @@
 use quorumlock::{CampaignOptions, LeaseOptions, LockError, Redlock};
 use tokio::process::Command;
 
-use crate::args::ElectArgs;
+use crate::args::{Connection, ElectArgs};
 use crate::duration::deadline_after;
 use crate::exit;
+use crate::failure;
+use crate::progress::{watched, Waited, Watch};
 use crate::signals::{self, Forwarded};
 use crate::supervise::{self, Ended};
 
 /// Runs `quorumlock elect`; returns the exit code.
-pub(crate) async fn run(locks: &Redlock, args: ElectArgs) -> u8 {
+pub(crate) async fn run(locks: &Redlock, conn: &Connection, args: ElectArgs) -> u8 {
+    let identity = match &args.identity {
+        Some(identity) => identity.clone(),
+        None => match nix::unistd::gethostname() {
+            Ok(host) => host.to_string_lossy().into_owned(),
+            Err(error) => {
+                eprintln!("quorumlock: cannot read the host name ({error}): pass --identity");
+                return exit::USAGE;
+            }
+        },
+    };
     let mut signals = match Forwarded::install() {
         Ok(signals) => signals,
         Err(error) => {
@@ -30,10 +42,22 @@ pub(crate) async fn run(locks: &Redlock, args: ElectArgs) -> u8 {
     if let Some(wait) = args.wait {
         opts = opts.deadline(deadline_after(tokio::time::Instant::now(), wait).into_std());
     }
+    let watch = Watch {
+        locks,
+        conn,
+        resource: &args.name,
+        what: format!("leadership of {:?}", args.name),
+        max_unavailable: args.max_unavailable,
+    };
+    let campaign = locks.election(&args.name).campaign(&identity, opts);
     let leadership = tokio::select! {
-        won = locks.election(&args.name).campaign(&args.identity, opts) => match won {
-            Ok(leadership) => leadership,
-            Err(error) => return not_elected(&args.name, &error),
+        won = watched(campaign, &watch) => match won {
+            Waited::Done(Ok(leadership)) => leadership,
+            Waited::Done(Err(error)) => return not_elected(locks, conn, &args.name, &error).await,
+            Waited::Unavailable(survey, waited) => {
+                let what = format!("not elected leader of {:?}; the command did not run", args.name);
+                return failure::unavailable(&what, &survey, waited);
+            }
         },
         signal = signals.next() => {
             eprintln!("quorumlock: {signal} while campaigning in {:?}; the command did not run", args.name);
@@ -43,7 +67,7 @@ pub(crate) async fn run(locks: &Redlock, args: ElectArgs) -> u8 {
     eprintln!(
         "quorumlock: elected leader of {:?} as {:?} (fencing token {})",
         args.name,
-        args.identity,
+        identity,
         leadership.fence()
     );
 
@@ -59,7 +83,7 @@ pub(crate) async fn run(locks: &Redlock, args: ElectArgs) -> u8 {
     command
         .args(rest)
         .env("QUORUMLOCK_ELECTION", &args.name)
-        .env("QUORUMLOCK_IDENTITY", &args.identity)
+        .env("QUORUMLOCK_IDENTITY", &identity)
         .env("QUORUMLOCK_FENCE", leadership.fence().to_string())
         // Own process group: on a lost leadership the whole tree the command started stops.
         .process_group(0);
@@ -89,12 +113,21 @@ pub(crate) async fn run(locks: &Redlock, args: ElectArgs) -> u8 {
     supervise::exit_code(status)
 }
 
-/// Reports a campaign that ended without leadership.
-fn not_elected(name: &str, error: &LockError) -> u8 {
-    if matches!(error, LockError::InvalidArgument(_)) {
-        eprintln!("quorumlock: {error}");
-        return exit::USAGE;
+/// Reports a campaign that ended without leadership, naming who leads.
+async fn not_elected(locks: &Redlock, conn: &Connection, name: &str, error: &LockError) -> u8 {
+    let what = format!("not elected leader of {name:?}; the command did not run");
+    if failure::code(error) != exit::NOT_ACQUIRED {
+        return failure::report(locks, conn, name, &what, error).await;
     }
-    eprintln!("quorumlock: not elected leader of {name:?}; the command did not run: {error}");
+    let survey = crate::survey::survey(locks, conn, name).await;
+    let leader = match survey.owner() {
+        Some(identity) => format!("{identity:?} leads"),
+        None => "nobody leads right now".to_string(),
+    };
+    eprintln!(
+        "quorumlock: {what}: {leader} (held on {} of {} masters): {error}",
+        survey.held_on(),
+        survey.nodes.len()
+    );
     exit::NOT_ACQUIRED
 }

@@ -6,10 +6,12 @@ use std::time::{Duration, Instant};
 use quorumlock::{LockError, LockGuard, Redlock};
 use tokio::process::Command;
 
-use crate::args::ExecArgs;
+use crate::args::{Connection, ExecArgs};
 use crate::duration::deadline_after;
 use crate::exit;
+use crate::failure;
 use crate::once::{self, Held};
+use crate::progress::{watched, Waited, Watch};
 use crate::signals::{self, Forwarded};
 use crate::supervise::{self, Ended};
 
@@ -17,7 +19,7 @@ use crate::supervise::{self, Ended};
 const WAIT_SLICE: Duration = Duration::from_secs(3600);
 
 /// Runs `quorumlock exec`; returns the exit code.
-pub(crate) async fn run(locks: &Redlock, args: ExecArgs) -> u8 {
+pub(crate) async fn run(locks: &Redlock, conn: &Connection, args: ExecArgs) -> u8 {
     let mut signals = match Forwarded::install() {
         Ok(signals) => signals,
         Err(error) => {
@@ -26,7 +28,7 @@ pub(crate) async fn run(locks: &Redlock, args: ExecArgs) -> u8 {
         }
     };
     let held = tokio::select! {
-        held = hold(locks, &args) => match held {
+        held = hold(locks, conn, &args) => match held {
             Ok(held) => held,
             Err(code) => return code,
         },
@@ -85,13 +87,37 @@ pub(crate) async fn run(locks: &Redlock, args: ExecArgs) -> u8 {
 /// Takes what the command runs under: the slot of `--once`, or the lock, kept alive by a
 /// lease (with `--max-hold` and `--hold-at-least`). `Err` is the exit code when the command
 /// must not run (the reason printed).
-async fn hold(locks: &Redlock, args: &ExecArgs) -> Result<Held, u8> {
+async fn hold(locks: &Redlock, conn: &Connection, args: &ExecArgs) -> Result<Held, u8> {
     if let Some(slot) = &args.once {
-        return once::claim(locks, args, slot).await.map(Held::Slot);
+        return once::claim(locks, conn, args, slot).await.map(Held::Slot);
     }
-    let guard = acquire(locks, args)
-        .await
-        .map_err(|error| not_acquired(&args.resource, &error))?;
+    let what = format!("the lock on {:?}", args.resource);
+    let acquired = if args.no_wait {
+        // Over within about a second: nothing to report on the way.
+        acquire(locks, args).await
+    } else {
+        let watch = Watch {
+            locks,
+            conn,
+            resource: &args.resource,
+            what: what.clone(),
+            max_unavailable: args.max_unavailable,
+        };
+        match watched(acquire(locks, args), &watch).await {
+            Waited::Done(acquired) => acquired,
+            Waited::Unavailable(survey, waited) => {
+                let what = format!("{what} not acquired; the command did not run");
+                return Err(failure::unavailable(&what, &survey, waited));
+            }
+        }
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(error) => {
+            let what = format!("{what} not acquired; the command did not run");
+            return Err(failure::report(locks, conn, &args.resource, &what, &error).await);
+        }
+    };
     match guard.keep_alive(once::lease_options(args)) {
         Ok(lease) => Ok(Held::Lock(lease)),
         Err(rejected) => {
@@ -124,14 +150,4 @@ async fn acquire(locks: &Redlock, args: &ExecArgs) -> Result<LockGuard, LockErro
             done => return done,
         }
     }
-}
-
-/// Reports a failed acquisition; the code tells a bad argument from a lock held elsewhere.
-fn not_acquired(resource: &str, error: &LockError) -> u8 {
-    if matches!(error, LockError::InvalidArgument(_)) {
-        eprintln!("quorumlock: {error}");
-        return exit::USAGE;
-    }
-    eprintln!("quorumlock: lock on {resource:?} not acquired; the command did not run: {error}");
-    exit::NOT_ACQUIRED
 }

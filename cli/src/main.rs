@@ -3,21 +3,29 @@
 //! * `exec` holds a lock while a command runs, renewing it, and terminates the command if the
 //!   lock is lost; with `--once SLOT` it runs each slot of a job once across hosts (`once`);
 //! * `elect` runs a command while this process is the leader of an election;
-//! * `status` shows what each node holds for a resource (and an election's leader);
+//! * `observe` follows who leads an election;
+//! * `status` shows what each node holds for a resource (and an election's leader), or the
+//!   state of a `--once` slot;
+//! * `clear` removes a lock or a slot left behind (only with `--force`);
 //! * `provision` marks fresh nodes as usable under restart protection.
 //!
-//! Exit codes are in the `exit` module, in `--help` and in the README.
+//! Exit codes are in the `exit` module, in `--help` and in docs/cli.md.
 
 mod args;
+mod clear;
 mod duration;
 mod elect;
 mod exec;
 mod exit;
+mod failure;
+mod observe;
 mod once;
+mod progress;
 mod provision;
 mod signals;
 mod status;
 mod supervise;
+mod survey;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -67,9 +75,11 @@ fn main() -> ExitCode {
     let straggler_time = cli.conn.node_timeout.min(MAX_STRAGGLER_TIME);
     let code = runtime.block_on(async move {
         let code = match cli.command {
-            Command::Exec(args) => exec::run(&locks, args).await,
-            Command::Elect(args) => elect::run(&locks, args).await,
+            Command::Exec(args) => exec::run(&locks, &cli.conn, args).await,
+            Command::Elect(args) => elect::run(&locks, &cli.conn, args).await,
+            Command::Observe(args) => observe::run(&locks, args).await,
             Command::Status(args) => status::run(&locks, &cli.conn, args).await,
+            Command::Clear(args) => clear::run(&locks, &cli.conn, args).await,
             Command::Provision(args) => provision::run(&locks, args).await,
         };
         // A release returns once a quorum confirmed it; the deletes still on their way to
@@ -91,6 +101,9 @@ fn manager(conn: &Connection) -> Result<Redlock, String> {
                 .into(),
         );
     }
+    for url in conn.nodes.iter().map(|n| n.trim()) {
+        check_scheme(url)?;
+    }
     let mut builder = Redlock::builder()
         .nodes(conn.nodes.iter().map(|n| n.trim().to_string()))
         .key_prefix(&conn.key_prefix)
@@ -98,8 +111,44 @@ fn manager(conn: &Connection) -> Result<Redlock, String> {
     if let Some(max_ttl) = conn.restart_protection {
         builder = builder.max_ttl(max_ttl).restart_protection(true);
     }
-    builder
-        .build()
-        .map(|locks| locks.fenced())
-        .map_err(|e| e.to_string())
+    let locks = builder.build().map_err(|e| e.to_string())?;
+    if locks.node_count() == 2 {
+        eprintln!(
+            "quorumlock: warning: 2 masters give no fault tolerance (a quorum needs both, so \
+             either one down stops every lock): use 3 or more independent masters"
+        );
+    }
+    Ok(locks.fenced())
+}
+
+/// Refuses a URL that is not `redis://` or `rediss://` with what was expected, rather than the
+/// client library's terse parse error.
+fn check_scheme(url: &str) -> Result<(), String> {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("redis" | "rediss") => Ok(()),
+        // No scheme: the library explains what it expected, naming the node.
+        None => Ok(()),
+        Some(other) => Err(format!(
+            "node URL {:?} has the scheme {other}://: expected redis://host:port (or rediss:// \
+             for TLS), as in redis://10.0.0.1:6379",
+            redact(url)
+        )),
+    }
+}
+
+/// `url` with any password replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
 }

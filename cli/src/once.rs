@@ -17,8 +17,9 @@ use quorumlock::{
     Lease, LeaseHandle, LeaseOptions, LockError, Redlock, SlotClaim, SlotOptions, SlotRun,
 };
 
-use crate::args::ExecArgs;
+use crate::args::{Connection, ExecArgs};
 use crate::exit;
+use crate::failure;
 
 /// What `exec` holds while the command runs.
 pub(crate) enum Held {
@@ -113,7 +114,12 @@ fn jitter(bound: Duration) -> Duration {
 /// Claims slot `slot` of the resource; `Err` is the exit code when the command must not run
 /// (the reason printed). A split vote (racing hosts each got a minority, so nobody holds the
 /// slot) is claimed again for up to [`SPLIT_RETRY_FOR`] before it exits 75 ("try again").
-pub(crate) async fn claim(locks: &Redlock, args: &ExecArgs, slot: &str) -> Result<SlotRun, u8> {
+pub(crate) async fn claim(
+    locks: &Redlock,
+    conn: &Connection,
+    args: &ExecArgs,
+    slot: &str,
+) -> Result<SlotRun, u8> {
     let opts = SlotOptions::new()
         .ttl(args.ttl)
         .retention(args.retention)
@@ -155,7 +161,7 @@ pub(crate) async fn claim(locks: &Redlock, args: &ExecArgs, slot: &str) -> Resul
             Err(exit::SLOT_ABANDONED)
         }
         Err(LockError::InvalidArgument(error)) => {
-            eprintln!("quorumlock: {error}");
+            eprintln!("quorumlock: {}", failure::invalid_argument(&error));
             Err(exit::USAGE)
         }
         Err(error) if error.is_contended() => {
@@ -166,10 +172,8 @@ pub(crate) async fn claim(locks: &Redlock, args: &ExecArgs, slot: &str) -> Resul
             Err(exit::NOT_ACQUIRED)
         }
         Err(error) => {
-            eprintln!(
-                "quorumlock: slot {slot:?} of {job:?} not claimed; the command did not run: {error}"
-            );
-            Err(exit::NOT_ACQUIRED)
+            let what = format!("slot {slot:?} of {job:?} not claimed; the command did not run");
+            Err(failure::report(locks, conn, job, &what, &error).await)
         }
     }
 }

@@ -1,215 +1,145 @@
-//! `quorumlock status`: what each node holds for a resource, read directly from the nodes.
+//! `quorumlock status`: what each node holds for a resource, read directly from the nodes; or,
+//! with `--slot`, what a quorum says of a `--once` slot.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use quorumlock::{LockError, SlotRecord, SlotStatus};
 use serde::Serialize;
 
 use crate::args::{Connection, StatusArgs};
 use crate::duration::show;
 use crate::exit;
-
-/// How long one node may take to connect, and then to answer all of status's questions.
-const NODE_DEADLINE: Duration = Duration::from_secs(2);
+use crate::failure;
+use crate::survey::{survey, NodeReport};
 
 /// The whole report, as printed by `--json`.
 #[derive(Debug, Serialize)]
-struct Report {
+struct Report<'a> {
     resource: String,
     key: String,
-    /// `held` (the key exists on a quorum), `free` (on no node) or `partial`.
+    /// `held` (the key exists on a quorum), `free` (on no node), `partial`, or `unknown` (too
+    /// few nodes answered to tell).
     state: &'static str,
     held_on: usize,
     answered: usize,
     quorum: usize,
     /// The holder's identity when the lock was taken with one (`quorumlock elect`,
-    /// `Redlock::campaign`: it is stored in the lock value), as found on the most nodes;
+    /// `Election::campaign`: it is stored in the lock value), as found on the most nodes;
     /// `null` for a plain lock, whose value says nothing about its owner.
     owner: Option<String>,
-    nodes: Vec<NodeReport>,
+    nodes: &'a [NodeReport],
 }
 
-/// One node's answers.
+/// A slot's report, as printed by `--json`.
 #[derive(Debug, Serialize)]
-struct NodeReport {
-    /// The URL, password redacted.
-    node: String,
-    /// Why the node could not be read; all other fields are `null` then.
-    error: Option<String>,
-    /// Round-trip time of one `PING`, in milliseconds.
-    rtt_ms: Option<f64>,
-    /// Whether the lock key exists.
-    held: Option<bool>,
-    /// The key's remaining time to live, in milliseconds (`null` when absent or without expiry).
-    ttl_ms: Option<u64>,
-    /// The holder's identity stored in the lock value, if any (never the value itself: it is
-    /// the holder's secret).
-    identity: Option<String>,
-    /// `missing` (no marker: never used, or restarted without its data), `provisioned`, or
-    /// `stamped` (created at a first acquisition).
-    epoch: Option<&'static str>,
-    /// Age of the epoch marker by the node's own clock, in milliseconds (`null` unless stamped).
-    epoch_age_ms: Option<u64>,
+struct SlotReport {
+    job: String,
+    slot: String,
+    /// `free`, `running`, `completed` or `abandoned`.
+    state: &'static str,
+    /// Who claimed it last (the runner's host name), if known.
+    runner: Option<String>,
+    /// How many times it was claimed.
+    attempts: Option<u64>,
 }
 
 /// Runs `quorumlock status`; returns the exit code.
 pub(crate) async fn run(locks: &quorumlock::Redlock, conn: &Connection, args: StatusArgs) -> u8 {
-    let key = format!("{}{}", conn.key_prefix, args.resource);
-    let epoch_key = format!("{}\u{1f}epoch", conn.key_prefix);
-    let urls = conn.nodes.iter().map(|n| n.trim());
-    let names = locks.node_names();
-    let nodes = futures::future::join_all(urls.zip(names).map(|(url, name)| {
-        let (key, epoch_key) = (key.clone(), epoch_key.clone());
-        let (url, name) = (url.to_string(), name.to_string());
-        async move { inspect(&url, name, &key, &epoch_key).await }
-    }))
-    .await;
-
-    let answered = nodes.iter().filter(|n| n.error.is_none()).count();
-    let held_on = nodes.iter().filter(|n| n.held == Some(true)).count();
-    let quorum = locks.quorum();
-    let owner = most_common(nodes.iter().filter_map(|n| n.identity.as_deref()));
-    let state = if held_on >= quorum {
-        "held"
-    } else if held_on == 0 {
-        "free"
-    } else {
-        "partial"
-    };
+    if let Some(slot) = &args.slot {
+        return slot_status(locks, conn, &args, slot).await;
+    }
+    let survey = survey(locks, conn, &args.resource).await;
     let report = Report {
-        resource: args.resource,
-        key: key.replace('\u{1f}', "\\x1f"),
-        state,
-        held_on,
-        answered,
-        quorum,
-        owner,
-        nodes,
+        resource: args.resource.clone(),
+        key: survey.key.replace('\u{1f}', "\\x1f"),
+        state: survey.state(),
+        held_on: survey.held_on(),
+        answered: survey.answered(),
+        quorum: survey.quorum,
+        owner: survey.owner(),
+        nodes: &survey.nodes,
     };
     if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
-            Err(error) => {
-                eprintln!("quorumlock: cannot render JSON: {error}");
-                return exit::UNAVAILABLE;
-            }
+        if let Err(code) = print_json(&report) {
+            return code;
         }
     } else {
         print_table(&report);
     }
-    if answered >= quorum {
+    if survey.has_quorum() {
         0
     } else {
         eprintln!(
-            "quorumlock: only {answered} of {} node(s) answered, a quorum needs {quorum}",
-            report.nodes.len()
+            "quorumlock: only {} of {} node(s) answered, a quorum needs {}",
+            report.answered,
+            report.nodes.len(),
+            report.quorum
         );
         exit::UNAVAILABLE
     }
 }
 
-/// Reads one node, bounded by [`NODE_DEADLINE`].
-async fn inspect(url: &str, name: String, key: &str, epoch_key: &str) -> NodeReport {
-    let mut report = NodeReport {
-        node: name,
-        error: None,
-        rtt_ms: None,
-        held: None,
-        ttl_ms: None,
-        identity: None,
-        epoch: None,
-        epoch_age_ms: None,
+/// `status --slot`: the slot's state as a quorum of masters reports it.
+async fn slot_status(
+    locks: &quorumlock::Redlock,
+    conn: &Connection,
+    args: &StatusArgs,
+    slot: &str,
+) -> u8 {
+    let job = &args.resource;
+    let status = match locks.slots().status(job, slot).await {
+        Ok(status) => status,
+        Err(error @ LockError::InvalidArgument(_)) => {
+            eprintln!("quorumlock: {error}");
+            return exit::USAGE;
+        }
+        Err(error) => {
+            let what = format!("slot {slot:?} of {job:?} could not be read");
+            return failure::report(locks, conn, job, &what, &error).await;
+        }
     };
-    let read = tokio::time::timeout(NODE_DEADLINE, read(url, key, epoch_key)).await;
-    match read {
-        Ok(Ok(answers)) => {
-            report.rtt_ms = Some(answers.rtt.as_micros() as f64 / 1000.0);
-            report.held = Some(answers.pttl != -2);
-            report.ttl_ms = u64::try_from(answers.pttl).ok();
-            report.identity = answers
-                .value
-                .as_deref()
-                .and_then(quorumlock::holder_identity)
-                .map(str::to_string);
-            let (epoch, age) = epoch_state(answers.epoch.as_deref(), answers.now_us);
-            report.epoch = Some(epoch);
-            report.epoch_age_ms = age;
+    let (state, record): (_, Option<&SlotRecord>) = match &status {
+        SlotStatus::Free => ("free", None),
+        SlotStatus::Running(record) => ("running", Some(record)),
+        SlotStatus::Completed(record) => ("completed", Some(record)),
+        SlotStatus::Abandoned(record) => ("abandoned", Some(record)),
+        _ => ("unknown", None),
+    };
+    let report = SlotReport {
+        job: job.clone(),
+        slot: slot.to_string(),
+        state,
+        runner: record.and_then(|r| r.runner.clone()),
+        attempts: record.map(|r| u64::from(r.attempts)),
+    };
+    if args.json {
+        return print_json(&report).err().unwrap_or(0);
+    }
+    let by = match (&report.runner, report.attempts) {
+        (Some(runner), Some(n)) => format!(" (by {runner:?}, attempt {n})"),
+        (None, Some(n)) => format!(" (attempt {n})"),
+        _ => String::new(),
+    };
+    println!("slot {slot:?} of {job:?}: {state}{by}");
+    0
+}
+
+/// Prints `value` as JSON; `Err` is the exit code when it cannot be rendered.
+fn print_json(value: &impl Serialize) -> Result<(), u8> {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => {
+            println!("{text}");
+            Ok(())
         }
-        Ok(Err(error)) => report.error = Some(redact(&error.to_string(), url, &report.node)),
-        Err(_) => report.error = Some(format!("no answer within {}", show(NODE_DEADLINE))),
-    }
-    report
-}
-
-/// What `read` got from a node.
-struct Answers {
-    rtt: Duration,
-    pttl: i64,
-    /// The lock value (read only to extract the identity; never printed).
-    value: Option<String>,
-    epoch: Option<String>,
-    now_us: u64,
-}
-
-async fn read(url: &str, key: &str, epoch_key: &str) -> redis::RedisResult<Answers> {
-    let client = redis::Client::open(url)?;
-    let mut conn: MultiplexedConnection = client.get_multiplexed_async_connection().await?;
-    let start = Instant::now();
-    let _: String = redis::cmd("PING").query_async(&mut conn).await?;
-    let rtt = start.elapsed();
-    let (pttl, value, epoch, (secs, micros)): (i64, Option<String>, Option<String>, (u64, u64)) =
-        redis::pipe()
-            .cmd("PTTL")
-            .arg(key)
-            .cmd("GET")
-            .arg(key)
-            .cmd("GET")
-            .arg(epoch_key)
-            .cmd("TIME")
-            .query_async(&mut conn)
-            .await?;
-    Ok(Answers {
-        rtt,
-        pttl,
-        value,
-        epoch,
-        now_us: secs.saturating_mul(1_000_000).saturating_add(micros),
-    })
-}
-
-/// The epoch marker's state and, when stamped, its age on the node's clock.
-fn epoch_state(marker: Option<&str>, now_us: u64) -> (&'static str, Option<u64>) {
-    match marker.map(str::parse::<u64>) {
-        None => ("missing", None),
-        Some(Ok(0)) => ("provisioned", None),
-        Some(Ok(born_us)) => ("stamped", Some(now_us.saturating_sub(born_us) / 1000)),
-        Some(Err(_)) => ("unreadable", None),
-    }
-}
-
-/// The identity found on the most nodes (the first such on a tie), if any.
-fn most_common<'a>(identities: impl Iterator<Item = &'a str>) -> Option<String> {
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for identity in identities {
-        match counts.iter_mut().find(|(seen, _)| *seen == identity) {
-            Some((_, count)) => *count += 1,
-            None => counts.push((identity, 1)),
+        Err(error) => {
+            eprintln!("quorumlock: cannot render JSON: {error}");
+            Err(exit::UNAVAILABLE)
         }
     }
-    let most = counts.iter().map(|(_, count)| *count).max()?;
-    counts
-        .into_iter()
-        .find(|(_, count)| *count == most)
-        .map(|(identity, _)| identity.to_string())
-}
-
-/// A node's error text with the raw URL (which may carry a password) replaced by its name.
-fn redact(text: &str, url: &str, name: &str) -> String {
-    text.replace(url, name).to_lowercase()
 }
 
 /// The readable table.
-fn print_table(report: &Report) {
+fn print_table(report: &Report<'_>) {
     let rows: Vec<[String; 5]> = report
         .nodes
         .iter()
@@ -261,58 +191,32 @@ fn print_table(report: &Report) {
         }
         println!("{}", out.trim_end());
     };
-    let owner = match &report.owner {
-        Some(identity) => format!("held by {identity:?}"),
-        None => "owner unknown (the lock value carries no identity)".to_string(),
+    let summary = match report.state {
+        "unknown" => format!(
+            "unknown: only {} of {} node(s) answered, quorum {}",
+            report.answered,
+            report.nodes.len(),
+            report.quorum
+        ),
+        state => {
+            let owner = match &report.owner {
+                Some(identity) => format!("held by {identity:?}"),
+                None => "owner unknown (the lock value carries no identity)".to_string(),
+            };
+            format!(
+                "{state} on {} of {} node(s), quorum {}; {owner}",
+                report.held_on,
+                report.nodes.len(),
+                report.quorum
+            )
+        }
     };
     println!(
-        "resource {:?} (key {}): {} on {} of {} node(s), quorum {}; {owner}",
-        report.resource,
-        report.key,
-        report.state,
-        report.held_on,
-        report.nodes.len(),
-        report.quorum
+        "resource {:?} (key {}): {summary}",
+        report.resource, report.key
     );
     line(header);
     for row in &rows {
         line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn epoch_markers_are_classified() {
-        assert_eq!(epoch_state(None, 5), ("missing", None));
-        assert_eq!(epoch_state(Some("0"), 5), ("provisioned", None));
-        assert_eq!(
-            epoch_state(Some("1000000"), 3_500_000),
-            ("stamped", Some(2500))
-        );
-        assert_eq!(epoch_state(Some("x"), 5), ("unreadable", None));
-    }
-
-    #[test]
-    fn the_owner_is_the_identity_on_the_most_nodes() {
-        assert_eq!(most_common([].into_iter()), None);
-        assert_eq!(
-            most_common(["a", "b", "b"].into_iter()).as_deref(),
-            Some("b")
-        );
-        assert_eq!(most_common(["a", "b"].into_iter()).as_deref(), Some("a"));
-    }
-
-    #[test]
-    fn errors_never_show_the_raw_url() {
-        let url = "redis://u:secret@127.0.0.1:1";
-        let text = redact(
-            &format!("cannot reach {url}"),
-            url,
-            "redis://u:***@127.0.0.1:1",
-        );
-        assert!(!text.contains("secret"), "{text}");
     }
 }

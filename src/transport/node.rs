@@ -34,6 +34,8 @@ use crate::value::Ownership;
 // Operations on a set of keys at once (lock sets, elections): a child module, so that it uses
 // this node's private request path rather than widening it.
 mod keyset;
+// An operator's removal of keys left behind (src/admin.rs), from a child module likewise.
+mod admin;
 // Hold-at-least releases (src/guard/hold.rs): their script goes through this node's private
 // request path, from a child module.
 mod script;

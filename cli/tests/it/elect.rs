@@ -3,20 +3,11 @@
 
 use crate::support;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 
-use support::{cluster, lines, quorumlock, wait, wait_until, LOCK_LOST, USAGE};
-
-/// Kills the quorumlock process if the test fails before it exits, so that no campaigner
-/// outlives the test (and holds its output pipe open).
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::{
+    cluster, lines, quorumlock, run, wait, wait_until, Reaped, LOCK_LOST, NOT_ACQUIRED, USAGE,
+};
 
 /// Two campaigners: the first runs its command while leader (and `status` names it), the
 /// second runs only after the first's command exited, with a higher fencing token.
@@ -148,4 +139,97 @@ fn a_bad_identity_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(USAGE), "{out:?}");
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("identity"), "{text}");
+}
+
+/// Without `--identity`, a campaigner is known by its host name, as users expect.
+#[test]
+fn the_identity_defaults_to_the_host_name() {
+    let cluster = cluster(3);
+    let (code, out, err) = run(quorumlock(&cluster).args([
+        "elect",
+        "-n",
+        "e",
+        "--",
+        "sh",
+        "-c",
+        "echo $QUORUMLOCK_IDENTITY",
+    ]));
+    assert_eq!(code, Some(0), "{err}");
+    let host = nix::unistd::gethostname().expect("hostname");
+    assert_eq!(out.trim(), host.to_string_lossy(), "{err}");
+}
+
+/// A campaign that gives up names who leads instead.
+#[test]
+fn not_elected_names_the_leader() {
+    let cluster = cluster(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = dir.path().join("started");
+    let script = format!(
+        "touch {0}; while [ -e {0} ]; do sleep 0.1; done",
+        started.display()
+    );
+    let _leader = Reaped(
+        quorumlock(&cluster)
+            .args(["elect", "-n", "e", "--identity", "host-a", "--"])
+            .args(["sh", "-c", &script])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the leader"),
+    );
+    wait_until("host-a leads", || started.exists());
+    let (code, _, err) = run(quorumlock(&cluster).args([
+        "elect",
+        "-n",
+        "e",
+        "--identity",
+        "host-b",
+        "--wait",
+        "300ms",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, Some(NOT_ACQUIRED), "{err}");
+    assert!(err.contains("\"host-a\" leads"), "{err}");
+}
+
+/// `observe` prints each leadership change: nobody, a leader (identity and token), nobody.
+#[test]
+fn observe_streams_leadership_changes() {
+    let cluster = cluster(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seen = dir.path().join("seen");
+    let release = dir.path().join("release");
+    let mut observer = Reaped(
+        quorumlock(&cluster)
+            .args(["observe", "-n", "e", "--changes", "3"])
+            .stdout(std::fs::File::create(&seen).expect("create"))
+            .spawn()
+            .expect("spawn observe"),
+    );
+    wait_until("no leader reported", || lines(&seen).len() == 1);
+    let script = format!(
+        "while [ -e {0} ] && [ ! -e {1} ]; do sleep 0.05; done",
+        seen.display(),
+        release.display()
+    );
+    let mut leader = Reaped(
+        quorumlock(&cluster)
+            .args(["elect", "-n", "e", "--identity", "host-a", "--"])
+            .args(["sh", "-c", &script])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the leader"),
+    );
+    wait_until("the leader reported", || lines(&seen).len() == 2);
+    std::fs::write(&release, "").expect("release the leader");
+    assert_eq!(wait(&mut leader.0).code(), Some(0));
+    assert_eq!(wait(&mut observer.0).code(), Some(0));
+    let seen = lines(&seen);
+    assert_eq!(seen[0], "no leader", "{seen:?}");
+    assert!(
+        seen[1].starts_with("leader \"host-a\" (fencing token "),
+        "{seen:?}"
+    );
+    assert_eq!(seen[2], "no leader", "{seen:?}");
 }

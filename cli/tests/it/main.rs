@@ -5,6 +5,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod clear;
+mod diagnostics;
 mod elect;
 mod exec_exclusion;
 mod exec_lost_lock;
@@ -12,3 +14,4 @@ mod exec_once;
 mod exit_codes;
 mod extreme_durations;
 mod status;
+mod tls;

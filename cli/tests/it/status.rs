@@ -142,8 +142,9 @@ fn stamped_epoch_marker_has_an_age() {
         .args(["--no-wait", "--", "true"])
         .status()
         .expect("run");
-    // The fresh node sits out its quarantine, so this acquisition fails; it stamped the marker.
-    assert_eq!(status.code(), Some(support::NOT_ACQUIRED));
+    // The fresh node sits out its quarantine, so this acquisition fails (no quorum counts:
+    // unavailable, not held elsewhere); it stamped the marker.
+    assert_eq!(status.code(), Some(UNAVAILABLE));
     std::thread::sleep(Duration::from_millis(200));
     let report = status_json(&cluster, "x");
     let node = &report["nodes"][0];
@@ -152,4 +153,49 @@ fn stamped_epoch_marker_has_an_age() {
         node["epoch_age_ms"].as_u64().is_some_and(|a| a >= 150),
         "{report}"
     );
+}
+
+/// Every master down: the state is unknown (not "free on 0 of 3"), exit 69.
+#[test]
+fn status_with_every_node_down_is_unknown() {
+    let dead = support::dead_cluster(3);
+    let (code, out, err) = support::run(quorumlock(&dead).args(["status", "-r", "x"]));
+    assert_eq!(code, Some(UNAVAILABLE), "{err}");
+    assert!(out.contains("unknown") && !out.contains("free"), "{out}");
+    let (_, json, _) = support::run(quorumlock(&dead).args(["status", "--json", "-r", "x"]));
+    let report: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(report["state"], "unknown", "{report}");
+}
+
+/// `status --slot` shows a `--once` slot: free, then abandoned by a failed run (with its
+/// runner and attempts), then completed.
+#[test]
+fn status_shows_a_slot() {
+    let cluster = cluster(3);
+    let slot = |cluster: &quorumlock::testing::RedisCluster| {
+        support::run(quorumlock(cluster).args(["status", "-r", "job", "--slot", "s1"]))
+    };
+    let (code, out, err) = slot(&cluster);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("free"), "{out}");
+    let once = |script: &str| {
+        support::run(
+            quorumlock(&cluster)
+                .args(["exec", "-r", "job", "--once", "s1"])
+                .args(["--", "sh", "-c", script]),
+        )
+        .0
+    };
+    assert_eq!(once("exit 1"), Some(1));
+    let (_, out, _) = slot(&cluster);
+    assert!(
+        out.contains("abandoned") && out.contains("attempt 1"),
+        "{out}"
+    );
+    assert_eq!(once("true"), Some(80));
+    let (code, json, _) =
+        support::run(quorumlock(&cluster).args(["status", "--json", "-r", "job", "--slot", "s1"]));
+    assert_eq!(code, Some(0));
+    let report: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(report["state"], "abandoned", "{report}");
 }

@@ -15,7 +15,8 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 pub const USAGE: i32 = 64;
 pub const UNAVAILABLE: i32 = 69;
 pub const NOT_ACQUIRED: i32 = 75;
-pub const REFUSED: i32 = 75;
+pub const REFUSED: i32 = 77;
+pub const MISCONFIGURED: i32 = 78;
 pub const LOCK_LOST: i32 = 76;
 pub const NOT_FOUND: i32 = 127;
 
@@ -32,6 +33,53 @@ pub fn quorumlock(cluster: &RedisCluster) -> Command {
         .arg("--nodes")
         .arg(cluster.urls().join(","));
     command
+}
+
+/// Kills a quorumlock process still running when a test ends (a failed assertion), so that
+/// none outlives the test or keeps its output pipe open.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `n` masters that were started and killed: their URLs lead nowhere.
+pub fn dead_cluster(n: usize) -> RedisCluster {
+    let mut dead = cluster(n);
+    for master in dead.iter_mut() {
+        master.kill().expect("kill a master");
+    }
+    dead
+}
+
+/// Runs `command` to completion, failing the test if it takes longer than [`PATIENCE`]; its
+/// exit code and stderr.
+pub fn run(command: &mut Command) -> (Option<i32>, String, String) {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn quorumlock");
+    // Read both pipes on threads, so a chatty child never blocks on a full pipe.
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut text);
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut text);
+        text
+    });
+    let status = wait(&mut child);
+    let out = out.join().expect("stdout reader");
+    let err = err.join().expect("stderr reader");
+    (status.code(), out, err)
 }
 
 /// Waits for `child` to exit, for at most [`PATIENCE`]; kills it and panics otherwise.
@@ -71,4 +119,10 @@ pub fn lines(path: &Path) -> Vec<String> {
 pub fn signal(child: &Child, signal: nix::sys::signal::Signal) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, signal).expect("send signal");
+}
+
+/// Whether `text` says a lock is held on a quorum of 3 masters (a holder's write that reached
+/// its third master late is cleaned up, so 2 of 3 is as good as 3).
+pub fn says_held_on_a_quorum_of_3(text: &str) -> bool {
+    text.contains("held on 2 of 3 masters") || text.contains("held on 3 of 3 masters")
 }
