@@ -292,7 +292,9 @@ mod tests {
 
     /// Every `q`-subset of `n` masters, as bit masks.
     fn subsets(n: usize, q: usize) -> Vec<u32> {
-        (0u32..1 << n).filter(|m| m.count_ones() as usize == q).collect()
+        (0u32..1 << n)
+            .filter(|m| m.count_ones() as usize == q)
+            .collect()
     }
 
     /// Whether `holders` holders can each stand on `q` of `n` masters with no master admitting
@@ -324,7 +326,10 @@ mod tests {
             for k in 1..=4 {
                 let q = counter_quorum(n, k);
                 if q <= n {
-                    assert!(!can_overlap(n, k, q, k + 1), "n={n} k={k}: q={q} admits k+1");
+                    assert!(
+                        !can_overlap(n, k, q, k + 1),
+                        "n={n} k={k}: q={q} admits k+1"
+                    );
                 }
                 // One master fewer, and K + 1 holders fit: the bound is tight.
                 if q > 1 {
@@ -338,7 +343,11 @@ mod tests {
     fn the_naive_majority_admits_more_than_k() {
         // The docs' example: 3 masters, 2 permits, majorities {m1,m3}, {m1,m2}, {m2,m3}.
         assert!(can_overlap(3, 2, 2, 3));
-        assert_eq!(counter_quorum(3, 2), 3, "all three masters: no fault tolerance");
+        assert_eq!(
+            counter_quorum(3, 2),
+            3,
+            "all three masters: no fault tolerance"
+        );
         assert_eq!(counter_quorum(5, 2), 4);
     }
 }

@@ -220,7 +220,9 @@ async fn a_writer_kept_alive_outlives_its_ttl() {
     let ttl = Duration::from_secs(1);
     let writer = rw.try_write(ttl).await.expect("writer");
     let hold = quorumlock::LeaseOptions::new().hold_at_least(Duration::from_secs(5));
-    let refused = writer.keep_alive(hold).expect_err("a set has no minimum hold");
+    let refused = writer
+        .keep_alive(hold)
+        .expect_err("a set has no minimum hold");
     assert!(
         matches!(refused.error(), InvalidArgument::HoldUnsupported),
         "{refused}"
@@ -232,8 +234,16 @@ async fn a_writer_kept_alive_outlives_its_ttl() {
         .expect("lease");
     tokio::time::sleep(ttl * 3).await;
     assert!(lease.is_held(), "the lease kept the writer");
-    let refused = rw.try_read(ttl).await.expect_err("a reader beside the kept writer");
+    let refused = rw
+        .try_read(ttl)
+        .await
+        .expect_err("a reader beside the kept writer");
     assert!(refused.is_contended(), "{refused}");
     lease.release().await.expect("release");
-    rw.try_read(ttl).await.expect("a reader after the release").release().await.ok();
+    rw.try_read(ttl)
+        .await
+        .expect("a reader after the release")
+        .release()
+        .await
+        .ok();
 }

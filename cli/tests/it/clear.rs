@@ -37,14 +37,18 @@ fn a_lock_is_cleared_only_with_force() {
 
     let (code, out, err) = run(quorumlock(&cluster).args(["clear", "-r", "stuck", "--force"]));
     assert_eq!(code, Some(0), "{err}");
-    for master in &cluster {
-        let port = master.port().to_string();
-        assert!(
-            out.lines()
-                .any(|l| l.contains(&port) && l.contains("removed quorumlock:stuck")),
-            "{out}"
-        );
-    }
+    // The holder holds a quorum, not always every master (a late SET is cleaned up): every
+    // master is reported, and the key was removed from a quorum of them.
+    let removed = cluster
+        .iter()
+        .filter(|master| {
+            let port = master.port().to_string();
+            let line = out.lines().find(|l| l.contains(&port));
+            assert!(line.is_some(), "master {port} not reported: {out}");
+            line.is_some_and(|l| l.contains("removed quorumlock:stuck"))
+        })
+        .count();
+    assert!(removed >= 2, "removed from {removed} of 3: {out}");
     assert_eq!(try_it().0, Some(0), "free after the clear");
 }
 
