@@ -233,6 +233,26 @@ pub(crate) struct ExecArgs {
     #[arg(long, value_name = "SLOT", conflicts_with = "wait")]
     pub(crate) once: Option<String>,
 
+    /// Hold one of K permits of the counting semaphore RESOURCE instead of the lock: at most K
+    /// commands run at once across the hosts. Every host must give the same K.
+    #[arg(long, value_name = "K", conflicts_with_all = ["once", "shared", "exclusive"])]
+    pub(crate) permits: Option<usize>,
+
+    /// Hold a read permit of the read-write lock RESOURCE: runs beside other --shared commands,
+    /// never beside an --exclusive one. A waiting --exclusive command goes first.
+    #[arg(long, conflicts_with_all = ["once", "exclusive", "hold_at_least"])]
+    pub(crate) shared: bool,
+
+    /// Hold the read-write lock RESOURCE alone: no --shared or other --exclusive command runs
+    /// beside it (a plain exec on RESOURCE is a different lock).
+    #[arg(long, conflicts_with_all = ["once", "hold_at_least"])]
+    pub(crate) exclusive: bool,
+
+    /// With --shared or --exclusive: how many --shared commands may run at once (every host
+    /// must give the same number).
+    #[arg(long, default_value_t = quorumlock::defaults::RW_READERS)]
+    pub(crate) readers: usize,
+
     /// With --once: run a slot whose last run failed (non-zero exit) or whose runner died,
     /// instead of exiting 80 (at-least-once; QUORUMLOCK_FENCE then tells the runs apart).
     #[arg(long, requires = "once")]

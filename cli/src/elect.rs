@@ -48,6 +48,7 @@ pub(crate) async fn run(locks: &Redlock, conn: &Connection, args: ElectArgs) -> 
         resource: &args.name,
         what: format!("leadership of {:?}", args.name),
         max_unavailable: args.max_unavailable,
+        holder_known: true,
     };
     let campaign = locks.election(&args.name).campaign(&identity, opts);
     let leadership = tokio::select! {

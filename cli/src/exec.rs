@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::{LockError, LockGuard, Redlock};
+use quorumlock::{LockError, LockGuard, MultiLockGuard, Redlock};
 use tokio::process::Command;
 
 use crate::args::{Connection, ExecArgs};
@@ -91,7 +91,7 @@ async fn hold(locks: &Redlock, conn: &Connection, args: &ExecArgs) -> Result<Hel
     if let Some(slot) = &args.once {
         return once::claim(locks, conn, args, slot).await.map(Held::Slot);
     }
-    let what = format!("the lock on {:?}", args.resource);
+    let what = Mode::of(args).what(&args.resource);
     let acquired = if args.no_wait {
         // Over within about a second: nothing to report on the way.
         acquire(locks, args).await
@@ -102,6 +102,7 @@ async fn hold(locks: &Redlock, conn: &Connection, args: &ExecArgs) -> Result<Hel
             resource: &args.resource,
             what: what.clone(),
             max_unavailable: args.max_unavailable,
+            holder_known: Mode::of(args) == Mode::Lock,
         };
         match watched(acquire(locks, args), &watch).await {
             Waited::Done(acquired) => acquired,
@@ -111,41 +112,137 @@ async fn hold(locks: &Redlock, conn: &Connection, args: &ExecArgs) -> Result<Hel
             }
         }
     };
-    let guard = match acquired {
-        Ok(guard) => guard,
+    let acquired = match acquired {
+        Ok(acquired) => acquired,
         Err(error) => {
             let what = format!("{what} not acquired; the command did not run");
+            if Mode::of(args) != Mode::Lock {
+                return Err(failure::plain(&what, &error));
+            }
             return Err(failure::report(locks, conn, &args.resource, &what, &error).await);
         }
     };
-    match guard.keep_alive(once::lease_options(args)) {
+    let leased = match acquired {
+        Acquired::One(guard) => guard
+            .keep_alive(once::lease_options(args))
+            .map_err(|rejected| (rejected.to_string(), Acquired::One(rejected.into_guard()))),
+        Acquired::All(guard) => guard
+            .keep_alive(once::lease_options(args))
+            .map_err(|rejected| (rejected.to_string(), Acquired::All(rejected.into_guard()))),
+    };
+    match leased {
         Ok(lease) => Ok(Held::Lock(lease)),
-        Err(rejected) => {
+        Err((rejected, guard)) => {
             eprintln!("quorumlock: {rejected}");
-            let _ = rejected.into_guard().release().await;
+            let _ = match guard {
+                Acquired::One(guard) => guard.release().await,
+                Acquired::All(guard) => guard.release().await,
+            };
             Err(exit::USAGE)
         }
     }
 }
 
-/// Acquires as `--no-wait` / `--wait` / neither ask.
-async fn acquire(locks: &Redlock, args: &ExecArgs) -> Result<LockGuard, LockError> {
+/// What `exec` holds while the command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The lock RESOURCE.
+    Lock,
+    /// One of K permits of the semaphore RESOURCE (`--permits K`).
+    Permit(usize),
+    /// A read permit of the read-write lock RESOURCE (`--shared`).
+    Shared(usize),
+    /// The read-write lock RESOURCE alone (`--exclusive`).
+    Exclusive(usize),
+}
+
+impl Mode {
+    fn of(args: &ExecArgs) -> Self {
+        match (args.permits, args.shared, args.exclusive) {
+            (Some(permits), _, _) => Mode::Permit(permits),
+            (None, true, _) => Mode::Shared(args.readers),
+            (None, false, true) => Mode::Exclusive(args.readers),
+            (None, false, false) => Mode::Lock,
+        }
+    }
+
+    /// For messages: `the lock on "x"`, ...
+    fn what(self, resource: &str) -> String {
+        match self {
+            Mode::Lock => format!("the lock on {resource:?}"),
+            Mode::Permit(k) => format!("a permit of the semaphore {resource:?} ({k} permits)"),
+            Mode::Shared(_) => format!("a read permit of the read-write lock {resource:?}"),
+            Mode::Exclusive(_) => format!("the read-write lock {resource:?} alone"),
+        }
+    }
+}
+
+/// A guard of one key (a lock, a permit, a read permit) or of a set (a writer).
+enum Acquired {
+    One(LockGuard),
+    All(MultiLockGuard),
+}
+
+/// How long one acquisition may go on.
+#[derive(Clone, Copy)]
+enum Patience {
+    /// The manager's few quick retries.
+    Retries,
+    /// Until this instant.
+    Until(Instant),
+}
+
+/// One acquisition of what `args` asks for, with `patience`.
+async fn attempt(
+    locks: &Redlock,
+    args: &ExecArgs,
+    patience: Patience,
+) -> Result<Acquired, LockError> {
     let (resource, ttl) = (args.resource.as_str(), args.ttl);
+    let one = |guard: LockGuard| Acquired::One(guard);
+    match (Mode::of(args), patience) {
+        (Mode::Lock, Patience::Retries) => locks.lock(resource, ttl).await.map(one),
+        (Mode::Lock, Patience::Until(at)) => locks.lock_until(resource, ttl, at).await.map(one),
+        (Mode::Permit(k), Patience::Retries) => {
+            locks.semaphore(resource, k).acquire(ttl).await.map(one)
+        }
+        (Mode::Permit(k), Patience::Until(at)) => {
+            let semaphore = locks.semaphore(resource, k);
+            semaphore.acquire_until(ttl, at).await.map(one)
+        }
+        (Mode::Shared(r), Patience::Retries) => {
+            let rw = locks.rw_lock(resource).max_readers(r);
+            rw.read(ttl).await.map(one)
+        }
+        (Mode::Shared(r), Patience::Until(at)) => {
+            let rw = locks.rw_lock(resource).max_readers(r);
+            rw.read_until(ttl, at).await.map(one)
+        }
+        (Mode::Exclusive(r), Patience::Retries) => {
+            let rw = locks.rw_lock(resource).max_readers(r);
+            rw.write(ttl).await.map(Acquired::All)
+        }
+        (Mode::Exclusive(r), Patience::Until(at)) => {
+            let rw = locks.rw_lock(resource).max_readers(r);
+            rw.write_until(ttl, at).await.map(Acquired::All)
+        }
+    }
+}
+
+/// Acquires as `--no-wait` / `--wait` / neither ask.
+async fn acquire(locks: &Redlock, args: &ExecArgs) -> Result<Acquired, LockError> {
     if args.no_wait {
         // `lock`, not `try_lock`: its few quick retries at random delays break the tie when
         // several hosts start at the same moment and split the votes, which would otherwise
         // leave the job run by nobody.
-        return locks.lock(resource, ttl).await;
+        return attempt(locks, args, Patience::Retries).await;
     }
     if let Some(wait) = args.wait {
         let deadline = deadline_after(tokio::time::Instant::now(), wait);
-        return locks.lock_until(resource, ttl, deadline.into_std()).await;
+        return attempt(locks, args, Patience::Until(deadline.into_std())).await;
     }
     loop {
-        match locks
-            .lock_until(resource, ttl, Instant::now() + WAIT_SLICE)
-            .await
-        {
+        match attempt(locks, args, Patience::Until(Instant::now() + WAIT_SLICE)).await {
             Err(error) if error.is_retryable() => continue,
             done => return done,
         }

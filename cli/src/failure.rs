@@ -73,6 +73,19 @@ pub(crate) async fn report(
     code
 }
 
+/// Reports `error` without reading the masters (a semaphore's or a read-write lock's keys are
+/// not the resource's): `what`, why, every master's error; returns the exit code.
+pub(crate) fn plain(what: &str, error: &LockError) -> u8 {
+    let code = code(error);
+    match error {
+        LockError::InvalidArgument(invalid) => {
+            eprintln!("quorumlock: {}", invalid_argument(invalid))
+        }
+        _ => eprintln!("quorumlock: {what}: {error}"),
+    }
+    code
+}
+
 /// Prints why waiting stopped: no quorum answered for `for_how_long`. Returns the exit code.
 pub(crate) fn unavailable(what: &str, survey: &Survey, for_how_long: std::time::Duration) -> u8 {
     eprintln!(

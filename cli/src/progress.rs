@@ -29,6 +29,9 @@ pub(crate) struct Watch<'a> {
     /// For the lines: `the lock on "x"`, `leadership of "e"`.
     pub(crate) what: String,
     pub(crate) max_unavailable: Duration,
+    /// Whether `resource` names the lock waited for, so that its holder is worth a line (not
+    /// for a semaphore's or a read-write lock's permits, kept under other keys).
+    pub(crate) holder_known: bool,
 }
 
 /// How a watched wait ended.
@@ -93,6 +96,12 @@ fn line(watch: &Watch<'_>, survey: &Survey, waited: Duration) -> String {
             survey.quorum,
             show(watch.max_unavailable),
             survey.unreachable()
+        );
+    }
+    if !watch.holder_known {
+        return format!(
+            "{head}: {} of {n} masters answer; the holders hold it",
+            survey.answered()
         );
     }
     let held_on = survey.held_on();

@@ -13,5 +13,6 @@ mod exec_lost_lock;
 mod exec_once;
 mod exit_codes;
 mod extreme_durations;
+mod shared_and_permits;
 mod status;
 mod tls;
