@@ -303,6 +303,7 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/fencing.md")]
 #[doc = include_str!("../docs/restart-protection.md")]
+#[doc = include_str!("../docs/semaphores-and-rw-locks.md")]
 struct DocsDoctests;
 
 pub use admin::Cleared;
