@@ -177,7 +177,8 @@ impl Drop for Proxy {
 
 impl Link {
     async fn start(upstream: SocketAddr) -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = super::listener_port().map_err(std::io::Error::other)?;
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let (modes, _) = watch::channel(Modes::PASS);
         let sender = modes.clone();
