@@ -70,6 +70,13 @@ impl RedlockBuilder {
     /// clock are not errors: they saturate (about 30 years, as good as none).
     pub fn build(self) -> Result<Redlock, ConfigError> {
         let (config, addresses) = self.validate()?;
+        if addresses.len() == 2 {
+            // Accepted (a test, a migration), but a quorum of 2 of 2 survives no failure.
+            tracing::warn!(
+                "2 masters: a quorum is both of them, so one master down stops every lock; \
+                 use 3 or more for fault tolerance"
+            );
+        }
         let nodes = addresses
             .into_iter()
             .map(|address| Arc::new(RedisNode::new(address, &config)))

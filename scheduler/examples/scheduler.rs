@@ -247,9 +247,15 @@ async fn worker(id: usize, store: SocketAddr) -> Result<(), Box<dyn Error>> {
     let report = scheduler.shutdown(Duration::from_secs(5)).await;
     for status in scheduler.status() {
         let s = status.stats;
+        // Lateness is only known for the runs this worker started.
+        let lateness = match s.runs {
+            0 => "no run here".to_string(),
+            _ => format!("lateness p50 {:?} p99 {:?}", s.lateness.p50, s.lateness.p99),
+        };
         println!(
-            "worker {id} {:<8} ran {} (retries {}), elsewhere {}, forbidden {}, missed {}; lateness p50 {:?} p99 {:?}",
-            status.name, s.runs, s.retries, s.elsewhere, s.forbidden, s.missed, s.lateness.p50, s.lateness.p99
+            "worker {id} {:<8} ran {} (retries {}), ran elsewhere {}, skipped while its previous \
+             run went on (forbidden) {}, missed {}; {lateness}",
+            status.name, s.runs, s.retries, s.elsewhere, s.forbidden, s.missed
         );
     }
     println!(
