@@ -177,6 +177,14 @@ impl Nemesis {
     pub fn begin_step(&mut self, t: &mut Targets<'_>, faults: &[Fault]) {
         self.backups = (0..t.masters.len()).map(|_| None).collect();
         for fault in faults {
+            if let Fault::Crash {
+                node,
+                restart: Restart::Snapshot,
+            } = fault
+            {
+                // Taken below, with every master's without an AOF.
+                self.record(Verb::SaveSnapshot, json!({"node": node}));
+            }
             let (Fault::Crash {
                 node,
                 restart: Restart::RestoredBackup,
