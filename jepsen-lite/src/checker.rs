@@ -954,7 +954,7 @@ mod tests {
             token: Option<u64>,
         ) -> (u64, Vec<u64>) {
             let r = self.res.apply(
-                &crate::resource::Request {
+                crate::resource::Request {
                     op: Op::Read,
                     register: reg,
                     client: p,
@@ -982,7 +982,7 @@ mod tests {
             let mut set = read.1;
             set.push(id);
             let r = self.res.apply(
-                &crate::resource::Request {
+                crate::resource::Request {
                     op: Op::Write,
                     register: reg,
                     client: p,
@@ -1012,8 +1012,8 @@ mod tests {
             check(
                 &self.events,
                 &self.res.log,
-                &self.res.unfenced,
-                &self.res.fenced,
+                &self.res.data.unfenced,
+                &self.res.data.fenced,
                 &P,
             )
         }

@@ -1,14 +1,13 @@
-//! What the controller's three fenced stores have in common (the resource's registers in
-//! [`resource`](crate::resource), the cron store in [`cron::store`](crate::cron::store), the
-//! workload store in [`workload::store`](crate::workload::store)): the fencing check, explained
-//! once ([`admit`]); the server that runs a store's state behind the JSON-lines wire of
-//! [`json_lines`] ([`Served`]); and, for the two stores whose log is the request as it came,
-//! the state that fences by key and logs ([`FencedLog`], with [`Logged`] entries and
-//! accept-or-reject [`StoreAnswer`]s).
+//! The controller's one fenced store: a server on a loopback port that client processes send
+//! JSON lines to ([`Store`], over [`json_lines`]), the fencing check explained once
+//! ([`admit`]), and the log of every request as it was applied ([`State`]).
 //!
-//! Each store keeps what differs: what its requests are, what it keys its tokens by (one
-//! register, a job's slot, a resource: [`FencedRequest::bar`]), and which requests it
-//! fences at all.
+//! Every workload uses it with its own request type ([`FencedRequest`]): the lock scenarios'
+//! registers ([`resource`](crate::resource), the only requests that read and write data), the
+//! cron executions ([`cron::request`](crate::cron::request)) and the workloads' events
+//! ([`workload::request`](crate::workload::request)). A request type says what it keys its
+//! tokens by (one register, a job's slot, a resource: [`FencedRequest::bar`]), which requests
+//! are fenced at all, and what the log keeps and the store answers.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -42,30 +41,86 @@ pub fn admit(bar: &mut Option<u64>, token: Option<u64>) -> Result<(), String> {
     }
 }
 
-/// A store's state: what it answers to each request, applied one at a time under a lock.
-pub trait StoreState: Default + Send + 'static {
-    /// One request line.
-    type Request: DeserializeOwned + Send;
-    /// One response line.
-    type Response: Serialize + Send;
+/// What must pass the fence: the key whose bar it meets and the token it carries, or `None`
+/// for an event that is logged and never refused.
+pub type Bar<K> = Option<(K, Option<u64>)>;
 
-    /// Applies `req` at `arrival_ns` (host monotonic: its arrival, or the previous request's
-    /// time if that is later, so that times follow the order of application), and answers it.
-    fn answer(&mut self, req: Self::Request, arrival_ns: u64) -> Self::Response;
+/// A request to the fenced store: which key's bar it must pass, if any, and what it does.
+pub trait FencedRequest: DeserializeOwned + Send + 'static {
+    /// What the store keeps a highest token for.
+    type Key: Hash + Eq + Send + std::fmt::Debug;
+    /// What the requests read and write besides the bars (`()` for a store that only logs).
+    type Data: Default + Send + std::fmt::Debug;
+    /// What the log keeps of one request.
+    type Entry: Send + std::fmt::Debug;
+    /// One answer line.
+    type Answer: Serialize + Send;
+
+    /// The key whose bar this request must pass and the token it carries (`Ok(None)`: an
+    /// event, logged and never refused).
+    ///
+    /// # Errors
+    ///
+    /// Why the request is refused before any token is looked at (it names no single key).
+    fn bar(&self) -> Result<Bar<Self::Key>, String>;
+
+    /// Applies the request at `time_ns` to `data` (unless it was refused, `refusal`): what the
+    /// log keeps and what the store answers.
+    fn apply(
+        self,
+        data: &mut Self::Data,
+        time_ns: u64,
+        refusal: Option<String>,
+    ) -> (Self::Entry, Self::Answer);
 
     /// The answer to a line that is not a request (never applied).
-    fn bad_request(error: &serde_json::Error) -> Self::Response;
+    fn bad_request(error: &serde_json::Error) -> Self::Answer;
 }
 
-/// A store serving on a loopback port, in the background on the runtime that started it.
+/// The store's state: each key's highest token, the data and the log.
 #[derive(Debug)]
-pub struct Served<S> {
+pub struct State<R: FencedRequest> {
+    bars: HashMap<R::Key, Option<u64>>,
+    /// What the requests read and write.
+    pub data: R::Data,
+    /// Every request, in the order of application.
+    pub log: Vec<R::Entry>,
+}
+
+impl<R: FencedRequest> Default for State<R> {
+    fn default() -> Self {
+        Self {
+            bars: HashMap::new(),
+            data: R::Data::default(),
+            log: Vec::new(),
+        }
+    }
+}
+
+impl<R: FencedRequest> State<R> {
+    /// Applies one request at `time_ns` (host monotonic), logs it and answers it.
+    pub fn apply(&mut self, req: R, time_ns: u64) -> R::Answer {
+        let refusal = match req.bar() {
+            Ok(None) => None,
+            Ok(Some((key, token))) => admit(self.bars.entry(key).or_default(), token).err(),
+            Err(why) => Some(why),
+        };
+        let (entry, answer) = req.apply(&mut self.data, time_ns, refusal);
+        self.log.push(entry);
+        answer
+    }
+}
+
+/// The fenced store serving on a loopback port, in the background on the runtime that started
+/// it.
+#[derive(Debug)]
+pub struct Store<R: FencedRequest> {
     /// Where client processes connect.
     pub addr: SocketAddr,
-    state: Arc<Mutex<S>>,
+    state: Arc<Mutex<State<R>>>,
 }
 
-impl<S> Clone for Served<S> {
+impl<R: FencedRequest> Clone for Store<R> {
     fn clone(&self) -> Self {
         Self {
             addr: self.addr,
@@ -74,9 +129,9 @@ impl<S> Clone for Served<S> {
     }
 }
 
-impl<S: StoreState> Served<S> {
+impl<R: FencedRequest> Store<R> {
     /// Binds to a free loopback port and serves each connection in its own task, every line
-    /// answered under the state's lock (so the log orders accesses as they were applied).
+    /// answered under the state's lock (so the log orders requests as they were applied).
     ///
     /// # Errors
     ///
@@ -84,7 +139,7 @@ impl<S: StoreState> Served<S> {
     pub async fn start() -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(S::default()));
+        let state = Arc::new(Mutex::new(State::default()));
         let shared = Arc::clone(&state);
         // The latest time logged, read and written only under the state's lock.
         let last = Arc::new(AtomicU64::new(0));
@@ -93,14 +148,14 @@ impl<S: StoreState> Served<S> {
                 let (state, last) = (Arc::clone(&shared), Arc::clone(&last));
                 tokio::spawn(json_lines::serve(
                     stream,
-                    move |request: Result<S::Request, _>, arrival| match request {
+                    move |request: Result<R, _>, arrival| match request {
                         Ok(req) => {
                             let mut state = lock(&state);
                             let at = stamp(last.load(Ordering::Relaxed), arrival);
                             last.store(at, Ordering::Relaxed);
-                            state.answer(req, at)
+                            state.apply(req, at)
                         }
-                        Err(e) => S::bad_request(&e),
+                        Err(e) => R::bad_request(&e),
                     },
                 ));
             }
@@ -109,10 +164,28 @@ impl<S: StoreState> Served<S> {
     }
 
     /// Reads the state (under its lock: keep `read` short, the store waits meanwhile).
-    pub fn read<R>(&self, read: impl FnOnce(&S) -> R) -> R {
+    pub fn read<T>(&self, read: impl FnOnce(&State<R>) -> T) -> T {
         read(&lock(&self.state))
     }
 }
+
+impl<R: FencedRequest> Store<R>
+where
+    R::Entry: Clone,
+{
+    /// A copy of the log.
+    pub fn log(&self) -> Vec<R::Entry> {
+        self.read(|state| state.log.clone())
+    }
+
+    /// A copy of the last `n` entries of the log.
+    pub fn tail(&self, n: usize) -> Vec<R::Entry> {
+        self.read(|state| state.log[state.log.len().saturating_sub(n)..].to_vec())
+    }
+}
+
+/// A client process's connection to the store.
+pub type Client<R> = json_lines::Client<R, <R as FencedRequest>::Answer>;
 
 /// The time a request is logged at: its arrival, or the latest time logged if that is later.
 ///
@@ -126,96 +199,10 @@ fn stamp(last: u64, arrival: u64) -> u64 {
     last.max(arrival)
 }
 
-/// The state's lock; a panicked holder left it consistent (every `answer` is one push and one
+/// The state's lock; a panicked holder left it consistent (every `apply` is one push and one
 /// insert), so a poisoned lock is used as it is.
 fn lock<S>(state: &Mutex<S>) -> std::sync::MutexGuard<'_, S> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What a request must pass: the key whose bar it meets and the token it carries, or `None`
-/// for an event that is logged and never refused.
-pub type Bar<K> = Option<(K, Option<u64>)>;
-
-/// A request to a store that fences by key and logs every request as it came (the cron and
-/// workload stores): which key's bar it must pass, if any.
-pub trait FencedRequest: DeserializeOwned + Send + 'static {
-    /// What the store keeps a highest token for.
-    type Key: Hash + Eq + Send;
-
-    /// The key whose bar this request must pass and the token it carries (`Ok(None)`: an
-    /// event, logged and never refused).
-    ///
-    /// # Errors
-    ///
-    /// Why the request is refused before any token is looked at (it names no single key).
-    fn bar(&self) -> Result<Bar<Self::Key>, String>;
-}
-
-/// The state of a store that fences its requests by key ([`admit`] against each key's highest
-/// token) and logs every one with its arrival and its answer.
-#[derive(Debug)]
-pub struct FencedLog<R: FencedRequest> {
-    bars: HashMap<R::Key, Option<u64>>,
-    /// Every request, in arrival order.
-    pub log: Vec<Logged<R>>,
-}
-
-impl<R: FencedRequest> Default for FencedLog<R> {
-    fn default() -> Self {
-        Self {
-            bars: HashMap::new(),
-            log: Vec::new(),
-        }
-    }
-}
-
-impl<R: FencedRequest> FencedLog<R> {
-    /// Applies one request arriving at `time_ns` and logs it.
-    pub fn apply(&mut self, req: R, time_ns: u64) -> StoreAnswer {
-        let rejection = match req.bar() {
-            Ok(None) => None,
-            Ok(Some((key, token))) => admit(self.bars.entry(key).or_default(), token).err(),
-            Err(why) => Some(why),
-        };
-        let accepted = rejection.is_none();
-        self.log.push(Logged {
-            time_ns,
-            req,
-            accepted,
-        });
-        StoreAnswer {
-            accepted,
-            reason: rejection,
-        }
-    }
-}
-
-impl<R: FencedRequest> StoreState for FencedLog<R> {
-    type Request = R;
-    type Response = StoreAnswer;
-
-    fn answer(&mut self, req: R, arrival_ns: u64) -> StoreAnswer {
-        self.apply(req, arrival_ns)
-    }
-
-    fn bad_request(error: &serde_json::Error) -> StoreAnswer {
-        StoreAnswer {
-            accepted: false,
-            reason: Some(format!("bad request: {error}")),
-        }
-    }
-}
-
-impl<R: FencedRequest + Clone> Served<FencedLog<R>> {
-    /// A copy of the log.
-    pub fn log(&self) -> Vec<Logged<R>> {
-        self.read(|state| state.log.clone())
-    }
-
-    /// A copy of the last `n` entries of the log.
-    pub fn tail(&self, n: usize) -> Vec<Logged<R>> {
-        self.read(|state| state.log[state.log.len().saturating_sub(n)..].to_vec())
-    }
 }
 
 /// One logged request: its arrival and the store's answer.
@@ -230,6 +217,25 @@ pub struct Logged<R> {
     pub accepted: bool,
 }
 
+impl<R> Logged<R> {
+    /// What a store that only logs keeps of `req` and answers (the `apply` of its requests).
+    pub fn entry(req: R, time_ns: u64, refusal: Option<String>) -> (Self, StoreAnswer) {
+        let accepted = refusal.is_none();
+        let entry = Self {
+            time_ns,
+            req,
+            accepted,
+        };
+        (
+            entry,
+            StoreAnswer {
+                accepted,
+                reason: refusal,
+            },
+        )
+    }
+}
+
 /// The answer of a store that only accepts or rejects.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreAnswer {
@@ -238,6 +244,16 @@ pub struct StoreAnswer {
     /// Why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+impl StoreAnswer {
+    /// The answer to a line that is not a request.
+    pub fn bad_request(error: &serde_json::Error) -> Self {
+        Self {
+            accepted: false,
+            reason: Some(format!("bad request: {error}")),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! The wire of the controller's fenced stores (the resource, the cron store, the workload
-//! store): one JSON request per line from a client process, one JSON response per line back,
-//! over TCP with Nagle off (a store's answer is on the critical path of every access).
+//! The wire of the controller's fenced store (for the resource's registers, the cron
+//! executions and the workloads' events): one JSON request per line from a client process,
+//! one JSON response per line back, over TCP with Nagle off (a store's answer is on the critical path of every access).
 
 use std::marker::PhantomData;
 use std::net::SocketAddr;

@@ -3,11 +3,11 @@
 //! Laid out along Jepsen's lines: the run's environment ([`env`](mod@env): the masters of
 //! [`cluster`], the library's fault proxy, the protected [`resource`], the lock [`client`]
 //! processes), the [`nemesis`] (each fault a typed operation with its took-effect check, recorded
-//! in the [`evidence`]), the scripted scenarios' [`plays`], the [`generator`] of random and
-//! composed schedules and their [`random`] play, the [`checker`]s over the [`history`], the pure
-//! [`verdict`], and the [`report`]. A [`run`] ties one [`scenario`] together; [`soak`] runs random
-//! composed runs back to back. The host [`clock`] and the wall-clock shim ([`clockshim`]) are
-//! beside them.
+//! in the [`evidence`]), the [`scenario`]s (each scripted one beside its play), the
+//! [`generator`] of random and composed schedules and their [`random`] play, the [`checker`]s
+//! over the [`history`], the pure [`verdict`], and the [`report`]. A [`run`] ties one scenario
+//! together; [`soak`] runs random composed runs back to back. The host [`clock`] and the
+//! wall-clock shim ([`clockshim`]) are beside them.
 
 pub mod checker;
 pub mod client;
@@ -25,7 +25,6 @@ pub mod key_sampler;
 pub mod leaks;
 pub mod nemesis;
 pub mod outcome;
-pub mod plays;
 pub mod process_env;
 pub mod random;
 pub mod report;

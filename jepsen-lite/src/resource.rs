@@ -1,4 +1,4 @@
-//! The protected resource: a small TCP server in the controller holding two registers, each a
+//! The protected resource: the controller's fenced store holding two registers, each a
 //! counter and a set, one **unfenced** and one **fenced**.
 //!
 //! Clients do read-modify-write cycles: read the counter and the set, then write back
@@ -8,15 +8,14 @@
 //! loses updates), and any access without a token. Every access is stamped with the host
 //! monotonic clock on arrival and logged.
 //!
-//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]); the server and the
-//! fencing check are [`fenced_store`]'s.
+//! Protocol: one JSON object per line each way ([`Request`] → [`Response`]); the server, the
+//! fencing check and the log are the [fenced store](fenced_store)'s.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fenced_store::{self, Served, StoreState};
-use crate::json_lines;
+use crate::fenced_store::{self, Bar, FencedRequest};
 
 /// Which register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -101,79 +100,78 @@ pub struct Access {
     pub add: Option<u64>,
 }
 
-/// A counter and a set, with the highest token seen.
+/// A counter and a set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RegisterState {
     /// The counter.
     pub counter: u64,
     /// The set.
     pub set: BTreeSet<u64>,
-    /// The highest token accepted (fenced register only).
-    pub max_token: Option<u64>,
 }
 
-/// Both registers and the access log.
+/// Both registers: the data of the resource's [fenced store](fenced_store).
 #[derive(Debug, Default)]
-pub struct State {
+pub struct Registers {
     /// The unfenced register.
     pub unfenced: RegisterState,
     /// The fenced register.
     pub fenced: RegisterState,
-    /// Every access, in arrival order.
-    pub log: Vec<Access>,
 }
 
-impl State {
-    /// Applies one request arriving at `time_ns` and logs it.
-    pub fn apply(&mut self, req: &Request, time_ns: u64) -> Response {
-        let register = match req.register {
-            Register::Unfenced => &mut self.unfenced,
-            Register::Fenced => &mut self.fenced,
-        };
-        let rejection = match req.register {
+impl FencedRequest for Request {
+    /// The fenced register has the only bar.
+    type Key = ();
+    type Data = Registers;
+    type Entry = Access;
+    type Answer = Response;
+
+    fn bar(&self) -> Result<Bar<()>, String> {
+        Ok(match self.register {
             Register::Unfenced => None,
-            Register::Fenced => fenced_store::admit(&mut register.max_token, req.token).err(),
+            Register::Fenced => Some(((), self.token)),
+        })
+    }
+
+    fn apply(
+        self,
+        registers: &mut Registers,
+        time_ns: u64,
+        refusal: Option<String>,
+    ) -> (Access, Response) {
+        let register = match self.register {
+            Register::Unfenced => &mut registers.unfenced,
+            Register::Fenced => &mut registers.fenced,
         };
-        if rejection.is_none() && req.op == Op::Write {
-            register.counter = req.counter;
-            register.set = req.set.iter().copied().collect();
+        let accepted = refusal.is_none();
+        if accepted && self.op == Op::Write {
+            register.counter = self.counter;
+            register.set = self.set.iter().copied().collect();
         }
-        let counter = if req.op == Op::Write && rejection.is_none() {
-            req.counter
-        } else {
-            register.counter
-        };
-        let set = if req.op == Op::Read && rejection.is_none() {
+        let set = if self.op == Op::Read && accepted {
             register.set.iter().copied().collect()
         } else {
             Vec::new()
         };
-        self.log.push(Access {
+        // After an accepted write the register holds the written counter.
+        let counter = register.counter;
+        let access = Access {
             time_ns,
-            client: req.client,
-            lease: req.lease.clone(),
-            op: req.op,
-            register: req.register,
-            token: req.token,
-            accepted: rejection.is_none(),
+            client: self.client,
+            lease: self.lease,
+            op: self.op,
+            register: self.register,
+            token: self.token,
+            accepted,
             counter,
-            add: req.add,
-        });
-        Response {
-            accepted: rejection.is_none(),
+            add: self.add,
+        };
+        let response = Response {
+            accepted,
             counter,
             set,
-            reason: rejection,
-        }
-    }
-}
-
-impl StoreState for State {
-    type Request = Request;
-    type Response = Response;
-
-    fn answer(&mut self, req: Request, arrival_ns: u64) -> Response {
-        self.apply(&req, arrival_ns)
+            reason: refusal,
+        };
+        (access, response)
     }
 
     fn bad_request(error: &serde_json::Error) -> Response {
@@ -186,8 +184,11 @@ impl StoreState for State {
     }
 }
 
-/// The running server: [`Server::start`] binds and serves; clients connect to its `addr`.
-pub type Server = Served<State>;
+/// The registers' state and the access log, for tests that apply requests by hand.
+pub type State = fenced_store::State<Request>;
+
+/// The running store: [`Server::start`] binds and serves; clients connect to its `addr`.
+pub type Server = fenced_store::Store<Request>;
 
 impl Server {
     /// A copy of the log and both registers.
@@ -195,15 +196,15 @@ impl Server {
         self.read(|state| {
             (
                 state.log.clone(),
-                state.unfenced.clone(),
-                state.fenced.clone(),
+                state.data.unfenced.clone(),
+                state.data.fenced.clone(),
             )
         })
     }
 }
 
-/// A client process's connection to this store.
-pub type Client = json_lines::Client<Request, Response>;
+/// A client process's connection to the store.
+pub type Client = fenced_store::Client<Request>;
 
 #[cfg(test)]
 mod tests {
@@ -227,30 +228,30 @@ mod tests {
     fn fenced_register_rejects_stale_and_missing_tokens_reads_included() {
         let mut s = State::default();
         assert!(
-            s.apply(&req(Op::Read, Register::Fenced, Some(5), 0), 1)
+            s.apply(req(Op::Read, Register::Fenced, Some(5), 0), 1)
                 .accepted
         );
         assert!(
-            s.apply(&req(Op::Write, Register::Fenced, Some(5), 1), 2)
+            s.apply(req(Op::Write, Register::Fenced, Some(5), 1), 2)
                 .accepted
         );
-        let stale_read = s.apply(&req(Op::Read, Register::Fenced, Some(4), 0), 3);
+        let stale_read = s.apply(req(Op::Read, Register::Fenced, Some(4), 0), 3);
         assert!(!stale_read.accepted);
         assert!(stale_read.reason.unwrap_or_default().contains("stale"));
         assert!(
-            !s.apply(&req(Op::Write, Register::Fenced, Some(4), 9), 4)
+            !s.apply(req(Op::Write, Register::Fenced, Some(4), 9), 4)
                 .accepted
         );
         assert!(
-            !s.apply(&req(Op::Write, Register::Fenced, None, 9), 5)
+            !s.apply(req(Op::Write, Register::Fenced, None, 9), 5)
                 .accepted
         );
-        assert_eq!(s.fenced.counter, 1);
+        assert_eq!(s.data.fenced.counter, 1);
         assert!(
-            s.apply(&req(Op::Write, Register::Fenced, Some(6), 2), 6)
+            s.apply(req(Op::Write, Register::Fenced, Some(6), 2), 6)
                 .accepted
         );
-        assert_eq!(s.fenced.counter, 2);
+        assert_eq!(s.data.fenced.counter, 2);
         assert_eq!(s.log.len(), 6);
     }
 
@@ -258,15 +259,15 @@ mod tests {
     fn unfenced_register_accepts_everything_and_overwrites() {
         let mut s = State::default();
         assert!(
-            s.apply(&req(Op::Write, Register::Unfenced, None, 3), 1)
+            s.apply(req(Op::Write, Register::Unfenced, None, 3), 1)
                 .accepted
         );
         assert!(
-            s.apply(&req(Op::Write, Register::Unfenced, Some(1), 1), 2)
+            s.apply(req(Op::Write, Register::Unfenced, Some(1), 1), 2)
                 .accepted
         );
-        assert_eq!(s.unfenced.counter, 1);
-        assert_eq!(s.unfenced.set.len(), 1);
+        assert_eq!(s.data.unfenced.counter, 1);
+        assert_eq!(s.data.unfenced.set.len(), 1);
     }
 
     #[tokio::test]

@@ -19,7 +19,7 @@ use crate::scenario::{Expect, RandomFault, Scenario, Script};
 use crate::verdict::{
     composed_observation, judge, orphans_outlived_cleanup, overall_lifetime, pivot, ClaimsCheck,
 };
-use crate::{plays, random};
+use crate::{random, scenario};
 
 /// Runs one scenario and writes `history.jsonl`, `resource.jsonl` and `results.json` into a
 /// fresh directory under `out`.
@@ -94,7 +94,7 @@ pub async fn run(
     let duration = sc.duration_s.map_or(duration, Duration::from_secs);
     match random::mix(sc.script) {
         Some(mix) => random::play(&mut env, duration, mix).await?,
-        None => plays::play(&mut env, &mut notes).await?,
+        None => scenario::play(&mut env, &mut notes).await?,
     }
     finish(env, sc, seed, started, notes).await
 }

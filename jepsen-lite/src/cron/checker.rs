@@ -22,7 +22,7 @@
 
 use serde::Serialize;
 
-use super::store::{Access, Kind};
+use super::request::{Access, Kind};
 use crate::evidence::Evidence;
 use crate::outcome::Verdict;
 
@@ -381,7 +381,7 @@ pub fn verdict(obs: &Observation, evidence: &Evidence, min: &Minimum) -> (Verdic
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cron::store::Request;
+    use crate::cron::request::Request;
 
     const MS: u64 = 1_000_000;
     const LIMITS: Limits = Limits {

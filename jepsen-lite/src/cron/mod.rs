@@ -2,10 +2,10 @@
 //! `quorumlock-scheduler` against five masters, with skewed wall clocks and faults, and every
 //! slot must run once, in time.
 //!
-//! The controller starts the masters (provisioned for restart protection), the fenced
-//! [`store`], and the [`worker`] processes, each with the clock shim preloaded: offsets spread
-//! over ±2 s, one worker's clock also running fast by half the drift factor. Then it injects,
-//! in turn: a pause (`SIGSTOP`) of a worker holding a slot, a `kill -9` of a worker holding a
+//! The controller starts the masters (provisioned for restart protection), the
+//! [fenced store](crate::fenced_store) (the executions' [`request`]s), and the [`worker`]
+//! processes, each with the clock shim preloaded: offsets spread over ±2 s, one worker's clock
+//! also running fast by half the drift factor. Then it injects, in turn: a pause (`SIGSTOP`) of a worker holding a slot, a `kill -9` of a worker holding a
 //! slot (started again), a master crash and empty restart, and a partition (iptables) of one
 //! master. Each fault's effect is read back (state `T`, the worker's exit by signal 9 and its
 //! new pid, the master's new pid, the rule's packet counter), and so is every worker's clock
@@ -22,7 +22,7 @@
 //! holder's slot).
 
 pub mod checker;
-pub mod store;
+pub mod request;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
 use self::checker::{DueSlot, Limits, Minimum, Observation, Stop};
-use self::store::{Access, Kind, Store};
+use self::request::{Access, Kind, Store};
 use self::worker::{JobSpec, LongRun, Mutant, WorkerConfig};
 use crate::clock::now_ns;
 use crate::clockshim::Clocks;

@@ -21,7 +21,7 @@ use quorumlock::Redlock;
 use quorumlock_scheduler::{Job, OnAbandoned, Schedule, Scheduler, Slot};
 use serde::{Deserialize, Serialize};
 
-use super::store::{Client, Kind, Request};
+use super::request::{Client, Kind, Request};
 use crate::clock::now_ns;
 use crate::process_env;
 

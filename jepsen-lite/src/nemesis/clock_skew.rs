@@ -13,6 +13,21 @@ use super::{Error, Nemesis, Pending, Targets, Verb};
 use crate::evidence::{clock_offset_ms, offset_took_effect};
 
 impl Nemesis {
+    /// Lifts every clock fault: each master's clock is back to the host's (a strobe's task is
+    /// stopped when its fault is settled).
+    ///
+    /// # Errors
+    ///
+    /// When a clock cannot be reset.
+    pub(super) fn reset_clocks(&self, t: &Targets<'_>) -> Result<(), Error> {
+        if let Some(clocks) = &self.clocks {
+            for port in t.masters.ports() {
+                clocks.reset(port)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Master `node`'s clock jumps by `offset_ms`, proven at once.
     pub(super) fn clock_bump(
         &mut self,

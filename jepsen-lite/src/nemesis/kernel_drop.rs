@@ -11,6 +11,18 @@ use super::{Error, Nemesis, Pending, Targets};
 use crate::evidence::dropped_packets;
 
 impl Nemesis {
+    /// Lifts the drops and the loss: their rules are deleted (after [`prove`] read them).
+    ///
+    /// # Errors
+    ///
+    /// When a rule cannot be deleted.
+    pub(super) fn delete_rules(&mut self) -> Result<(), Error> {
+        for rule in std::mem::take(&mut self.rules) {
+            iptables::apply(false, rule)?;
+        }
+        Ok(())
+    }
+
     /// Drops every packet to master `n`'s port until the faults are lifted.
     pub(super) fn kernel_drop(
         &mut self,

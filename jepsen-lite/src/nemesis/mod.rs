@@ -177,6 +177,14 @@ impl Nemesis {
     pub fn begin_step(&mut self, t: &mut Targets<'_>, faults: &[Fault]) {
         self.backups = (0..t.masters.len()).map(|_| None).collect();
         for fault in faults {
+            if let Fault::Crash {
+                node,
+                restart: Restart::Snapshot,
+            } = fault
+            {
+                // Taken below, with every master's without an AOF.
+                self.record(Verb::SaveSnapshot, json!({"node": node}));
+            }
             let (Fault::Crash {
                 node,
                 restart: Restart::RestoredBackup,
@@ -387,32 +395,11 @@ impl Nemesis {
     /// When a rule cannot be deleted, a clock reset or a master resumed or restarted.
     pub fn lift(&mut self, t: &mut Targets<'_>, record: bool) -> Result<(), Error> {
         self.settle(t)?;
-        t.proxy.heal_all();
-        for rule in std::mem::take(&mut self.rules) {
-            iptables::apply(false, rule)?;
-        }
-        for n in 0..t.masters.len() {
-            if t.masters[n].is_paused() {
-                t.masters[n].resume()?;
-                if record {
-                    self.record(Verb::Resume, json!({"node": n}));
-                }
-            }
-        }
-        if let Some(clocks) = &self.clocks {
-            for port in t.masters.ports() {
-                clocks.reset(port)?;
-            }
-        }
-        for c in std::mem::take(&mut self.stopped_clients) {
-            signal(
-                t.clients.get(c).copied().unwrap_or(0),
-                nix::sys::signal::Signal::SIGCONT,
-            );
-            if record {
-                self.record(Verb::ResumeClient, json!({"client": c}));
-            }
-        }
+        Self::pass_links(t);
+        self.delete_rules()?;
+        self.resume_nodes(t, record)?;
+        self.reset_clocks(t)?;
+        self.resume_clients(t, record);
         Ok(())
     }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use quorumlock::testing::RedisMaster;
 
-use super::{Error, Fault, Nemesis, Targets};
+use serde_json::json;
+
+use super::{Error, Fault, Nemesis, Targets, Verb};
 use crate::evidence;
 
 impl Nemesis {
@@ -53,6 +55,35 @@ impl Nemesis {
         self.stopped_clients.push(client);
         self.evidence.record(label, check);
         true
+    }
+
+    /// Lifts the pauses of masters: each paused one continues (`resume` in the history if
+    /// `record`).
+    ///
+    /// # Errors
+    ///
+    /// When a master cannot be signalled.
+    pub(super) fn resume_nodes(&mut self, t: &mut Targets<'_>, record: bool) -> Result<(), Error> {
+        for n in 0..t.masters.len() {
+            if t.masters[n].is_paused() {
+                t.masters[n].resume()?;
+                if record {
+                    self.record(Verb::Resume, json!({"node": n}));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lifts the pauses of clients: each client this nemesis stopped continues
+    /// (`resume-client` in the history if `record`).
+    pub(super) fn resume_clients(&mut self, t: &Targets<'_>, record: bool) {
+        for c in std::mem::take(&mut self.stopped_clients) {
+            signal(t.clients.get(c).copied().unwrap_or(0), Signal::SIGCONT);
+            if record {
+                self.record(Verb::ResumeClient, json!({"client": c}));
+            }
+        }
     }
 }
 

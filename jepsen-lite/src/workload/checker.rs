@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::store::{Access, Kind};
+use super::request::{Access, Kind};
 use crate::evidence::Evidence;
 use crate::outcome::Verdict;
 
@@ -555,7 +555,7 @@ pub fn verdict(obs: &Observation, evidence: &Evidence, min: &Minimum) -> (Verdic
 
 #[cfg(test)]
 mod tests {
-    use super::super::store::Request;
+    use super::super::request::Request;
     use super::*;
 
     const MS: u64 = 1_000_000;

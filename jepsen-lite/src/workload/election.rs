@@ -17,7 +17,7 @@ use std::time::Duration;
 use quorumlock::{CampaignOptions, LeaseOptions, Redlock};
 use rand::RngExt;
 
-use super::store::Kind;
+use super::request::Kind;
 use super::worker::{valid_until_ns, Reporter, WorkerConfig};
 use super::{Mutant, ELECTION};
 use crate::clock::now_ns;

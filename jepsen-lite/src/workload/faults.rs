@@ -10,7 +10,7 @@ use std::time::Duration;
 use rand::RngExt;
 
 use super::checker::ClientFault;
-use super::store::{Access, Kind};
+use super::request::{Access, Kind};
 use super::worker::Role;
 use super::Env;
 use crate::clock::now_ns;

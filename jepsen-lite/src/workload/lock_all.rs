@@ -15,7 +15,7 @@ use std::time::Duration;
 use quorumlock::Redlock;
 use rand::RngExt;
 
-use super::store::Kind;
+use super::request::Kind;
 use super::worker::{valid_until_ns, Reporter, WorkerConfig};
 use super::{Mutant, ACCOUNTS};
 

@@ -1,8 +1,9 @@
 //! The election and lock-all workloads: `jepsen-lite workload --kind
 //! election|lock-all`.
 //!
-//! The controller starts five masters (provisioned for restart protection), the fenced
-//! [`store`], five [`worker`] processes and, for an election, two observers. Election workers
+//! The controller starts five masters (provisioned for restart protection), the
+//! [fenced store](crate::fenced_store) (the workers' [`request`]s), five [`worker`] processes
+//! and, for an election, two observers. Election workers
 //! ([`election`]) campaign for one name, lead for a few fenced writes and resign; lock-all
 //! workers ([`lock_all`]) lock random sets of two or three of four accounts, named in random
 //! orders, write to each under the set's token and release. Then it injects, in turn: a pause
@@ -23,7 +24,7 @@ pub mod checker;
 pub mod election;
 pub mod faults;
 pub mod lock_all;
-pub mod store;
+pub mod request;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
@@ -34,7 +35,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use self::checker::{ClientFault, Minimum, Observation, Params};
-use self::store::Store;
+use self::request::Store;
 use self::worker::{Role, WorkerConfig};
 use crate::clock::now_ns;
 use crate::evidence::Evidence;
@@ -350,7 +351,7 @@ impl Env {
                 .store
                 .log()
                 .iter()
-                .filter(|a| a.req.kind == store::Kind::Ready)
+                .filter(|a| a.req.kind == request::Kind::Ready)
                 .map(|a| a.req.worker)
                 .collect();
             ready.sort_unstable();

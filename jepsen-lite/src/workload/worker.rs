@@ -3,7 +3,7 @@
 //! the election.
 //!
 //! Every worker builds its manager with fencing and restart protection on, and reports each
-//! step to the controller's [store](super::store): the call, the grant with the validity it
+//! step to the controller's [store](super::request): the call, the grant with the validity it
 //! read (`remaining()` first, then the clock, so that a preemption between the two lengthens
 //! the claim, which the checker bounds independently, instead of hiding an overlap), each
 //! write with the validity checked just before it, and the end of its belief.
@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use super::store::{Client, Kind, Request};
+use super::request::{Client, Kind, Request};
 use super::{Mutant, WorkloadKind};
 use crate::clock::now_ns;
 use crate::process_env;

@@ -1,5 +1,5 @@
-//! The cron workload's fenced store: a TCP server in the controller that every job execution
-//! reports to, keyed by `(job, slot)`.
+//! What a cron job execution reports to the controller's [fenced store](crate::fenced_store),
+//! fenced by `(job, slot)`.
 //!
 //! An execution sends a `begin` when it starts and a `write` (its one side effect) when its
 //! work is done, both carrying the fencing token of its claim. Per key the store keeps the
@@ -12,13 +12,11 @@
 //! `resource.rs`'s register does not fit: it holds one counter for the whole run, while the
 //! tokens of slot claims are per slot and must be compared per slot.
 //!
-//! Protocol: one JSON object per line each way ([`Request`] → [`StoreAnswer`]); the server, the
-//! fencing check and the log entry are [`crate::fenced_store`]'s.
+//! Protocol: one JSON object per line each way ([`Request`] → [`StoreAnswer`]).
 
 use serde::{Deserialize, Serialize};
 
-use crate::fenced_store::{Bar, FencedLog, FencedRequest, Logged, Served, StoreAnswer};
-use crate::json_lines;
+use crate::fenced_store::{self, Bar, FencedRequest, Logged, StoreAnswer};
 
 /// What an access is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +63,9 @@ pub struct Request {
 impl FencedRequest for Request {
     /// A slot: `(job, slot_ms)`.
     type Key = (String, i64);
+    type Data = ();
+    type Entry = Access;
+    type Answer = StoreAnswer;
 
     fn bar(&self) -> Result<Bar<Self::Key>, String> {
         Ok(match self.kind {
@@ -72,17 +73,24 @@ impl FencedRequest for Request {
             Kind::Begin | Kind::Write => Some(((self.job.clone(), self.slot_ms), self.token)),
         })
     }
+
+    fn apply(self, (): &mut (), time_ns: u64, refusal: Option<String>) -> (Access, StoreAnswer) {
+        Logged::entry(self, time_ns, refusal)
+    }
+
+    fn bad_request(error: &serde_json::Error) -> StoreAnswer {
+        StoreAnswer::bad_request(error)
+    }
 }
 
 /// One logged access: the request, its arrival and the store's answer.
 pub type Access = Logged<Request>;
 
-/// The running store, with the highest token per slot and the log: [`Store::start`] binds
-/// and serves; workers connect to its `addr`, and [`Store::log`] copies the log.
-pub type Store = Served<FencedLog<Request>>;
+/// The running store, with the highest token per slot and the log.
+pub type Store = fenced_store::Store<Request>;
 
-/// A client process's connection to this store.
-pub type Client = json_lines::Client<Request, StoreAnswer>;
+/// A worker's connection to the store.
+pub type Client = fenced_store::Client<Request>;
 
 #[cfg(test)]
 mod tests {
@@ -106,7 +114,7 @@ mod tests {
 
     #[test]
     fn stale_and_missing_tokens_are_rejected_per_slot() {
-        let mut s = FencedLog::default();
+        let mut s = fenced_store::State::default();
         assert!(s.apply(req(Kind::Begin, 1000, Some(5)), 1).accepted);
         // A retry's begin raises the bar: the first runner's write is stale.
         assert!(s.apply(req(Kind::Begin, 1000, Some(7)), 2).accepted);

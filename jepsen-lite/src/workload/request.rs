@@ -1,5 +1,5 @@
-//! The workloads' fenced store and event log: a TCP server in the controller that every worker
-//! and observer reports to.
+//! What the workloads' workers and observers report to the controller's
+//! [fenced store](crate::fenced_store): fenced writes and the events of the history.
 //!
 //! A `write` names one resource and carries the fencing token of the claim it is made under;
 //! per resource the store keeps the highest token it accepted and rejects any write below it,
@@ -9,14 +9,12 @@
 //! with the host's monotonic clock on arrival; the times inside a request are the sender's
 //! `CLOCK_MONOTONIC`, the same clock on one host.
 //!
-//! Protocol: one JSON object per line each way ([`Request`] → [`StoreAnswer`]); the server, the
-//! fencing check and the log entry are [`crate::fenced_store`]'s.
+//! Protocol: one JSON object per line each way ([`Request`] → [`StoreAnswer`]).
 
 use serde::{Deserialize, Serialize};
 
 use crate::clock::now_ns;
-use crate::fenced_store::{Bar, FencedLog, FencedRequest, Logged, Served, StoreAnswer};
-use crate::json_lines;
+use crate::fenced_store::{self, Bar, FencedRequest, Logged, StoreAnswer};
 
 /// What a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +100,9 @@ impl Request {
 impl FencedRequest for Request {
     /// A resource.
     type Key = String;
+    type Data = ();
+    type Entry = Access;
+    type Answer = StoreAnswer;
 
     fn bar(&self) -> Result<Bar<Self::Key>, String> {
         match (self.kind, self.resources.as_slice()) {
@@ -110,18 +111,25 @@ impl FencedRequest for Request {
             _ => Ok(None),
         }
     }
+
+    fn apply(self, (): &mut (), time_ns: u64, refusal: Option<String>) -> (Access, StoreAnswer) {
+        Logged::entry(self, time_ns, refusal)
+    }
+
+    fn bad_request(error: &serde_json::Error) -> StoreAnswer {
+        StoreAnswer::bad_request(error)
+    }
 }
 
 /// One logged request: its arrival and the store's answer.
 pub type Access = Logged<Request>;
 
 /// The running store, with the highest token per resource and the log (only writes are ever
-/// rejected): [`Store::start`] binds and serves; processes connect to its `addr`,
-/// [`Store::log`] and [`Store::tail`] copy the log.
-pub type Store = Served<FencedLog<Request>>;
+/// rejected).
+pub type Store = fenced_store::Store<Request>;
 
-/// A client process's connection to this store.
-pub type Client = json_lines::Client<Request, StoreAnswer>;
+/// A worker's or observer's connection to the store.
+pub type Client = fenced_store::Client<Request>;
 
 #[cfg(test)]
 mod tests {
@@ -136,7 +144,7 @@ mod tests {
 
     #[test]
     fn stale_and_missing_tokens_are_rejected_per_resource() {
-        let mut s = FencedLog::default();
+        let mut s = fenced_store::State::default();
         assert!(s.apply(write("a", Some(5)), 1).accepted);
         assert!(
             s.apply(write("a", Some(5)), 2).accepted,
