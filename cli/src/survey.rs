@@ -3,16 +3,17 @@
 //! and `clear` add to their messages so that every node is named, not only those that
 //! decided a round.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use quorumlock::{EpochMarker, Inspection};
 use serde::Serialize;
 
 use crate::args::Connection;
 use crate::duration::show;
 
-/// How long one node may take to connect, and then to answer all of the survey's questions.
-const NODE_DEADLINE: Duration = Duration::from_secs(2);
+/// How long the survey may take, every node at once (each request is also bounded by the node
+/// timeout, and a connection by the connect timeout).
+const DEADLINE: Duration = Duration::from_secs(2);
 
 /// Every node's answers, in the order of `--nodes`.
 pub(crate) struct Survey {
@@ -54,15 +55,18 @@ pub(crate) async fn survey(
     resource: &str,
 ) -> Survey {
     let key = format!("{}{}", conn.key_prefix, resource);
-    let epoch_key = format!("{}\u{1f}epoch", conn.key_prefix);
-    let urls = conn.nodes.iter().map(|n| n.trim());
-    let names = locks.node_names();
-    let nodes = futures::future::join_all(urls.zip(names).map(|(url, name)| {
-        let (key, epoch_key) = (key.clone(), epoch_key.clone());
-        let (url, name) = (url.to_string(), name.to_string());
-        async move { inspect(&url, name, &key, &epoch_key).await }
-    }))
-    .await;
+    let names: Vec<String> = locks.node_names().map(str::to_string).collect();
+    let nodes = match tokio::time::timeout(DEADLINE, locks.inspect_lock(resource)).await {
+        Ok(Ok(inspections)) => inspections.iter().map(report).collect(),
+        Ok(Err(error)) => names
+            .into_iter()
+            .map(|n| failed(n, error.to_string()))
+            .collect(),
+        Err(_) => {
+            let why = format!("no answer within {}", show(DEADLINE));
+            names.into_iter().map(|n| failed(n, why.clone())).collect()
+        }
+    };
     Survey {
         key,
         nodes,
@@ -160,82 +164,41 @@ impl NodeReport {
     }
 }
 
-/// Reads one node, bounded by [`NODE_DEADLINE`].
-async fn inspect(url: &str, name: String, key: &str, epoch_key: &str) -> NodeReport {
-    let mut report = NodeReport {
-        node: name,
-        error: None,
+/// A node's report from the library's inspection.
+fn report(inspection: &Inspection) -> NodeReport {
+    let mut report = failed(inspection.node().to_string(), String::new());
+    match inspection.seen() {
+        Ok(state) => {
+            report.error = None;
+            report.rtt_ms = Some(state.rtt.as_micros() as f64 / 1000.0);
+            report.held = Some(state.held);
+            report.ttl_ms = state.remaining.map(|r| r.as_millis() as u64);
+            report.identity = state.identity.clone();
+            let (epoch, age) = match state.epoch {
+                EpochMarker::Missing => ("missing", None),
+                EpochMarker::Provisioned => ("provisioned", None),
+                EpochMarker::Stamped(age) => ("stamped", Some(age.as_millis() as u64)),
+                EpochMarker::Unreadable => ("unreadable", None),
+            };
+            report.epoch = Some(epoch);
+            report.epoch_age_ms = age;
+        }
+        Err(error) => report.error = Some(error.to_string().to_lowercase()),
+    }
+    report
+}
+
+/// A node that could not be read, and why.
+fn failed(node: String, error: String) -> NodeReport {
+    NodeReport {
+        node,
+        error: Some(error),
         rtt_ms: None,
         held: None,
         ttl_ms: None,
         identity: None,
         epoch: None,
         epoch_age_ms: None,
-    };
-    let read = tokio::time::timeout(NODE_DEADLINE, read(url, key, epoch_key)).await;
-    match read {
-        Ok(Ok(answers)) => {
-            report.rtt_ms = Some(answers.rtt.as_micros() as f64 / 1000.0);
-            report.held = Some(answers.pttl != -2);
-            report.ttl_ms = u64::try_from(answers.pttl).ok();
-            report.identity = answers
-                .value
-                .as_deref()
-                .and_then(quorumlock::holder_identity)
-                .map(str::to_string);
-            let (epoch, age) = epoch_state(answers.epoch.as_deref(), answers.now_us);
-            report.epoch = Some(epoch);
-            report.epoch_age_ms = age;
-        }
-        Ok(Err(error)) => report.error = Some(redact(&error.to_string(), url, &report.node)),
-        Err(_) => report.error = Some(format!("no answer within {}", show(NODE_DEADLINE))),
-    }
-    report
-}
-
-/// What `read` got from a node.
-struct Answers {
-    rtt: Duration,
-    pttl: i64,
-    /// The lock value (read only to extract the identity; never printed).
-    value: Option<String>,
-    epoch: Option<String>,
-    now_us: u64,
-}
-
-async fn read(url: &str, key: &str, epoch_key: &str) -> redis::RedisResult<Answers> {
-    let client = redis::Client::open(url)?;
-    let mut conn: MultiplexedConnection = client.get_multiplexed_async_connection().await?;
-    let start = Instant::now();
-    let _: String = redis::cmd("PING").query_async(&mut conn).await?;
-    let rtt = start.elapsed();
-    let (pttl, value, epoch, (secs, micros)): (i64, Option<String>, Option<String>, (u64, u64)) =
-        redis::pipe()
-            .cmd("PTTL")
-            .arg(key)
-            .cmd("GET")
-            .arg(key)
-            .cmd("GET")
-            .arg(epoch_key)
-            .cmd("TIME")
-            .query_async(&mut conn)
-            .await?;
-    Ok(Answers {
-        rtt,
-        pttl,
-        value,
-        epoch,
-        now_us: secs.saturating_mul(1_000_000).saturating_add(micros),
-    })
-}
-
-/// The epoch marker's state and, when stamped, its age on the node's clock.
-fn epoch_state(marker: Option<&str>, now_us: u64) -> (&'static str, Option<u64>) {
-    match marker.map(str::parse::<u64>) {
-        None => ("missing", None),
-        Some(Ok(0)) => ("provisioned", None),
-        Some(Ok(born_us)) => ("stamped", Some(now_us.saturating_sub(born_us) / 1000)),
-        Some(Err(_)) => ("unreadable", None),
     }
 }
 
@@ -255,25 +218,9 @@ fn most_common<'a>(identities: impl Iterator<Item = &'a str>) -> Option<String> 
         .map(|(identity, _)| identity.to_string())
 }
 
-/// A node's error text with the raw URL (which may carry a password) replaced by its name.
-fn redact(text: &str, url: &str, name: &str) -> String {
-    text.replace(url, name).to_lowercase()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn epoch_markers_are_classified() {
-        assert_eq!(epoch_state(None, 5), ("missing", None));
-        assert_eq!(epoch_state(Some("0"), 5), ("provisioned", None));
-        assert_eq!(
-            epoch_state(Some("1000000"), 3_500_000),
-            ("stamped", Some(2500))
-        );
-        assert_eq!(epoch_state(Some("x"), 5), ("unreadable", None));
-    }
 
     #[test]
     fn the_owner_is_the_identity_on_the_most_nodes() {
@@ -283,17 +230,6 @@ mod tests {
             Some("b")
         );
         assert_eq!(most_common(["a", "b"].into_iter()).as_deref(), Some("a"));
-    }
-
-    #[test]
-    fn errors_never_show_the_raw_url() {
-        let url = "redis://u:secret@127.0.0.1:1";
-        let text = redact(
-            &format!("cannot reach {url}"),
-            url,
-            "redis://u:***@127.0.0.1:1",
-        );
-        assert!(!text.contains("secret"), "{text}");
     }
 
     fn node(error: bool, held: bool) -> NodeReport {

@@ -36,6 +36,8 @@ use crate::value::Ownership;
 mod keyset;
 // An operator's removal of keys left behind (src/admin.rs), from a child module likewise.
 mod admin;
+// A read-only look at a lock key for operators.
+mod inspect;
 // Hold-at-least releases (src/guard/hold.rs): their script goes through this node's private
 // request path, from a child module.
 mod script;
