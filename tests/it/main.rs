@@ -40,6 +40,7 @@ mod restarted_master;
 mod retries;
 mod rw_lock;
 mod semaphore;
+mod semaphore_rw_attacks;
 mod slot_batches;
 mod slot_cancellation;
 mod slot_claims;
