@@ -2,7 +2,9 @@
 //!
 //! A [`RwLock`] admits up to R readers ([`RwLock::max_readers`]). Each reader holds one of R
 //! **read permits**, a lock on its own key, as a [`Semaphore`](crate::Semaphore) permit; a
-//! writer holds **every** read permit at once, as a [lock set](crate::LockSet). A writer and a
+//! writer holds **every** read permit there can be ([`limits::MAX_PERMITS`], whatever its own
+//! R, so that clients disagreeing about R still exclude each other) at once, as a
+//! [lock set](crate::LockSet). A writer and a
 //! reader both holding would be two holders of that reader's permit, which Redlock excludes, so
 //! the exclusion is the lock's, with its majority quorum, whatever the placement of the grants
 //! over the masters. Two writers exclude each other the same way.
@@ -281,9 +283,17 @@ impl<'a> RwLock<'a> {
 
     /// What a writer takes: the intent's keys and the set of every read permit.
     fn writing(self, ttl: Duration) -> Result<Writing, LockError> {
-        let permits = self.read_permits(ttl)?;
+        // The count is checked as a reader's would be, but a writer takes every read permit
+        // there can be: a reader whose client admits more readers than this one is excluded
+        // too, so a disagreement about the count loosens the readers' bound, never exclusion.
+        self.read_permits(ttl)?;
+        let all = Self {
+            readers: limits::MAX_PERMITS,
+            ..self
+        };
+        let permits = all.read_permits(ttl)?;
         let intent = writer_intent_keys(self.locks.config(), self.name)?;
-        let entries = (0..self.readers)
+        let entries = (0..all.readers)
             .zip(permits.keys)
             .map(|(i, mut keys)| {
                 // A writer is not refused by its own intent.

@@ -247,3 +247,32 @@ async fn a_writer_kept_alive_outlives_its_ttl() {
         .await
         .ok();
 }
+
+/// Clients that disagree about the reader count still exclude each other: a writer takes every
+/// read permit there can be, not only its own count's.
+#[tokio::test]
+async fn a_writer_excludes_readers_of_any_count() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let writer = locks
+        .rw_lock("mixed")
+        .max_readers(2)
+        .try_write(TTL)
+        .await
+        .expect("writer");
+    let wide = locks.rw_lock("mixed").max_readers(limits::MAX_PERMITS);
+    for _ in 0..8 {
+        let refused = wide
+            .try_read(TTL)
+            .await
+            .expect_err("a reader beside the writer");
+        assert!(refused.is_contended(), "{refused}");
+    }
+    writer.release().await.expect("release");
+    wide.try_read(TTL)
+        .await
+        .expect("a reader after the writer")
+        .release()
+        .await
+        .ok();
+}
