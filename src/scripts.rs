@@ -31,10 +31,9 @@ macro_rules! lua_script {
     };
 }
 
-// One file per script family: its source, what it takes and what it returns. The acquire, slot,
-// key-set and hold files write their scripts' keys and arguments. The single-key release,
-// extend and fence raise are written in `transport::node` into fixed arrays: they run per
-// master on every lock, and a built request would allocate there.
+// One file per script family: its source, what it takes and what it returns; each file writes
+// its scripts' keys and arguments. The single-key release, extend and fence raise run per master
+// on every lock: they write into fixed arrays ([`FixedCall`]) and allocate nothing.
 mod acquire;
 #[cfg(feature = "sim")]
 pub(crate) mod catalog;
@@ -51,15 +50,17 @@ pub(crate) mod slot_keys;
 pub(crate) mod slot_status;
 
 pub(crate) use acquire::{acquire_keys, acquire_reply, AcquireNumbers, ACQUIRE};
-pub(crate) use extend::{COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION};
-pub(crate) use fence::RAISE_FENCE;
+pub(crate) use extend::{
+    extend_call, COMPARE_AND_PEXPIRE, EXTEND_REENTRANT, EXTEND_WITH_COMPANION,
+};
+pub(crate) use fence::{raise_call, RAISE_FENCE};
 pub(crate) use hold::{release_holding_call, RELEASE_HOLDING};
 pub(crate) use multi::{
     announce_call, set_acquire_call, set_extend_call, set_raise_fences_call, set_release_call,
     SetAcquire, ANNOUNCE, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RAISE_FENCE, MULTI_RELEASE,
 };
 pub(crate) use mutants::{EXTEND_RECREATES, PLAIN_DELETE};
-pub(crate) use release::{COMPARE_AND_DELETE, RELEASE_REENTRANT};
+pub(crate) use release::{release_call, COMPARE_AND_DELETE, RELEASE_REENTRANT};
 pub(crate) use restart::{MASTER_LIFE, PROVISION};
 pub(crate) use slot_claim::{CLAIM_SLOTS, REVERT_SLOTS};
 pub(crate) use slot_finish::FINISH_SLOTS;
@@ -134,6 +135,44 @@ impl ScriptCall<'_> {
     /// The arguments as the request takes them.
     pub(crate) fn arg_slices(&self) -> Vec<&[u8]> {
         self.args.iter().map(|a| a.as_ref()).collect()
+    }
+}
+
+/// A script request of at most `K` keys and `A` arguments in fixed arrays, for the scripts every
+/// lock runs on every master (release, extend, fence raise): they allocate nothing. Numbers are
+/// written by the caller into [`Decimal`](crate::transport::resp::Decimal)s it lends.
+pub(crate) struct FixedCall<'a, const K: usize, const A: usize> {
+    pub(crate) script: &'static LuaScript,
+    keys: [&'a [u8]; K],
+    key_count: usize,
+    args: [&'a [u8]; A],
+    arg_count: usize,
+}
+
+impl<'a, const K: usize, const A: usize> FixedCall<'a, K, A> {
+    /// `script` with the first `key_count` of `keys` and the first `arg_count` of `args`.
+    fn new(
+        script: &'static LuaScript,
+        (keys, key_count): ([&'a [u8]; K], usize),
+        (args, arg_count): ([&'a [u8]; A], usize),
+    ) -> Self {
+        Self {
+            script,
+            keys,
+            key_count,
+            args,
+            arg_count,
+        }
+    }
+
+    /// The keys, the lock key first.
+    pub(crate) fn keys(&self) -> &[&'a [u8]] {
+        &self.keys[..self.key_count]
+    }
+
+    /// The arguments.
+    pub(crate) fn args(&self) -> &[&'a [u8]] {
+        &self.args[..self.arg_count]
     }
 }
 

@@ -1,4 +1,9 @@
 //! Extend: compare-and-`PEXPIRE`, plain and reentrant. Neither ever re-creates a missing key.
+//! [`extend_call`] writes the request.
+
+use super::{FixedCall, LuaScript};
+use crate::transport::resp::Decimal;
+use crate::value::Ownership;
 
 lua_script! {
     /// Sets a new TTL (ARGV[2], milliseconds) on the lock key only if it still holds this owner's
@@ -48,4 +53,43 @@ if left >= 0 and left < keep then
     redis.call('pexpire', KEYS[2], keep)
 end
 return 1";
+}
+
+/// The extension of `ownership` at `key` to `ttl` (ms): the reentrant extension, the one that
+/// keeps a companion key (a slot's record) at least `keep` (ms) when `with_companion`, or the
+/// plain compare-and-`PEXPIRE` (`plain`, a jepsen-lite mutant's script in its place when asked).
+pub(crate) fn extend_call<'a>(
+    key: &'a str,
+    ownership: &'a Ownership,
+    ttl: &'a Decimal,
+    companion: Option<(&'a str, &'a Decimal)>,
+    plain: &'static LuaScript,
+) -> FixedCall<'a, 2, 3> {
+    let value = ownership.value.as_str().as_bytes();
+    if let Some(reentry) = &ownership.reentry {
+        return FixedCall::new(
+            &EXTEND_REENTRANT,
+            ([key.as_bytes(), reentry.holds_key.as_bytes()], 2),
+            (
+                [
+                    value,
+                    reentry.acquisition.as_str().as_bytes(),
+                    ttl.as_bytes(),
+                ],
+                3,
+            ),
+        );
+    }
+    match companion {
+        Some((companion, keep)) => FixedCall::new(
+            &EXTEND_WITH_COMPANION,
+            ([key.as_bytes(), companion.as_bytes()], 2),
+            ([value, ttl.as_bytes(), keep.as_bytes()], 3),
+        ),
+        None => FixedCall::new(
+            plain,
+            ([key.as_bytes(), b""], 1),
+            ([value, ttl.as_bytes(), b""], 2),
+        ),
+    }
 }

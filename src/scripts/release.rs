@@ -1,4 +1,7 @@
-//! Release: compare-and-delete, plain and reentrant.
+//! Release: compare-and-delete, plain and reentrant; [`release_call`] writes the request.
+
+use super::{FixedCall, LuaScript};
+use crate::value::Ownership;
 
 lua_script! {
     /// Deletes the lock key only if it still holds this owner's value. Returns 1 if deleted, else
@@ -45,4 +48,32 @@ if redis.call('hlen', KEYS[2]) == 0 then
     end
 end
 return 1";
+}
+
+/// The release of `ownership` at `key`: compare-and-delete (`script`, the jepsen-lite mutant's
+/// plain `DEL` in its place when asked), or the reentrant release; publishing the release to
+/// notified waiters when `announce`.
+pub(crate) fn release_call<'a>(
+    key: &'a str,
+    ownership: &'a Ownership,
+    announce: bool,
+    script: &'static LuaScript,
+) -> FixedCall<'a, 2, 3> {
+    let announce: &[u8] = if announce { b"1" } else { b"0" };
+    let value = ownership.value.as_str().as_bytes();
+    match &ownership.reentry {
+        Some(reentry) => FixedCall::new(
+            &RELEASE_REENTRANT,
+            ([key.as_bytes(), reentry.holds_key.as_bytes()], 2),
+            (
+                [value, reentry.acquisition.as_str().as_bytes(), announce],
+                3,
+            ),
+        ),
+        None => FixedCall::new(
+            script,
+            ([key.as_bytes(), b""], 1),
+            ([value, announce, b""], 2),
+        ),
+    }
 }

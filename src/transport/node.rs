@@ -267,31 +267,17 @@ impl RedisNode {
         ownership: &Ownership,
         announce: bool,
     ) -> Result<bool, NodeErrorKind> {
-        let announce: &[u8] = if announce { b"1" } else { b"0" };
-        let value = ownership.value.as_str().as_bytes();
-        let (reply, retried) = if let Some(reentry) = &ownership.reentry {
-            let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
-            let args: [&[u8]; 3] = [value, reentry.acquisition.as_str().as_bytes(), announce];
-            let request = Request::Script {
-                script: &scripts::RELEASE_REENTRANT,
-                keys: &keys,
-                args: &args,
-            };
-            self.request(request, true).await?
-        } else {
-            let script = match self.mutant {
-                Some(Mutant::PlainDelRelease) => &scripts::PLAIN_DELETE,
-                _ => &scripts::COMPARE_AND_DELETE,
-            };
-            let keys = [key.as_bytes()];
-            let args: [&[u8]; 2] = [value, announce];
-            let request = Request::Script {
-                script,
-                keys: &keys,
-                args: &args,
-            };
-            self.request(request, true).await?
+        let script = match self.mutant {
+            Some(Mutant::PlainDelRelease) => &scripts::PLAIN_DELETE,
+            _ => &scripts::COMPARE_AND_DELETE,
         };
+        let call = scripts::release_call(key, ownership, announce, script);
+        let request = Request::Script {
+            script: call.script,
+            keys: call.keys(),
+            args: call.args(),
+        };
+        let (reply, retried) = self.request(request, true).await?;
         let deleted = flag_reply(reply)?;
         if retried && !deleted {
             // The first attempt may have deleted the key before the connection broke: this
@@ -519,14 +505,13 @@ impl Master for RedisNode {
     ) -> Result<bool, NodeErrorKind> {
         let token = Decimal::new(token);
         let retention = Decimal::new(millis(retention.max(self.fence_retention)));
-        let keys = [fence_key.as_bytes()];
-        let args: [&[u8]; 2] = [token.as_bytes(), retention.as_bytes()];
-        let script = Request::Script {
-            script: &scripts::RAISE_FENCE,
-            keys: &keys,
-            args: &args,
+        let call = scripts::raise_call(fence_key, &token, &retention);
+        let request = Request::Script {
+            script: call.script,
+            keys: call.keys(),
+            args: call.args(),
         };
-        let (reply, _) = self.request(script, false).await?;
+        let (reply, _) = self.request(request, false).await?;
         flag_reply(reply)
     }
 
@@ -553,48 +538,24 @@ impl Master for RedisNode {
         ttl: Duration,
     ) -> Result<bool, NodeErrorKind> {
         let ttl = Decimal::new(millis(ttl));
-        let value = ownership.value.as_str().as_bytes();
-        let (reply, _) = if let Some(reentry) = &ownership.reentry {
-            let keys = [key.as_bytes(), reentry.holds_key.as_bytes()];
-            let args: [&[u8]; 3] = [
-                value,
-                reentry.acquisition.as_str().as_bytes(),
-                ttl.as_bytes(),
-            ];
-            let request = Request::Script {
-                script: &scripts::EXTEND_REENTRANT,
-                keys: &keys,
-                args: &args,
-            };
-            self.request(request, false).await?
-        } else if let Some(companion) = ownership
+        // A slot's run renews its record with its claim (unless the mutant forgets to).
+        let companion = ownership
             .companion
             .as_ref()
             .filter(|_| self.mutant != Some(Mutant::SlotRecordNotRenewed))
-        {
-            let keep = Decimal::new(millis(companion.keep));
-            let keys = [key.as_bytes(), companion.key.as_bytes()];
-            let args: [&[u8]; 3] = [value, ttl.as_bytes(), keep.as_bytes()];
-            let request = Request::Script {
-                script: &scripts::EXTEND_WITH_COMPANION,
-                keys: &keys,
-                args: &args,
-            };
-            self.request(request, false).await?
-        } else {
-            let script = match self.mutant {
-                Some(Mutant::ExtendRecreates) => &scripts::EXTEND_RECREATES,
-                _ => &scripts::COMPARE_AND_PEXPIRE,
-            };
-            let keys = [key.as_bytes()];
-            let args: [&[u8]; 2] = [value, ttl.as_bytes()];
-            let request = Request::Script {
-                script,
-                keys: &keys,
-                args: &args,
-            };
-            self.request(request, false).await?
+            .map(|companion| (companion, Decimal::new(millis(companion.keep))));
+        let plain = match self.mutant {
+            Some(Mutant::ExtendRecreates) => &scripts::EXTEND_RECREATES,
+            _ => &scripts::COMPARE_AND_PEXPIRE,
         };
+        let companion = companion.as_ref().map(|(c, keep)| (&*c.key, keep));
+        let call = scripts::extend_call(key, ownership, &ttl, companion, plain);
+        let request = Request::Script {
+            script: call.script,
+            keys: call.keys(),
+            args: call.args(),
+        };
+        let (reply, _) = self.request(request, false).await?;
         flag_reply(reply)
     }
 }
