@@ -38,8 +38,9 @@ pub trait LockSubject: Send + Sync {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future undoes what the attempt may have created on the servers, in the
-    /// background (each subject says how).
+    /// Dropping the future undoes, in the background, what the attempt may have queued on the
+    /// servers (an etcd key, a ZooKeeper znode, a PostgreSQL lock wait). A grant the servers
+    /// made but the client never saw lasts its TTL or session (each subject says which).
     fn try_acquire<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Held, SubjectError>>;
 
     /// Waits for the lock until `deadline`, in the subject's own way (a queue of waiters

@@ -15,6 +15,9 @@
 //! always draws it after the earlier grant's: tokens grow from holder to holder. A release
 //! ends the lease (`lock_until = now()`) only if the row still carries its token. ShedLock
 //! waits for nothing (a taken lock skips the run); the blocking acquisition here polls.
+//!
+//! An acquisition dropped after its statement was sent cannot be undone: the server may still
+//! grant the lease, which then lasts its TTL with nobody holding it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
