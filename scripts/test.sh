@@ -19,7 +19,7 @@ case "${1:-}" in
     *) echo "usage: scripts/test.sh [--full]" >&2; exit 2 ;;
 esac
 
-scripts/install-deps.sh --jepsen
+scripts/install-deps.sh --jepsen --compare
 
 phase "MSRV: rust-version is the pinned toolchain's version, the one it is checked with"
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
@@ -33,7 +33,7 @@ phase "cargo fmt --check"
 cargo fmt --all -- --check
 
 phase "no import cycle between the modules of any crate"
-python3 scripts/check-cycles.py src jepsen-lite/src cli/src bench/src scheduler/src
+python3 scripts/check-cycles.py src jepsen-lite/src cli/src bench/src scheduler/src compare/src
 
 phase "cargo clippy: what users build (the published crates' libraries and binaries, default features), then every target with every feature"
 cargo clippy --locked -p quorumlock -p quorumlock-scheduler -p quorumlock-cli --lib --bins -- -D warnings
