@@ -28,7 +28,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::RngExt;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -388,5 +387,5 @@ pub(crate) fn random_delay(below: Duration) -> Duration {
     if nanos == 0 {
         return Duration::ZERO;
     }
-    Duration::from_nanos(rand::rng().random_range(0..nanos))
+    Duration::from_nanos(crate::outside::random_below(nanos))
 }

@@ -64,7 +64,7 @@ pub(crate) fn timer(at: Instant) -> Instant {
 /// The time the machine spent suspended since this process first read the clock.
 #[cfg(not(test))]
 fn suspended() -> Duration {
-    boot::suspended()
+    crate::outside::suspended(boot::suspended)
 }
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ impl RoundTerms {
     /// (at most half the cap, so that masters do not cut it down to their own, differing,
     /// clocks).
     pub(crate) fn fence_proposal(&self) -> u64 {
-        let now = std::time::SystemTime::now()
+        let now = crate::outside::wall_clock()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         // Kept where the acquire script's Lua numbers (doubles) are exact, whatever the clock says.

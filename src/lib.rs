@@ -273,6 +273,7 @@ pub mod limits;
 mod manager;
 mod multi;
 mod mutant;
+mod outside;
 mod owner;
 mod reentrant_hold;
 mod restart_protection;
@@ -294,6 +295,10 @@ pub mod testing;
 #[cfg(feature = "sim")]
 #[doc(hidden)]
 pub use scripts::catalog::lua_scripts;
+
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub use outside::sim;
 
 /// The README's Rust examples, compiled as doctests so that they cannot rot.
 #[cfg(doctest)]

@@ -23,8 +23,6 @@
 
 use std::time::Duration;
 
-use rand::RngExt;
-
 use crate::acquisition::{settle, Acquisition, Line, Patience, PollDelay};
 use crate::error::{InvalidArgument, LockError};
 use crate::guard::LockGuard;
@@ -146,7 +144,8 @@ impl Permits {
         waiting: bool,
     ) -> Result<LockGuard, RoundFailure> {
         let n = self.keys.len();
-        let first = rand::rng().random_range(0..n);
+        // `n` is at least one permit (checked when the semaphore is made).
+        let first = crate::outside::random_below(n as u64) as usize;
         let node_timeout = locks.config().node_timeout;
         let attempt =
             |i: usize| locks.acquire_round(&self.labels[i], &self.keys[i], self.terms, waiting);

@@ -18,7 +18,10 @@ impl LockValue {
     pub(crate) fn random() -> Self {
         let mut text = [0u8; uuid::fmt::Simple::LENGTH];
         Self(Arc::from(
-            &*uuid::Uuid::new_v4().simple().encode_lower(&mut text),
+            &*uuid::Builder::from_random_bytes(crate::outside::random_bytes())
+                .into_uuid()
+                .simple()
+                .encode_lower(&mut text),
         ))
     }
 

@@ -6,7 +6,8 @@
 //! * [`script`]: the Lua 5.1 engine with Redis's `redis.*` API and value conversions;
 //! * [`commands`]: the data commands; [`keyspace`]: strings and hashes with expiry;
 //! * [`frame`], [`resp`]: replies and the wire protocol (RESP2 and RESP3);
-//! * [`clock`]: a master's simulated wall clock; [`seed`]: everything random, from one seed.
+//! * [`clock`]: a master's simulated wall clock; [`seed`]: everything random, from one seed;
+//! * [`world`]: the real library against simulated masters on turmoil, faults, checkers.
 
 pub mod clock;
 pub mod commands;
@@ -16,6 +17,7 @@ pub mod master;
 pub mod resp;
 pub mod script;
 pub mod seed;
+pub mod world;
 
 pub use frame::{Frame, Protocol};
 pub use master::{ClientId, SimMaster};

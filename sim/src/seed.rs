@@ -22,6 +22,16 @@ impl SeedRng {
         z ^ (z >> 31)
     }
 
+    /// A number in `[0, n)` (`0` for `n = 0`); the modulo bias is negligible for small `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64().checked_rem(n).unwrap_or(0)
+    }
+
+    /// True once in `n` draws, on average.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
     /// 40 lowercase hex digits, the shape of a Redis `run_id`.
     pub fn run_id(&mut self) -> String {
         let words = [self.next_u64(), self.next_u64(), self.next_u64()];

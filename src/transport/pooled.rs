@@ -318,14 +318,11 @@ async fn connect(
     let info = client.get_connection_info();
     let io_error = |e: std::io::Error| NodeErrorKind::Connect(e.to_string());
     let pipeline = match info.addr() {
-        ConnectionAddr::Tcp(host, port) => {
-            let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+        ConnectionAddr::Tcp(host, port) => Pipeline::start(
+            crate::outside::connect(host, *port)
                 .await
-                .map_err(io_error)?;
-            // Lock requests are tiny and latency-bound: never hold them back to fill a packet.
-            stream.set_nodelay(true).map_err(io_error)?;
-            Pipeline::start(stream)
-        }
+                .map_err(io_error)?,
+        ),
         #[cfg(unix)]
         ConnectionAddr::Unix(path) => Pipeline::start(
             tokio::net::UnixStream::connect(path)

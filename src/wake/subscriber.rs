@@ -116,7 +116,7 @@ impl Subscriber {
             move |_| format!("{what} timed out after {timeout:?}")
         };
         if conn.is_none() {
-            let pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
+            let pubsub = tokio::time::timeout(self.timeout, crate::outside::pubsub(&self.client))
                 .await
                 .map_err(bounded("connecting"))?
                 .map_err(|e| e.to_string())?;
@@ -125,8 +125,12 @@ impl Subscriber {
         let Some((sink, _)) = conn.as_mut() else {
             return Err("no connection".into());
         };
-        let add: Vec<&str> = wanted.difference(actual).map(|c| &**c).collect();
-        let remove: Vec<&str> = actual.difference(wanted).map(|c| &**c).collect();
+        // Sorted: the same commands, byte for byte, whatever the hash order (a simulated run
+        // replays exactly).
+        let mut add: Vec<&str> = wanted.difference(actual).map(|c| &**c).collect();
+        let mut remove: Vec<&str> = actual.difference(wanted).map(|c| &**c).collect();
+        add.sort_unstable();
+        remove.sort_unstable();
         if !add.is_empty() {
             tokio::time::timeout(self.timeout, sink.subscribe(&add))
                 .await

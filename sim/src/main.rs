@@ -1,0 +1,176 @@
+//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME]`:
+//! runs seeds of the deterministic simulation, one line per seed (grants, violations by checker,
+//! the trace hash), then a summary with grants per CPU-minute. Exits non-zero on any violation,
+//! or, with `--mutant`, when no seed caught the mutant. `scripts/sim.sh` builds and runs it.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use quorumlock_sim::world::{self, Config};
+
+struct Args {
+    seeds: Vec<u64>,
+    minutes: Option<f64>,
+    from: u64,
+    config: Config,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = std::env::args().skip(1);
+    let (mut seed, mut count, mut from, mut minutes) = (None, None, 1u64, None);
+    let mut config = Config {
+        seed: 0,
+        masters: 3,
+        clients: 4,
+        workers: 8,
+        faulty_for: Duration::from_secs(20),
+        mutant: None,
+    };
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+        let number = |v: String| v.parse::<u64>().map_err(|e| format!("{flag} {v:?}: {e}"));
+        match flag.as_str() {
+            "--seed" => seed = Some(number(value()?)?),
+            "--seeds" => count = Some(number(value()?)?),
+            "--from" => from = number(value()?)?,
+            "--minutes" => {
+                let v = value()?;
+                minutes = Some(
+                    v.parse::<f64>()
+                        .map_err(|e| format!("--minutes {v:?}: {e}"))?,
+                );
+            }
+            "--seconds" => config.faulty_for = Duration::from_secs(number(value()?)?),
+            "--masters" => config.masters = number(value()?)? as usize,
+            "--clients" => config.clients = number(value()?)? as usize,
+            "--workers" => config.workers = number(value()?)? as usize,
+            "--mutant" => {
+                let name = value()?;
+                world::mutants::by_name(&name)?;
+                config.mutant = Some(name);
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if config.masters == 0 || config.clients == 0 || config.workers == 0 {
+        return Err("--masters, --clients and --workers must be at least 1".into());
+    }
+    let seeds = match (seed, count, minutes) {
+        (Some(seed), _, _) => vec![seed],
+        (None, Some(n), _) => (from..from.saturating_add(n)).collect(),
+        // Seeds from `from` on until the time runs out.
+        (None, None, Some(_)) => Vec::new(),
+        (None, None, None) => (from..from + 10).collect(),
+    };
+    Ok(Args {
+        seeds,
+        minutes,
+        from,
+        config,
+    })
+}
+
+/// CPU time this process used (user + system), from `/proc`; wall time where there is none.
+fn cpu_time(started: Instant) -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    match (ticks(11), ticks(12)) {
+        // Linux reports in USER_HZ, 100 per second.
+        (Some(user), Some(system)) => Duration::from_millis((user + system) * 10),
+        _ => started.elapsed(),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("quorumlock-sim: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let budget = args.minutes.map(|m| Duration::from_secs_f64(m * 60.0));
+    let seeds: Box<dyn Iterator<Item = u64>> = if args.seeds.is_empty() {
+        Box::new(args.from..)
+    } else {
+        Box::new(args.seeds.into_iter())
+    };
+    let (mut runs, mut grants, mut failing, mut simulated) = (0u64, 0u64, 0u64, Duration::ZERO);
+    let mut caught = None;
+    for seed in seeds {
+        if budget.is_some_and(|b| started.elapsed() >= b) {
+            break;
+        }
+        let config = Config {
+            seed,
+            ..args.config.clone()
+        };
+        let outcome = world::run(&config);
+        runs += 1;
+        grants += outcome.grants;
+        simulated += outcome.simulated;
+        let violations: Vec<String> = outcome
+            .violations
+            .iter()
+            .map(|(c, n)| format!("{c}={n}"))
+            .collect();
+        println!(
+            "seed {seed}: grants {} violations [{}] trace {} ({} events, {:.1} s simulated){}",
+            outcome.grants,
+            violations.join(" "),
+            outcome.trace_hash,
+            outcome.trace_lines,
+            outcome.simulated.as_secs_f64(),
+            outcome
+                .error
+                .as_deref()
+                .map(|e| format!(" error: {e}"))
+                .unwrap_or_default(),
+        );
+        if !outcome.violations.is_empty() || outcome.error.is_some() {
+            failing += 1;
+            if args.config.mutant.is_none() {
+                println!("  last events of seed {seed} (replay: scripts/sim.sh --seed {seed}):");
+                for line in &outcome.tail {
+                    println!("    {line}");
+                }
+            }
+            if args.config.mutant.is_some() && caught.is_none() {
+                caught = Some((runs, seed, violations.join(" "), outcome.simulated));
+                break;
+            }
+        }
+    }
+    let cpu = cpu_time(started).max(Duration::from_millis(1));
+    let wall = started.elapsed().max(Duration::from_millis(1));
+    println!(
+        "summary: {runs} seeds, {grants} grants, {failing} failing; {:.0} grants per CPU-minute \
+         ({:.1} s CPU); {:.1} simulated s per wall s",
+        grants as f64 / cpu.as_secs_f64() * 60.0,
+        cpu.as_secs_f64(),
+        simulated.as_secs_f64() / wall.as_secs_f64(),
+    );
+    match (&args.config.mutant, caught) {
+        (Some(name), Some((after, seed, checkers, at))) => {
+            println!(
+                "mutant {name} caught after {after} seed(s) (seed {seed}, {checkers}, {:.1} s simulated)",
+                at.as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        (Some(name), None) => {
+            println!("mutant {name} NOT caught in {runs} seed(s)");
+            ExitCode::FAILURE
+        }
+        (None, _) if failing > 0 => ExitCode::FAILURE,
+        (None, _) => ExitCode::SUCCESS,
+    }
+}

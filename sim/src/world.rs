@@ -1,0 +1,148 @@
+//! One simulated run: N simulated masters and C clients running the real library on turmoil's
+//! simulated network and time, a nemesis injecting faults from the seed, the checkers over
+//! what the clients believed they held. Everything comes from the seed: the same seed gives
+//! the same trace, byte for byte.
+//!
+//! * [`host`]: a master as a turmoil host; [`seams`]: the library's outside world, simulated;
+//! * [`workload`]: a client host; [`nemesis`]: the faults; [`history`]: holds and the trace;
+//! * [`checker`]: mutual exclusion, semaphore, read-write, token order.
+
+pub mod checker;
+pub mod history;
+pub mod host;
+pub mod mutants;
+pub mod nemesis;
+pub mod seams;
+pub mod workload;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use checker::{Limits, Violations};
+use history::History;
+use host::Served;
+use nemesis::Nemesis;
+use workload::Client;
+
+use crate::clock::SimClock;
+use crate::master::SimMaster;
+use crate::seed::SeedRng;
+
+/// What one run is made of.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Everything random comes from it.
+    pub seed: u64,
+    /// Masters.
+    pub masters: usize,
+    /// Client hosts.
+    pub clients: usize,
+    /// Concurrent workers per client.
+    pub workers: usize,
+    /// Simulated time with faults; the heal and the liveness probes follow.
+    pub faulty_for: Duration,
+    /// The library mutant every client runs, by name (see [`mutants`]).
+    pub mutant: Option<String>,
+}
+
+/// What one run found.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Acquisitions granted.
+    pub grants: u64,
+    /// Violations, by checker.
+    pub violations: Violations,
+    /// The hash of the event trace.
+    pub trace_hash: String,
+    /// Lines in the trace.
+    pub trace_lines: u64,
+    /// The last lines of the trace, for a failing seed.
+    pub tail: Vec<String>,
+    /// Simulated time the run took.
+    pub simulated: Duration,
+    /// Why the simulation itself stopped early, if it did.
+    pub error: Option<String>,
+}
+
+/// Simulated time zero on the wall clock: fixed, so that a seed replays.
+const EPOCH_SECS: u64 = 1_767_225_600;
+/// How far masters' clocks may drift from real time, in parts per million: within the
+/// library's default drift factor (1 %).
+const DRIFT_PPM: u64 = 5_000;
+
+/// Runs one seed.
+pub fn run(config: &Config) -> Outcome {
+    let mut rng = SeedRng::new(config.seed);
+    let _world = quorumlock::sim::enter(Rc::new(seams::SimWorld::new(rng.next_u64())));
+    let mut sim = turmoil::Builder::new()
+        .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECS))
+        .simulation_duration(Duration::from_secs(24 * 3600))
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::ZERO)
+        .max_message_latency(Duration::from_millis(2))
+        .tcp_capacity(1 << 16)
+        .rng_seed(rng.next_u64())
+        .build();
+    let history = Rc::new(RefCell::new(History::default()));
+    let masters: Vec<Rc<Served>> = (0..config.masters)
+        .map(|m| {
+            let clock = SimClock::at_micros(EPOCH_SECS * 1_000_000);
+            let master = SimMaster::new(rng.next_u64(), clock, host::PORT)
+                .expect("Lua state for a simulated master");
+            let served = Rc::new(Served::new(master, EPOCH_SECS * 1_000_000));
+            let drift = i64::try_from(rng.next_u64() % (2 * DRIFT_PPM + 1)).unwrap_or(0);
+            served.drift_ppm.set(drift - DRIFT_PPM as i64);
+            let software = Rc::clone(&served);
+            sim.host(format!("m{m}"), move || host::serve(Rc::clone(&software)));
+            served
+        })
+        .collect();
+    let stop_at = config.faulty_for;
+    for c in 0..config.clients {
+        let client = Client {
+            index: c,
+            masters: config.masters,
+            workers: config.workers,
+            stop_at,
+            mutant: config.mutant.clone(),
+            seed: rng.next_u64(),
+            history: Rc::clone(&history),
+        };
+        sim.client(format!("c{c}"), client.run());
+    }
+    let mut nemesis = Nemesis::new(rng.next_u64(), masters, config.clients);
+    let mut error = None;
+    loop {
+        let now = sim.elapsed();
+        nemesis.step(&mut sim, now, stop_at, &mut history.borrow_mut());
+        match sim.step() {
+            Ok(false) => {}
+            Ok(true) => break,
+            Err(e) => {
+                error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let simulated = sim.elapsed();
+    drop(sim);
+    let history = history.borrow();
+    let limits = Limits {
+        permits: workload::PERMITS,
+        readers: quorumlock::defaults::RW_READERS,
+    };
+    let mut violations = checker::check(&history.holds, limits);
+    if !history.dead.is_empty() {
+        violations.insert(workload::LIVENESS, history.dead.len() as u64);
+    }
+    Outcome {
+        grants: history.grants,
+        violations,
+        trace_hash: history.trace_hash(),
+        trace_lines: history.lines(),
+        tail: history.tail().map(str::to_owned).collect(),
+        simulated,
+        error,
+    }
+}

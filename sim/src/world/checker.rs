@@ -1,0 +1,161 @@
+//! The checkers, over the holds as their clients believed them, in simulated real time:
+//! mutual exclusion (locks, every resource of a set), at most K holders of a semaphore, no
+//! reader beside a writer (and at most R readers), and token order. Liveness after heal is
+//! judged by the clients themselves (see `workload`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::history::{Hold, Kind};
+
+/// Violations found, by checker.
+pub type Violations = BTreeMap<&'static str, u64>;
+
+/// What may be held at once in one group.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Holders of one semaphore.
+    pub permits: usize,
+    /// Readers of one read-write lock.
+    pub readers: usize,
+}
+
+/// Every checker over `holds`.
+pub fn check(holds: &[Hold], limits: Limits) -> Violations {
+    let mut violations = Violations::new();
+    let mut groups: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for hold in holds.iter().filter(|h| h.until > h.granted) {
+        groups.entry(&hold.group).or_default().push(hold);
+    }
+    for group in groups.values() {
+        overlaps(group, limits, &mut violations);
+        token_order(group, &mut violations);
+    }
+    violations
+}
+
+/// Sweeps a group's holds in time order and counts each grant that made the group's holders
+/// more than it allows.
+fn overlaps(group: &[&Hold], limits: Limits, violations: &mut Violations) {
+    // (time, 0 = an end, 1 = a start: at the same instant an end comes first, index)
+    let mut events: Vec<(Duration, u8, usize)> = Vec::with_capacity(group.len() * 2);
+    for (i, hold) in group.iter().enumerate() {
+        events.push((hold.granted, 1, i));
+        events.push((hold.until, 0, i));
+    }
+    events.sort_unstable();
+    let (mut exclusive, mut permits, mut readers, mut writers) = (0usize, 0usize, 0usize, 0usize);
+    for (_, start, i) in events {
+        let counter = match group[i].kind {
+            Kind::Lock | Kind::Set => &mut exclusive,
+            Kind::Permit => &mut permits,
+            Kind::Read => &mut readers,
+            Kind::Write => &mut writers,
+        };
+        if start == 0 {
+            *counter -= 1;
+            continue;
+        }
+        *counter += 1;
+        let broken = match group[i].kind {
+            Kind::Lock | Kind::Set => (exclusive > 1).then_some("mutual-exclusion"),
+            Kind::Permit => (permits > limits.permits).then_some("semaphore"),
+            Kind::Read | Kind::Write => {
+                (writers > 1 || (writers == 1 && readers > 0) || readers > limits.readers)
+                    .then_some("read-write")
+            }
+        };
+        if let Some(checker) = broken {
+            *violations.entry(checker).or_default() += 1;
+        }
+    }
+}
+
+/// A fenced grant's token is above the token of every grant of its group that was granted
+/// before it was asked for.
+fn token_order(group: &[&Hold], violations: &mut Violations) {
+    let mut fenced: Vec<&Hold> = group
+        .iter()
+        .copied()
+        .filter(|h| h.token.is_some())
+        .collect();
+    fenced.sort_by_key(|h| h.granted);
+    let mut by_ask = fenced.clone();
+    by_ask.sort_by_key(|h| h.asked);
+    let (mut before, mut highest) = (0, None::<u64>);
+    for hold in by_ask {
+        while before < fenced.len() && fenced[before].granted < hold.asked {
+            highest = highest.max(fenced[before].token);
+            before += 1;
+        }
+        if highest.is_some() && hold.token <= highest {
+            *violations.entry("token-order").or_default() += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(kind: Kind, from: u64, to: u64, token: Option<u64>) -> Hold {
+        Hold {
+            client: 0,
+            kind,
+            group: "g".into(),
+            asked: Duration::from_millis(from),
+            granted: Duration::from_millis(from),
+            until: Duration::from_millis(to),
+            token,
+        }
+    }
+
+    const LIMITS: Limits = Limits {
+        permits: 2,
+        readers: 3,
+    };
+
+    #[test]
+    fn back_to_back_holds_are_fine_overlapping_ones_are_not() {
+        let fine = [
+            hold(Kind::Lock, 0, 10, None),
+            hold(Kind::Lock, 10, 20, None),
+        ];
+        assert!(check(&fine, LIMITS).is_empty());
+        let broken = [hold(Kind::Lock, 0, 10, None), hold(Kind::Lock, 9, 20, None)];
+        assert_eq!(check(&broken, LIMITS).get("mutual-exclusion"), Some(&1));
+    }
+
+    #[test]
+    fn a_semaphore_admits_its_permits_and_no_more() {
+        let two = [
+            hold(Kind::Permit, 0, 10, None),
+            hold(Kind::Permit, 1, 10, None),
+        ];
+        assert!(check(&two, LIMITS).is_empty());
+        let three = [&two[..], &[hold(Kind::Permit, 2, 10, None)]].concat();
+        assert_eq!(check(&three, LIMITS).get("semaphore"), Some(&1));
+    }
+
+    #[test]
+    fn readers_share_a_writer_does_not() {
+        let readers = [hold(Kind::Read, 0, 10, None), hold(Kind::Read, 1, 10, None)];
+        assert!(check(&readers, LIMITS).is_empty());
+        let writer = [&readers[..], &[hold(Kind::Write, 5, 20, None)]].concat();
+        assert_eq!(check(&writer, LIMITS).get("read-write"), Some(&1));
+    }
+
+    #[test]
+    fn a_later_grant_needs_a_higher_token() {
+        let rising = [
+            hold(Kind::Lock, 0, 10, Some(5)),
+            hold(Kind::Lock, 10, 20, Some(6)),
+        ];
+        assert!(check(&rising, LIMITS).is_empty());
+        let falling = [
+            hold(Kind::Lock, 0, 10, Some(5)),
+            hold(Kind::Lock, 10, 20, Some(5)),
+        ];
+        assert_eq!(check(&falling, LIMITS).get("token-order"), Some(&1));
+    }
+}

@@ -1,0 +1,116 @@
+//! What happened in one simulated run: every hold a client believed it had (from its grant to
+//! the end of its validity or its release, in simulated real time), and the event trace, whose
+//! hash proves that a seed replays byte for byte.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// What a hold is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A lock of one resource.
+    Lock,
+    /// One resource of a set locked at once.
+    Set,
+    /// One of a semaphore's permits.
+    Permit,
+    /// A reader of a read-write lock.
+    Read,
+    /// The writer of a read-write lock.
+    Write,
+}
+
+/// One hold as its client believed it: from `granted` to `until`, both in simulated time.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// The client host.
+    pub client: usize,
+    /// What it holds.
+    pub kind: Kind,
+    /// The resource, semaphore or read-write lock: holds of one group exclude each other.
+    pub group: String,
+    /// When the acquisition (or extension) was called.
+    pub asked: Duration,
+    /// When it returned the grant.
+    pub granted: Duration,
+    /// When the client stopped counting on it: its validity ran out, or it started releasing.
+    pub until: Duration,
+    /// Its fencing token, for a first grant (not an extension) of a fenced claim.
+    pub token: Option<u64>,
+}
+
+/// How many trace lines a failing seed prints.
+const TAIL: usize = 40;
+
+/// The run's holds and trace.
+#[derive(Default)]
+pub struct History {
+    /// Every hold, in the order granted.
+    pub holds: Vec<Hold>,
+    /// Grants: acquisitions that succeeded (a set's counts once, extensions do not).
+    pub grants: u64,
+    /// Clients that could not get a lock within the liveness bound after the heal.
+    pub dead: Vec<usize>,
+    trace: sha1_smol::Sha1,
+    tail: VecDeque<String>,
+    lines: u64,
+}
+
+impl History {
+    /// Records a hold (a set's grant is one hold per resource, an extension a new hold); its
+    /// index, to end it early with [`Self::release`].
+    pub fn hold(&mut self, hold: Hold) -> usize {
+        self.event(
+            hold.granted,
+            format_args!(
+                "c{} {:?} {} asked={} until={} token={:?}",
+                hold.client,
+                hold.kind,
+                hold.group,
+                hold.asked.as_micros(),
+                hold.until.as_micros(),
+                hold.token
+            ),
+        );
+        self.holds.push(hold);
+        self.holds.len() - 1
+    }
+
+    /// The client of hold `index` stops counting on it at `at` (it starts releasing).
+    pub fn release(&mut self, index: usize, at: Duration) {
+        if let Some(hold) = self.holds.get_mut(index) {
+            hold.until = hold.until.min(at);
+            let line = format!("c{} release {} {}", hold.client, hold.group, index);
+            self.event(at, format_args!("{line}"));
+        }
+    }
+
+    /// Appends one line to the trace.
+    pub fn event(&mut self, at: Duration, what: std::fmt::Arguments<'_>) {
+        let mut line = String::new();
+        let _ = write!(line, "{:>12} {what}", at.as_micros());
+        self.trace.update(line.as_bytes());
+        self.trace.update(b"\n");
+        self.lines += 1;
+        if self.tail.len() == TAIL {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(line);
+    }
+
+    /// The hash of the whole trace (SHA-1, first 16 hex digits).
+    pub fn trace_hash(&self) -> String {
+        self.trace.digest().to_string()[..16].to_owned()
+    }
+
+    /// The last lines of the trace.
+    pub fn tail(&self) -> impl Iterator<Item = &str> {
+        self.tail.iter().map(String::as_str)
+    }
+
+    /// How many lines the trace has.
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+}

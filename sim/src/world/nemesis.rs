@@ -1,0 +1,224 @@
+//! The faults, all drawn from the seed, injected between simulation steps: links held (a
+//! partition: TCP keeps the bytes and delivers them when it heals, never loses them inside a
+//! connection), slow links, a master isolated, paused, crashed and restarted with all its data,
+//! none, or an older snapshot. Clock drift within the bound is set per master at the start
+//! (see `world`). At the stop time everything heals.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use turmoil::Sim;
+
+use super::history::History;
+use super::host::Served;
+use crate::keyspace::Keyspace;
+use crate::seed::SeedRng;
+
+/// The usual link latency bound.
+const BASE_LATENCY: Duration = Duration::from_millis(2);
+
+/// A fault in force, and when it ends.
+enum Active {
+    Held { client: usize, master: usize },
+    Isolated { master: usize },
+    Slow { client: usize, master: usize },
+    Down { master: usize, restart: Restart },
+}
+
+/// What a crashed master comes back with.
+#[derive(Debug, Clone, Copy)]
+enum Restart {
+    /// Everything (`appendfsync always`).
+    AllData,
+    /// Nothing (no persistence, or the files lost).
+    Empty,
+    /// The last snapshot (an RDB save, a restored backup, an AOF that lost its tail).
+    Snapshot,
+}
+
+/// The nemesis of one run.
+pub struct Nemesis {
+    rng: SeedRng,
+    masters: Vec<Rc<Served>>,
+    clients: usize,
+    active: Vec<(Duration, Active)>,
+    snapshots: Vec<Keyspace>,
+    next_fault: Duration,
+    next_snapshot: Duration,
+    healed: bool,
+}
+
+impl Nemesis {
+    /// A nemesis over `masters` and `clients` client hosts, drawing from `seed`.
+    pub fn new(seed: u64, masters: Vec<Rc<Served>>, clients: usize) -> Self {
+        let snapshots = masters.iter().map(|_| Keyspace::default()).collect();
+        Self {
+            rng: SeedRng::new(seed),
+            masters,
+            clients,
+            active: Vec::new(),
+            snapshots,
+            next_fault: Duration::from_millis(500),
+            next_snapshot: Duration::from_secs(1),
+            healed: false,
+        }
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.rng.next_u64() % n.max(1)
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+
+    /// Called between steps at simulated time `now`: ends faults that are over, starts new ones
+    /// until `stop_at`, then heals everything once.
+    pub fn step(
+        &mut self,
+        sim: &mut Sim<'_>,
+        now: Duration,
+        stop_at: Duration,
+        history: &mut History,
+    ) {
+        if now >= stop_at {
+            if !self.healed {
+                self.healed = true;
+                for (_, fault) in std::mem::take(&mut self.active) {
+                    self.lift(sim, fault, now, history);
+                }
+                history.event(now, format_args!("nemesis healed"));
+            }
+            return;
+        }
+        let mut i = 0;
+        while i < self.active.len() {
+            if self.active[i].0 <= now {
+                let (_, fault) = self.active.swap_remove(i);
+                self.lift(sim, fault, now, history);
+            } else {
+                i += 1;
+            }
+        }
+        if now >= self.next_snapshot {
+            let m = self.below(self.masters.len() as u64) as usize;
+            self.snapshots[m] = self.masters[m].master.borrow_mut().keyspace().clone();
+            self.next_snapshot = now + self.millis(500, 3000);
+        }
+        if now >= self.next_fault {
+            self.next_fault = now + self.millis(100, 1500);
+            self.start(sim, now, history);
+        }
+    }
+
+    fn start(&mut self, sim: &mut Sim<'_>, now: Duration, history: &mut History) {
+        let master = self.below(self.masters.len() as u64) as usize;
+        let client = self.below(self.clients as u64) as usize;
+        let busy = self.active.iter().any(|(_, f)| match f {
+            Active::Down { master: m, .. } | Active::Isolated { master: m } => *m == master,
+            Active::Held {
+                client: c,
+                master: m,
+            }
+            | Active::Slow {
+                client: c,
+                master: m,
+            } => *m == master && *c == client,
+        });
+        if busy {
+            return;
+        }
+        let lasts = self.millis(50, 2000);
+        let fault = match self.below(6) {
+            0 => {
+                sim.hold(format!("c{client}"), format!("m{master}"));
+                Active::Held { client, master }
+            }
+            1 => {
+                for c in 0..self.clients {
+                    sim.hold(format!("c{c}"), format!("m{master}"));
+                }
+                Active::Isolated { master }
+            }
+            2 => {
+                let latency = self.millis(5, 300);
+                sim.set_link_max_message_latency(
+                    format!("c{client}"),
+                    format!("m{master}"),
+                    latency,
+                );
+                Active::Slow { client, master }
+            }
+            3 => {
+                let until = now + lasts;
+                self.masters[master].paused_until.set(until);
+                history.event(
+                    now,
+                    format_args!("nemesis pause m{master} for {}ms", lasts.as_millis()),
+                );
+                return;
+            }
+            _ => {
+                sim.crash(format!("m{master}"));
+                let restart = match self.below(3) {
+                    0 => Restart::AllData,
+                    1 => Restart::Empty,
+                    _ => Restart::Snapshot,
+                };
+                Active::Down { master, restart }
+            }
+        };
+        history.event(
+            now,
+            format_args!(
+                "nemesis start {} for {}ms",
+                describe(&fault),
+                lasts.as_millis()
+            ),
+        );
+        self.active.push((now + lasts, fault));
+    }
+
+    fn lift(&mut self, sim: &mut Sim<'_>, fault: Active, now: Duration, history: &mut History) {
+        match &fault {
+            Active::Held { client, master } => {
+                sim.release(format!("c{client}"), format!("m{master}"))
+            }
+            Active::Isolated { master } => {
+                for c in 0..self.clients {
+                    sim.release(format!("c{c}"), format!("m{master}"));
+                }
+            }
+            Active::Slow { client, master } => {
+                sim.set_link_max_message_latency(
+                    format!("c{client}"),
+                    format!("m{master}"),
+                    BASE_LATENCY,
+                );
+            }
+            Active::Down { master, restart } => {
+                let served = &self.masters[*master];
+                let data = match restart {
+                    Restart::AllData => served.master.borrow_mut().keyspace().clone(),
+                    Restart::Empty => Keyspace::default(),
+                    Restart::Snapshot => self.snapshots[*master].clone(),
+                };
+                // Lua state allocation is all that can fail: the run stops with it.
+                if let Err(error) = served.master.borrow_mut().restart(data) {
+                    history.event(now, format_args!("m{master} failed to restart: {error}"));
+                }
+                sim.bounce(format!("m{master}"));
+            }
+        }
+        history.event(now, format_args!("nemesis lift {}", describe(&fault)));
+    }
+}
+
+fn describe(fault: &Active) -> String {
+    match fault {
+        Active::Held { client, master } => format!("hold c{client}-m{master}"),
+        Active::Isolated { master } => format!("isolate m{master}"),
+        Active::Slow { client, master } => format!("slow c{client}-m{master}"),
+        Active::Down { master, restart } => format!("crash m{master} restart {restart:?}"),
+    }
+}

@@ -1,0 +1,316 @@
+//! A client host: the real [`Redlock`] against the simulated masters, workers taking locks,
+//! sets, semaphore permits and read-write locks at random (from the seed), holding them for a
+//! while (sometimes past their validity: a paused holder), extending some, cancelling some
+//! acquisitions at an await point; then, after the nemesis healed everything, a liveness probe.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use quorumlock::{LockError, Redlock};
+
+use super::history::{History, Hold, Kind};
+use super::host::{now, PORT};
+use crate::seed::SeedRng;
+
+/// How many resources the workers lock one at a time, and as sets of two.
+const LOCKS: u64 = 6;
+const SET_RESOURCES: u64 = 6;
+/// The semaphore's permits.
+pub const PERMITS: usize = 2;
+/// The longest TTL a client asks for: restart protection's quarantine follows it.
+pub const MAX_TTL: Duration = Duration::from_secs(2);
+/// How long after the heal every client must get a lock (the quarantine of a master restarted
+/// just before the heal, its drift, then a few retries).
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(6);
+
+/// One client's part of the run.
+pub struct Client {
+    /// Its index (host `c{index}`).
+    pub index: usize,
+    /// How many masters there are (hosts `m0`, `m1`, ...).
+    pub masters: usize,
+    /// Concurrent workers.
+    pub workers: usize,
+    /// When the workers stop and the nemesis heals.
+    pub stop_at: Duration,
+    /// The library mutant the client runs, by name, if any.
+    pub mutant: Option<String>,
+    /// The seed of its workload.
+    pub seed: u64,
+    /// Where holds and events go.
+    pub history: Rc<RefCell<History>>,
+}
+
+/// A failed liveness probe, reported through the history.
+pub const LIVENESS: &str = "liveness";
+
+impl Client {
+    /// The client's software.
+    pub async fn run(self) -> turmoil::Result {
+        let locks = self.manager()?;
+        if self.index == 0 {
+            // A brand-new deployment looks like restarted masters: vouch for them once.
+            while locks.provision().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let me = Rc::new(self);
+        let workers: Vec<_> = (0..me.workers)
+            .map(|w| {
+                let rng = SeedRng::new(me.seed ^ (w as u64).wrapping_mul(0x9E37_79B9));
+                tokio::task::spawn_local(Rc::clone(&me).worker(locks.clone(), rng))
+            })
+            .collect();
+        for worker in workers {
+            worker.await?;
+        }
+        me.liveness(&locks).await;
+        Ok(())
+    }
+
+    fn manager(&self) -> Result<Redlock, Box<dyn std::error::Error>> {
+        let nodes = (0..self.masters).map(|m| format!("redis://m{m}:{PORT}"));
+        let builder = Redlock::builder()
+            .nodes(nodes)
+            .restart_protection(true)
+            .max_ttl(MAX_TTL)
+            .node_timeout(Duration::from_millis(50))
+            .connect_timeout(Duration::from_millis(200))
+            .retry_count(3)
+            .retry_delay(Duration::from_millis(50));
+        let builder = match &self.mutant {
+            #[cfg(quorumlock_mutants)]
+            Some(name) => builder.mutant(super::mutants::by_name(name)?),
+            #[cfg(not(quorumlock_mutants))]
+            Some(name) => match super::mutants::by_name(name)? {},
+            None => builder,
+        };
+        Ok(builder.build()?.fenced())
+    }
+
+    async fn worker(self: Rc<Self>, locks: Redlock, mut rng: SeedRng) {
+        while now() < self.stop_at {
+            let ttl = Duration::from_millis(100 + rng.below(900));
+            let pick = rng.below(100);
+            // Some acquisitions are dropped at an await point (a cancelled caller).
+            let cancel_after = rng
+                .one_in(10)
+                .then(|| Duration::from_micros(rng.below(20_000)));
+            let asked = now();
+            match pick {
+                0..35 => {
+                    let resource = format!("l{}", rng.below(LOCKS));
+                    let got = cancellable(cancel_after, locks.try_lock(&resource, ttl)).await;
+                    let Some(Ok(mut guard)) = got else {
+                        Self::back_off(&mut rng).await;
+                        continue;
+                    };
+                    let holds = self.granted(
+                        Kind::Lock,
+                        &[resource],
+                        asked,
+                        guard.remaining(),
+                        guard.fence(),
+                    );
+                    self.hold_for(&mut rng, ttl).await;
+                    if rng.one_in(4) {
+                        let asked = now();
+                        let extended = guard.extend(ttl).await;
+                        self.history.borrow_mut().release(holds[0], now());
+                        if extended.is_ok() {
+                            let again = self.granted_again(
+                                Kind::Lock,
+                                guard.resource(),
+                                asked,
+                                guard.remaining(),
+                            );
+                            self.hold_for(&mut rng, ttl).await;
+                            self.end(&[again]);
+                        }
+                    }
+                    self.end(&holds);
+                    let _ = guard.release().await;
+                }
+                35..50 => {
+                    let a = rng.below(SET_RESOURCES);
+                    let b = (a + 1 + rng.below(SET_RESOURCES - 1)) % SET_RESOURCES;
+                    let resources = [format!("s{a}"), format!("s{b}")];
+                    let got = cancellable(cancel_after, locks.set(&resources).try_lock(ttl)).await;
+                    let Some(Ok(guard)) = got else {
+                        Self::back_off(&mut rng).await;
+                        continue;
+                    };
+                    let holds = self.granted(
+                        Kind::Set,
+                        &resources,
+                        asked,
+                        guard.remaining(),
+                        guard.fence(),
+                    );
+                    self.hold_for(&mut rng, ttl).await;
+                    self.end(&holds);
+                    let _ = guard.release().await;
+                }
+                50..70 => {
+                    let semaphore = locks.semaphore("sem", PERMITS);
+                    let got = cancellable(cancel_after, semaphore.try_acquire(ttl)).await;
+                    let Some(Ok(guard)) = got else {
+                        Self::back_off(&mut rng).await;
+                        continue;
+                    };
+                    let holds = self.granted(
+                        Kind::Permit,
+                        &["sem".into()],
+                        asked,
+                        guard.remaining(),
+                        None,
+                    );
+                    self.hold_for(&mut rng, ttl).await;
+                    self.end(&holds);
+                    let _ = guard.release().await;
+                }
+                70..90 => {
+                    let got = cancellable(cancel_after, locks.rw_lock("rw").try_read(ttl)).await;
+                    let Some(Ok(guard)) = got else {
+                        Self::back_off(&mut rng).await;
+                        continue;
+                    };
+                    let holds =
+                        self.granted(Kind::Read, &["rw".into()], asked, guard.remaining(), None);
+                    self.hold_for(&mut rng, ttl).await;
+                    self.end(&holds);
+                    let _ = guard.release().await;
+                }
+                _ => {
+                    let got = cancellable(cancel_after, locks.rw_lock("rw").try_write(ttl)).await;
+                    let Some(Ok(guard)) = got else {
+                        Self::back_off(&mut rng).await;
+                        continue;
+                    };
+                    let holds =
+                        self.granted(Kind::Write, &["rw".into()], asked, guard.remaining(), None);
+                    self.hold_for(&mut rng, ttl).await;
+                    self.end(&holds);
+                    let _ = guard.release().await;
+                }
+            }
+        }
+    }
+
+    /// Holds for a while: mostly briefly, sometimes up to half its `ttl`, now and then past it
+    /// (a paused holder, which then releases a lock that may have moved on).
+    async fn hold_for(&self, rng: &mut SeedRng, ttl: Duration) {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let hold = match rng.below(100) {
+            0..3 => ms + rng.below(2 * ms),
+            3..20 => rng.below(ms / 2 + 1),
+            _ => rng.below(10),
+        };
+        tokio::time::sleep(Duration::from_millis(hold)).await;
+    }
+
+    /// After a refused or failed acquisition: a short random pause, so that a worker does not
+    /// spin on a contended resource.
+    async fn back_off(rng: &mut SeedRng) {
+        tokio::time::sleep(Duration::from_millis(1 + rng.below(20))).await;
+    }
+
+    fn granted(
+        &self,
+        kind: Kind,
+        resources: &[String],
+        asked: Duration,
+        remaining: Duration,
+        token: Option<u64>,
+    ) -> Vec<usize> {
+        let granted = now();
+        let mut history = self.history.borrow_mut();
+        history.grants += 1;
+        resources
+            .iter()
+            .map(|group| {
+                history.hold(Hold {
+                    client: self.index,
+                    kind,
+                    group: group.clone(),
+                    asked,
+                    granted,
+                    until: granted + remaining,
+                    token,
+                })
+            })
+            .collect()
+    }
+
+    /// An extension: a new hold (without a token), its index.
+    fn granted_again(
+        &self,
+        kind: Kind,
+        resource: &str,
+        asked: Duration,
+        remaining: Duration,
+    ) -> usize {
+        let granted = now();
+        self.history.borrow_mut().hold(Hold {
+            client: self.index,
+            kind,
+            group: resource.to_owned(),
+            asked,
+            granted,
+            until: granted + remaining,
+            token: None,
+        })
+    }
+
+    fn end(&self, holds: &[usize]) {
+        let at = now();
+        let mut history = self.history.borrow_mut();
+        for &hold in holds {
+            history.release(hold, at);
+        }
+    }
+
+    /// After the heal, the client must get a lock of its own within [`LIVENESS_BOUND`].
+    async fn liveness(&self, locks: &Redlock) {
+        let healed = now();
+        let resource = format!("live{}", self.index);
+        let mut outcome: Result<(), LockError> = Ok(());
+        while now() < healed + LIVENESS_BOUND {
+            match locks.try_lock(&resource, Duration::from_millis(500)).await {
+                Ok(guard) => {
+                    let _ = guard.release().await;
+                    let took = now() - healed;
+                    let mut history = self.history.borrow_mut();
+                    history.event(
+                        now(),
+                        format_args!("c{} live after {}ms", self.index, took.as_millis()),
+                    );
+                    return;
+                }
+                Err(error) => outcome = Err(error),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let error = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+        let mut history = self.history.borrow_mut();
+        history.event(
+            now(),
+            format_args!("c{} {LIVENESS} violated: {error}", self.index),
+        );
+        history.dead.push(self.index);
+    }
+}
+
+/// `future`, dropped after `after` if it has not finished by then: `None`.
+async fn cancellable<F: std::future::Future>(
+    after: Option<Duration>,
+    future: F,
+) -> Option<F::Output> {
+    match after {
+        Some(after) => tokio::time::timeout(after, future).await.ok(),
+        None => Some(future.await),
+    }
+}
