@@ -32,6 +32,7 @@ use crate::lease::{Lease, LeaseOptions};
 use crate::manager::Redlock;
 use crate::multi::guard::MultiLockGuard;
 use crate::multi::keyset::KeySet;
+use crate::mutant::Mutant;
 use crate::round::terms::{round_terms, RoundTerms};
 use crate::round::LockKeys;
 use crate::semaphore::Permits;
@@ -283,7 +284,12 @@ impl<'a> RwLock<'a> {
     fn writing(self, ttl: Duration) -> Result<Writing, LockError> {
         let permits = self.read_permits(ttl)?;
         let intent = writer_intent_keys(self.locks.config(), self.name)?;
-        let entries = (0..self.readers)
+        let locked = if self.locks.config().mutant == Some(Mutant::ReaderMissesWriter) {
+            (self.readers / 2).max(1)
+        } else {
+            self.readers
+        };
+        let entries = (0..locked)
             .zip(permits.keys)
             .map(|(i, mut keys)| {
                 // A writer is not refused by its own intent.
