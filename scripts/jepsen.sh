@@ -10,7 +10,7 @@
 #   scripts/jepsen.sh soak --minutes 30          # composed random runs back to back, N = 1,3,5,7
 #   scripts/jepsen.sh soak --minutes 10 --mutation min-token  # seeds until a mutant is caught
 #   scripts/jepsen.sh cron --quick [--seed S] [--mutant release-at-end]  # the cron workload alone
-#   scripts/jepsen.sh workload --kind election|lock-all --quick [--seed S] [--mutant NAME]
+#   scripts/jepsen.sh workload --kind election|lock-all|semaphore|rw-lock --quick [--seed S] [--mutant NAME]
 #
 # jepsen-lite is built with `--cfg quorumlock_mutants` (the deliberately broken library variants
 # its mutant scenarios run), in a target directory of its own so that the flag never reaches
@@ -26,8 +26,9 @@ if [[ ${#command[@]} -gt 0 && " $* " == *" --quick "* ]]; then
     # The cron workload: scheduler workers with skewed clocks under faults.
     RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
         cargo run --locked --release -p jepsen-lite -- cron --quick
-    # The election and lock-all workloads: fenced leaders and sets under faults.
-    for kind in election lock-all; do
+    # The election, lock-all, semaphore and rw-lock workloads: fenced leaders, sets, permits
+    # and readers/writers under faults (about 35 s each).
+    for kind in election lock-all semaphore rw-lock; do
         RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
             cargo run --locked --release -p jepsen-lite -- workload --kind "$kind" --quick
     done

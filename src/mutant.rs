@@ -55,6 +55,12 @@ pub enum Mutant {
     /// leaves its keys on the masters that granted instead of deleting them. A round of a
     /// healthy cluster still cleans up, so only what happens during a fault shows it.
     NoCleanupWhenDegraded,
+    /// A semaphore client has one permit more than the K it was given: K + 1 holders fit at
+    /// once, as with a counter per master on majorities.
+    SemaphoreExtraPermit,
+    /// A writer of a read-write lock locks only the first half of the read permits (at least
+    /// one): a reader on another permit holds beside it.
+    ReaderMissesWriter,
 }
 
 /// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error

@@ -34,6 +34,7 @@ use crate::lease::{Lease, LeaseOptions};
 use crate::manager::Redlock;
 use crate::multi::guard::MultiLockGuard;
 use crate::multi::keyset::KeySet;
+use crate::mutant::Mutant;
 use crate::round::terms::{round_terms, RoundTerms};
 use crate::round::LockKeys;
 use crate::semaphore::Permits;
@@ -293,7 +294,12 @@ impl<'a> RwLock<'a> {
         };
         let permits = all.read_permits(ttl)?;
         let intent = writer_intent_keys(self.locks.config(), self.name)?;
-        let entries = (0..all.readers)
+        let locked = if self.locks.config().mutant == Some(Mutant::ReaderMissesWriter) {
+            (self.readers / 2).max(1)
+        } else {
+            all.readers
+        };
+        let entries = (0..locked)
             .zip(permits.keys)
             .map(|(i, mut keys)| {
                 // A writer is not refused by its own intent.

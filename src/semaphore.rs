@@ -29,6 +29,7 @@ use crate::guard::LockGuard;
 use crate::keys::{permit_keys, PermitOf};
 use crate::limits;
 use crate::manager::Redlock;
+use crate::mutant::Mutant;
 use crate::round::terms::{round_terms, RoundTerms};
 use crate::round::{LockKeys, RoundFailure};
 
@@ -111,6 +112,9 @@ impl Permits {
             .into());
         }
         let config = locks.config();
+        let extra = matches!(of, PermitOf::Semaphore)
+            && config.mutant == Some(Mutant::SemaphoreExtraPermit);
+        let count = count + usize::from(extra);
         let mut keys = (0..count)
             .map(|i| permit_keys(config, of, name, i))
             .collect::<Result<Vec<_>, _>>()?;

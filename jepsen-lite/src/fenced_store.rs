@@ -41,6 +41,17 @@ pub fn admit(bar: &mut Option<u64>, token: Option<u64>) -> Result<(), String> {
     }
 }
 
+/// The fencing check of a read: as [`admit`], without raising the bar (readers that hold at
+/// once, each with its own token, must not fence each other out; a write raises it for all).
+///
+/// # Errors
+///
+/// As [`admit`].
+pub fn admit_read(bar: Option<u64>, token: Option<u64>) -> Result<(), String> {
+    let mut probe = bar;
+    admit(&mut probe, token)
+}
+
 /// What must pass the fence: the key whose bar it meets and the token it carries, or `None`
 /// for an event that is logged and never refused.
 pub type Bar<K> = Option<(K, Option<u64>)>;
@@ -63,6 +74,12 @@ pub trait FencedRequest: DeserializeOwned + Send + 'static {
     ///
     /// Why the request is refused before any token is looked at (it names no single key).
     fn bar(&self) -> Result<Bar<Self::Key>, String>;
+
+    /// Whether an admitted token raises its key's bar ([`admit`]), or is only checked against
+    /// it ([`admit_read`]).
+    fn raises_bar(&self) -> bool {
+        true
+    }
 
     /// Applies the request at `time_ns` to `data` (unless it was refused, `refusal`): what the
     /// log keeps and what the store answers.
@@ -102,7 +119,14 @@ impl<R: FencedRequest> State<R> {
     pub fn apply(&mut self, req: R, time_ns: u64) -> R::Answer {
         let refusal = match req.bar() {
             Ok(None) => None,
-            Ok(Some((key, token))) => admit(self.bars.entry(key).or_default(), token).err(),
+            Ok(Some((key, token))) => {
+                let bar = self.bars.entry(key).or_default();
+                if req.raises_bar() {
+                    admit(bar, token).err()
+                } else {
+                    admit_read(*bar, token).err()
+                }
+            }
             Err(why) => Some(why),
         };
         let (entry, answer) = req.apply(&mut self.data, time_ns, refusal);
@@ -271,5 +295,9 @@ mod tests {
         assert_eq!(admit(&mut bar, Some(9)), Ok(()));
         assert_eq!(bar, Some(9));
         assert_eq!(admit(&mut bar, None), Err("no token".into()));
+        assert_eq!(admit_read(bar, Some(9)), Ok(()));
+        assert_eq!(admit_read(bar, Some(8)), Err("stale token 8 < 9".into()));
+        assert_eq!(admit_read(bar, None), Err("no token".into()));
+        assert_eq!(admit_read(None, Some(1)), Ok(()));
     }
 }

@@ -112,8 +112,9 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
-    /// The election or lock-all workload: 5 workers campaign for one name (with 2
-    /// observers) or lock random sets of resources in random orders, fenced, under holder
+    /// The election, lock-all, semaphore or rw-lock workload: 5 workers campaign for one name
+    /// (with 2 observers), lock random sets of resources in random orders, take one of 2
+    /// permits, or read and write a table under a read-write lock, fenced, under holder
     /// pauses and kills, a master crash, a minority partition and a master pause. Exits 1
     /// unless it passed (a mutant must fail).
     Workload {

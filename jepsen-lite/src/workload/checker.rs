@@ -21,6 +21,13 @@
 //! * **liveness**: after a holder is paused or killed, another process is granted one of its
 //!   resources within [`Params::liveness_bound_ns`], unless a quorum outage overlaps.
 //!
+//! Semaphores and read-write locks share what they can of the above, and add their own rules
+//! ([`holders`](super::holders), chosen by [`Params::sharing`]): a semaphore's resources are its
+//! permits (each a lock, judged as above), and no more than K claims hold at once across them;
+//! a read-write lock's claims of its one resource overlap when both are readers, so its
+//! overlaps and token order are judged there (a writer alone, a writer's token above every
+//! earlier access's and below every later claim's); reads pass the fence without raising it.
+//!
 //! Observers (elections): every leader an observer reports was a real leader, with the token of
 //! its grant, reported no earlier than its campaign began, and each observer's leaders come in
 //! strictly increasing token order. A leader whose announcement was seen but whose campaign
@@ -53,6 +60,24 @@ pub struct Params {
     pub progress_bound_ns: u64,
     /// The window in which progress is judged `[from, to)`, host monotonic ns.
     pub window: (u64, u64),
+    /// Whether claims of a resource may hold at once.
+    pub sharing: Sharing,
+}
+
+/// Which claims may hold at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sharing {
+    /// None: one claim per resource at a time (elections, locks, sets).
+    Exclusive,
+    /// A semaphore's: the resources are its permits, each exclusive, and at most `permits`
+    /// claims hold at once across them.
+    Permits {
+        /// K.
+        permits: usize,
+    },
+    /// A read-write lock's: readers (shared claims) together, a writer alone.
+    ReadWrite,
 }
 
 /// A pause or kill of a process that held a claim, as the controller injected it.
@@ -83,6 +108,8 @@ pub struct Claim {
     pub token: Option<u64>,
     /// The identity (elections).
     pub identity: String,
+    /// A reader's claim (read-write locks).
+    pub shared: bool,
     /// When its call began.
     pub call_ns: u64,
     /// When it was granted (the validity read after the call returned).
@@ -106,8 +133,19 @@ pub struct Observation {
     pub refused: usize,
     /// Writes the store accepted.
     pub writes_accepted: usize,
-    /// Writes the store rejected (stale tokens).
+    /// Writes, and reads, the store rejected (stale tokens).
     pub writes_rejected: usize,
+    /// Reads the store accepted (read-write locks' readers).
+    pub reads_accepted: usize,
+    /// The most claims that held at once (semaphores and read-write locks; 0 otherwise).
+    pub holders_max: usize,
+    /// Moments when more claims of a semaphore held than it has permits.
+    pub too_many_holders: Vec<String>,
+    /// Writers beside a reader or another writer.
+    pub writer_not_alone: Vec<String>,
+    /// A writer's token not above an earlier accepted access's, or a later claim's not above
+    /// the writer's.
+    pub writer_tokens: Vec<String>,
     /// Overlapping claims of a resource.
     pub overlaps: Vec<String>,
     /// Overlaps within epsilon (not violations).
@@ -149,6 +187,9 @@ impl Observation {
     pub fn violations(&self) -> Vec<(&'static str, usize)> {
         [
             ("overlapping claims", self.overlaps.len()),
+            ("more holders than permits", self.too_many_holders.len()),
+            ("writers not alone", self.writer_not_alone.len()),
+            ("writer tokens out of order", self.writer_tokens.len()),
             ("overstated validity", self.overstated.len()),
             ("tokens not increasing", self.token_order.len()),
             ("stale writes accepted", self.stale_accepted.len()),
@@ -166,6 +207,9 @@ impl Observation {
     pub fn details(&self) -> Vec<&str> {
         [
             &self.overlaps,
+            &self.too_many_holders,
+            &self.writer_not_alone,
+            &self.writer_tokens,
             &self.overstated,
             &self.token_order,
             &self.stale_accepted,
@@ -212,13 +256,14 @@ pub fn claims(log: &[Access], p: &Params, overstated: &mut Vec<String>) -> Vec<C
                     resources: r.resources.clone(),
                     token: r.token,
                     identity: r.identity.clone(),
+                    shared: r.shared,
                     call_ns: r.call_ns,
                     start_ns: r.at_ns,
                     end_ns: belief,
                 };
                 by_key.insert(key, (claim, r.renewed, u64::MAX));
             }
-            Kind::Write => {
+            Kind::Write | Kind::Read => {
                 let (Some((c, renewed, _)), Some(until)) = (by_key.get_mut(&key), r.valid_until_ns)
                 else {
                     continue;
@@ -277,13 +322,19 @@ pub fn check(
             .collect();
         check_resource(resource, &of, outages, p, &mut obs);
     }
+    match p.sharing {
+        Sharing::Exclusive => {}
+        Sharing::Permits { permits } => super::holders::permits(&claims, permits, p, &mut obs),
+        Sharing::ReadWrite => super::holders::read_write(log, &claims, p, &mut obs),
+    }
     check_writes(log, &claims, p, &mut obs);
     check_observers(log, &claims, &mut obs);
     check_liveness(&claims, outages, faults, p, &mut obs);
     obs
 }
 
-/// Overlaps, hand-overs, tokens and progress of one resource's claims (sorted by start).
+/// Overlaps, hand-overs, tokens and progress of one resource's claims (sorted by start); a
+/// read-write lock's overlaps and tokens are judged by [`super::holders::read_write`].
 fn check_resource(
     resource: &str,
     of: &[&Claim],
@@ -297,9 +348,10 @@ fn check_resource(
             c.worker, c.pid, c.claim, c.token
         )
     };
+    let exclusive = p.sharing != Sharing::ReadWrite;
     let mut latest: Option<&Claim> = None;
     for (i, c) in of.iter().enumerate() {
-        if let Some(prev) = latest {
+        if let Some(prev) = latest.filter(|_| exclusive) {
             let margin = i128::from(c.start_ns) - i128::from(prev.end_ns);
             obs.min_margin_ms = Some(obs.min_margin_ms.map_or(ms(margin), |m| m.min(ms(margin))));
             if margin < -i128::from(p.epsilon_ns) {
@@ -321,7 +373,7 @@ fn check_resource(
             if prev.pid != c.pid {
                 obs.hand_overs += 1;
             }
-            if !matches!((prev.token, c.token), (Some(a), Some(b)) if b > a) {
+            if exclusive && !matches!((prev.token, c.token), (Some(a), Some(b)) if b > a) {
                 obs.token_order
                     .push(format!("{resource}: {} after {}", label(c), label(prev)));
             }
@@ -353,23 +405,34 @@ fn check_resource(
     }
 }
 
-/// Stale writes accepted, and writes outside their claims.
+/// Stale writes (and reads) accepted, and writes (and reads) outside their claims.
 fn check_writes(log: &[Access], claims: &[Claim], p: &Params, obs: &mut Observation) {
     let by_key: HashMap<(u32, u64), &Claim> =
         claims.iter().map(|c| ((c.pid, c.claim), c)).collect();
     let mut max_accepted: HashMap<&str, u64> = HashMap::new();
-    for a in log.iter().filter(|a| a.req.kind == Kind::Write) {
+    for a in log
+        .iter()
+        .filter(|a| matches!(a.req.kind, Kind::Write | Kind::Read))
+    {
         let r = &a.req;
         let resource = r.resources.first().map_or("", String::as_str);
+        let read = r.kind == Kind::Read;
         if a.accepted {
-            obs.writes_accepted += 1;
+            if read {
+                obs.reads_accepted += 1;
+            } else {
+                obs.writes_accepted += 1;
+            }
             if let Some(t) = r.token {
-                let max = max_accepted.entry(resource).or_insert(t);
-                if t < *max {
+                // A read is checked against the highest write and does not raise it.
+                let max = *max_accepted.get(resource).unwrap_or(&t);
+                if t < max {
                     obs.stale_accepted
                         .push(format!("{resource}: token {t} accepted after {max}"));
                 }
-                *max = (*max).max(t);
+                if !read {
+                    max_accepted.insert(resource, max.max(t));
+                }
             }
         } else {
             obs.writes_rejected += 1;
@@ -569,6 +632,7 @@ mod tests {
             liveness_bound_ns: 2500 * MS,
             progress_bound_ns: 3000 * MS,
             window: (0, 4000 * MS),
+            sharing: Sharing::Exclusive,
         }
     }
 

@@ -1,30 +1,39 @@
-//! The election and lock-all workloads: `jepsen-lite workload --kind
-//! election|lock-all`.
+//! The election, lock-all, semaphore and read-write lock workloads: `jepsen-lite workload
+//! --kind election|lock-all|semaphore|rw-lock`.
 //!
 //! The controller starts five masters (provisioned for restart protection), the
 //! [fenced store](crate::fenced_store) (the workers' [`request`]s), five [`worker`] processes
 //! and, for an election, two observers. Election workers
 //! ([`election`]) campaign for one name, lead for a few fenced writes and resign; lock-all
 //! workers ([`lock_all`]) lock random sets of two or three of four accounts, named in random
-//! orders, write to each under the set's token and release. Then it injects, in turn: a pause
+//! orders, write to each under the set's token and release; semaphore workers ([`semaphore`])
+//! take one of [`PERMITS`] permits and write to that permit's register under its token;
+//! read-write lock workers ([`rw_lock`]) read (three times in four) or write the one table
+//! under their token. Then it injects, in turn: a pause
 //! (`SIGSTOP`) of a process holding a claim, a master crash with an empty restart (quarantined
 //! by restart protection), a `kill -9` of a holder (started again), a partition (iptables) of
 //! two masters, and a pause of a master. Each fault's effect is read back ([`faults`]), and a
 //! holder's pause or kill also proves the claim had not ended before the signal. The
 //! [`checker`] judges the log: claims that never overlap, tokens that increase, no stale write
 //! accepted, no write outside its claim, observers consistent with the leaders, a takeover in
-//! time after each holder fault, and grants that keep coming. Below the minimum activity the
-//! run is inconclusive; only a pass exits 0.
+//! time after each holder fault, and grants that keep coming; for a semaphore, no more than
+//! [`PERMITS`] holders at once; for a read-write lock, a writer alone and its token above every
+//! earlier access's ([`holders`]). Below the minimum activity the run is inconclusive; only a
+//! pass exits 0.
 //!
 //! `--mutant` runs broken workers, each of which a checker must catch: `keep-leading` (claims
 //! overlap), `never-resign` (no progress), `stale-write` (writes outside claims),
-//! `never-release` (no progress).
+//! `never-release` (no progress); and workers on a broken library: `semaphore-extra-permit`
+//! (more holders than permits), `rw-reader-misses-writer` (a writer not alone).
 
 pub mod checker;
 pub mod election;
 pub mod faults;
+pub mod holders;
 pub mod lock_all;
 pub mod request;
+pub mod rw_lock;
+pub mod semaphore;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
@@ -34,7 +43,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use self::checker::{ClientFault, Minimum, Observation, Params};
+use self::checker::{ClientFault, Minimum, Observation, Params, Sharing};
 use self::request::Store;
 use self::worker::{Role, WorkerConfig};
 use crate::clock::now_ns;
@@ -48,6 +57,14 @@ use crate::process_env::{MASTERS, MAX_TTL_MS, NODE_TIMEOUT_MS, WARM_UP, WORKERS}
 pub const ELECTION: &str = "jepsen-leader";
 /// The lock-all workload's resources.
 pub const ACCOUNTS: [&str; 4] = ["account:0", "account:1", "account:2", "account:3"];
+/// The semaphore workload's semaphore.
+pub const SEMAPHORE: &str = "jepsen-permits";
+/// Its permits: fewer than the workers, so that they queue.
+pub const PERMITS: usize = 2;
+/// The read-write lock workload's lock (and the register its holders access).
+pub const TABLE: &str = "jepsen-table";
+/// Its read permits: a writer locks them all.
+pub const READERS: usize = 3;
 
 const OBSERVERS: usize = 2;
 const TTL_MS: u64 = 1000;
@@ -65,6 +82,31 @@ pub enum WorkloadKind {
     Election,
     /// Sets of resources locked at once.
     LockAll,
+    /// A counting semaphore of [`PERMITS`] permits.
+    Semaphore,
+    /// A read-write lock of [`READERS`] read permits.
+    RwLock,
+}
+
+impl WorkloadKind {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Election => "election",
+            Self::LockAll => "lock-all",
+            Self::Semaphore => "semaphore",
+            Self::RwLock => "rw-lock",
+        }
+    }
+
+    /// Which of its claims may hold at once.
+    fn sharing(self) -> Sharing {
+        match self {
+            Self::Election | Self::LockAll => Sharing::Exclusive,
+            Self::Semaphore => Sharing::Permits { permits: PERMITS },
+            Self::RwLock => Sharing::ReadWrite,
+        }
+    }
 }
 
 /// The workers' deliberately broken variants.
@@ -79,6 +121,12 @@ pub enum Mutant {
     StaleWrite,
     /// Lock-all: extends every set it gets forever (progress must fail).
     NeverRelease,
+    /// Semaphore, on the library's `SemaphoreExtraPermit`: each client has one permit more
+    /// than [`PERMITS`] (more holders than permits must be found).
+    SemaphoreExtraPermit,
+    /// Read-write lock, on the library's `ReaderMissesWriter`: a writer locks only some read
+    /// permits (a writer beside a reader must be found).
+    RwReaderMissesWriter,
 }
 
 impl Mutant {
@@ -87,6 +135,8 @@ impl Mutant {
         match self {
             Self::KeepLeading | Self::NeverResign => WorkloadKind::Election,
             Self::StaleWrite | Self::NeverRelease => WorkloadKind::LockAll,
+            Self::SemaphoreExtraPermit => WorkloadKind::Semaphore,
+            Self::RwReaderMissesWriter => WorkloadKind::RwLock,
         }
     }
 
@@ -96,6 +146,8 @@ impl Mutant {
             Self::NeverResign => "never-resign",
             Self::StaleWrite => "stale-write",
             Self::NeverRelease => "never-release",
+            Self::SemaphoreExtraPermit => "semaphore-extra-permit",
+            Self::RwReaderMissesWriter => "rw-reader-misses-writer",
         }
     }
 }
@@ -167,7 +219,9 @@ struct Summary<'a> {
     grants: usize,
     hand_overs: usize,
     writes_accepted: usize,
+    reads_accepted: usize,
     stale_writes_rejected: usize,
+    holders_max: usize,
     observed_changes: usize,
     observed_leaders: usize,
     overlaps: usize,
@@ -177,10 +231,7 @@ struct Summary<'a> {
 
 /// Runs the workload and prints its table; returns the exit code (0 only for a pass).
 pub async fn run(opts: Options, out: &Path) -> i32 {
-    let kind = match opts.kind {
-        WorkloadKind::Election => "election",
-        WorkloadKind::LockAll => "lock-all",
-    };
+    let kind = opts.kind.name();
     if let Some(m) = opts.mutant.filter(|m| m.kind() != opts.kind) {
         eprintln!(
             "jepsen-lite workload: mutant {} is not a {kind} mutant",
@@ -280,6 +331,7 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
         liveness_bound_ns: ttl_ns + 1_500_000_000,
         progress_bound_ns: 5_000_000_000,
         window: (start + dur_ns(WARM_UP), end),
+        sharing: opts.kind.sharing(),
     };
     let obs = checker::check(&log, &outages, &env.client_faults, &params);
     let secs = opts.duration.as_secs() as usize;
@@ -296,7 +348,7 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
         faults: k.max(CYCLE),
     };
     let (verdict, why) = checker::verdict(&obs, &env.evidence, &min);
-    print_table(&obs, &env.evidence, verdict, &why);
+    print_table(&obs, &env.evidence, verdict, &why, opts.kind);
     let table = Summary {
         kind: opts.kind,
         seed: opts.seed,
@@ -306,6 +358,8 @@ async fn run_in(opts: &Options, kind: &str, dir: &Path) -> Result<i32, Box<dyn s
         grants: obs.grants,
         hand_overs: obs.hand_overs,
         writes_accepted: obs.writes_accepted,
+        reads_accepted: obs.reads_accepted,
+        holders_max: obs.holders_max,
         stale_writes_rejected: obs.writes_rejected,
         observed_changes: obs.observed_changes,
         observed_leaders: obs.observed_leaders,
@@ -362,7 +416,13 @@ impl Env {
     }
 }
 
-fn print_table(obs: &Observation, evidence: &Evidence, verdict: Verdict, why: &str) {
+fn print_table(
+    obs: &Observation,
+    evidence: &Evidence,
+    verdict: Verdict,
+    why: &str,
+    kind: WorkloadKind,
+) {
     println!(
         "{:>7} {:>10} {:>8} {:>14} {:>9} {:>9} {:>8} {:>16} {:>10} {:>14}",
         "grants",
@@ -390,6 +450,17 @@ fn print_table(obs: &Observation, evidence: &Evidence, verdict: Verdict, why: &s
         obs.max_gap_ms / 1000.0,
         format!("{}/{}", evidence.proven(), evidence.injected()),
     );
+    match kind.sharing() {
+        Sharing::Exclusive => {}
+        Sharing::Permits { permits } => println!(
+            "  holders at once: at most {} (permits {permits})",
+            obs.holders_max
+        ),
+        Sharing::ReadWrite => println!(
+            "  holders at once: at most {} (a writer alone); reads accepted: {}",
+            obs.holders_max, obs.reads_accepted
+        ),
+    }
     process_env::print_checks(evidence);
     if obs.aborted_announcements > 0 {
         println!(

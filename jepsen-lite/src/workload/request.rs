@@ -3,7 +3,8 @@
 //!
 //! A `write` names one resource and carries the fencing token of the claim it is made under;
 //! per resource the store keeps the highest token it accepted and rejects any write below it,
-//! and any write without a token (equal tokens pass: one claim writes several times). Every
+//! and any write without a token (equal tokens pass: one claim writes several times). A `read`
+//! (a read-write lock's reader) is checked the same way and does not raise the bar. Every
 //! other request is an event of the history (a campaign or lock call begun, a grant, a claim
 //! ended, a refusal, an observer's reading), logged and never rejected. Every request is stamped
 //! with the host's monotonic clock on arrival; the times inside a request are the sender's
@@ -30,6 +31,8 @@ pub enum Kind {
     /// A write to one resource under a claim: `at_ns` when the validity was checked,
     /// `valid_until_ns` what the check said (the holder's belief).
     Write,
+    /// A read of one resource under a reader's claim, as a write but below no later read.
+    Read,
     /// The holder stopped believing it holds the claim (`at_ns`): before a resignation or a
     /// release, or when it saw the loss.
     End,
@@ -72,6 +75,9 @@ pub struct Request {
     /// For a grant: whether a lease renews it (later readings may extend the claim).
     #[serde(default)]
     pub renewed: bool,
+    /// For a call or a grant: a reader's (a read-write lock's shared claim).
+    #[serde(default)]
+    pub shared: bool,
     /// Why (an end, a refusal).
     #[serde(default)]
     pub note: String,
@@ -92,6 +98,7 @@ impl Request {
             call_ns: 0,
             valid_until_ns: None,
             renewed: false,
+            shared: false,
             note: String::new(),
         }
     }
@@ -106,10 +113,16 @@ impl FencedRequest for Request {
 
     fn bar(&self) -> Result<Bar<Self::Key>, String> {
         match (self.kind, self.resources.as_slice()) {
-            (Kind::Write, [resource]) => Ok(Some((resource.clone(), self.token))),
-            (Kind::Write, _) => Err("a write names exactly one resource".to_string()),
+            (Kind::Write | Kind::Read, [resource]) => Ok(Some((resource.clone(), self.token))),
+            (Kind::Write | Kind::Read, _) => {
+                Err("an access names exactly one resource".to_string())
+            }
             _ => Ok(None),
         }
+    }
+
+    fn raises_bar(&self) -> bool {
+        self.kind != Kind::Read
     }
 
     fn apply(self, (): &mut (), time_ns: u64, refusal: Option<String>) -> (Access, StoreAnswer) {
@@ -164,5 +177,17 @@ mod tests {
         assert!(!s.apply(two, 7).accepted);
         assert!(s.apply(Request::new(Kind::Grant, 0), 8).accepted);
         assert_eq!(s.log.len(), 8);
+        // A read passes at or above the bar and leaves it where it was.
+        let read = |token| {
+            let mut r = write("a", Some(token));
+            r.kind = Kind::Read;
+            r
+        };
+        assert!(s.apply(read(12), 9).accepted);
+        assert!(
+            s.apply(read(8), 10).accepted,
+            "the read of 12 did not raise the bar"
+        );
+        assert!(!s.apply(read(6), 11).accepted, "below the write of 7");
     }
 }

@@ -1,12 +1,14 @@
 //! One process of a workload (`jepsen-lite workload-worker --config JSON`): a worker running
-//! the [`election`](super::election) or [`lock_all`](super::lock_all) loop, or an observer of
-//! the election.
+//! the [`election`](super::election), [`lock_all`](super::lock_all),
+//! [`semaphore`](super::semaphore) or [`rw_lock`](super::rw_lock) loop, or an observer of the
+//! election.
 //!
 //! Every worker builds its manager with fencing and restart protection on, and reports each
 //! step to the controller's [store](super::request): the call, the grant with the validity it
 //! read (`remaining()` first, then the clock, so that a preemption between the two lengthens
 //! the claim, which the checker bounds independently, instead of hiding an overlap), each
-//! write with the validity checked just before it, and the end of its belief.
+//! write with the validity checked just before it, and the end of its belief. Under a library
+//! mutant its manager runs the broken library.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -148,12 +150,25 @@ impl Reporter {
         token: u64,
         checked: Option<(u64, u64)>,
     ) -> bool {
-        let mut write = self.about(Kind::Write, claim, &[resource.to_string()], Some(token));
+        self.access(Kind::Write, claim, resource, token, checked)
+            .await
+    }
+
+    /// A [`write`](Self::write), or a read (`kind`), of `resource`.
+    pub async fn access(
+        &mut self,
+        kind: Kind,
+        claim: u64,
+        resource: &str,
+        token: u64,
+        checked: Option<(u64, u64)>,
+    ) -> bool {
+        let mut access = self.about(kind, claim, &[resource.to_string()], Some(token));
         if let Some((at, until)) = checked {
-            write.at_ns = at;
-            write.valid_until_ns = Some(until);
+            access.at_ns = at;
+            access.valid_until_ns = Some(until);
         }
-        self.send(&write).await
+        self.send(&access).await
     }
 
     /// Reports that this process stopped believing it holds claim `claim` (`note`: why).
@@ -194,12 +209,19 @@ pub fn valid_until_ns(remaining: Duration) -> (u64, u64) {
 ///
 /// A bad configuration, or a store that cannot be reached.
 pub async fn run(cfg: WorkerConfig) -> Result<(), Box<dyn std::error::Error>> {
-    let locks = process_env::worker_manager(
-        cfg.nodes.clone(),
-        Duration::from_millis(cfg.node_timeout_ms),
-        Duration::from_millis(cfg.max_ttl_ms),
-    )
-    .await?;
+    let locks = match cfg.mutant {
+        Some(m @ (Mutant::SemaphoreExtraPermit | Mutant::RwReaderMissesWriter)) => {
+            library_mutant(&cfg, m).await?
+        }
+        _ => {
+            process_env::worker_manager(
+                cfg.nodes.clone(),
+                Duration::from_millis(cfg.node_timeout_ms),
+                Duration::from_millis(cfg.max_ttl_ms),
+            )
+            .await?
+        }
+    };
     let mut reporter = Reporter::connect(cfg.store, cfg.id).await?;
     let ready = reporter.request(Kind::Ready);
     reporter.send(&ready).await;
@@ -211,7 +233,47 @@ pub async fn run(cfg: WorkerConfig) -> Result<(), Box<dyn std::error::Error>> {
         (Role::Worker, WorkloadKind::LockAll) => {
             super::lock_all::run(&locks, &cfg, &mut reporter).await
         }
+        (Role::Worker, WorkloadKind::Semaphore) => {
+            super::semaphore::run(&locks, &cfg, &mut reporter).await
+        }
+        (Role::Worker, WorkloadKind::RwLock) => {
+            super::rw_lock::run(&locks, &cfg, &mut reporter).await
+        }
     }
+}
+
+/// The worker's manager on the broken library that `mutant` names.
+#[cfg(quorumlock_mutants)]
+async fn library_mutant(
+    cfg: &WorkerConfig,
+    mutant: Mutant,
+) -> Result<Redlock, Box<dyn std::error::Error>> {
+    let broken = match mutant {
+        Mutant::SemaphoreExtraPermit => quorumlock::Mutant::SemaphoreExtraPermit,
+        Mutant::RwReaderMissesWriter => quorumlock::Mutant::ReaderMissesWriter,
+        other => return Err(format!("{other:?} is not a library mutant").into()),
+    };
+    let locks =
+        process_env::fenced_manager(cfg.nodes.clone(), Duration::from_millis(cfg.max_ttl_ms))
+            .node_timeout(Duration::from_millis(cfg.node_timeout_ms))
+            .mutant(broken)
+            .build()?
+            .fenced();
+    let _ = locks.connect().await;
+    Ok(locks)
+}
+
+/// Without the mutants flag the library mutants do not exist.
+#[cfg(not(quorumlock_mutants))]
+async fn library_mutant(
+    _: &WorkerConfig,
+    _: Mutant,
+) -> Result<Redlock, Box<dyn std::error::Error>> {
+    Err(
+        "library mutants need jepsen-lite built with RUSTFLAGS=\"--cfg quorumlock_mutants\" \
+         (scripts/jepsen.sh builds it so)"
+            .into(),
+    )
 }
 
 /// Reports every item of the election's observer stream.
