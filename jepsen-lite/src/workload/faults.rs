@@ -1,7 +1,7 @@
 //! The election and lock-all workloads' nemesis: which process or master each fault hits, and
 //! the bookkeeping the checker needs. The faults and their proofs (state `T`, death by signal 9
 //! and a new pid, a master's new pid answering `PING`, iptables packet counters) are
-//! [`nemesis::proven`](crate::nemesis::proven)'s, shared with the cron workload. A pause or
+//! the [`nemesis`](crate::nemesis) fault files', shared with every workload. A pause or
 //! kill of a holder also proves the claim was held: the holder had not reported the claim's
 //! end before the signal.
 

@@ -1,5 +1,5 @@
 //! The lock-all worker's loop: lock a random set of two or three of the accounts, named in a
-//! random order, with [`lock_all_until`](quorumlock::Redlock::lock_all_until); write to each of
+//! random order, with [`LockSet::lock_until`](quorumlock::LockSet::lock_until); write to each of
 //! them through the fenced store under the set's token; release; again.
 //!
 //! Before each write it checks its validity (and stops when none is left), then works a little
