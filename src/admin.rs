@@ -77,26 +77,16 @@ impl Redlock {
     /// Deletes `keys` on every master. An administrative call, not a hot path: each master
     /// gets several attempts within the connect timeout, so a cold connection does not fail it.
     async fn delete_everywhere(&self, keys: &[&str]) -> Vec<Cleared> {
-        let config = self.config();
-        let patience = config.connect_timeout.max(config.node_timeout);
+        let patience = self.admin_patience();
         let nodes = &self.shared().nodes;
         futures::future::join_all(nodes.iter().map(|node| async move {
             let deadline = deadline_after(Instant::now(), patience);
             let mut removed = Vec::new();
             for key in keys {
-                loop {
-                    match node.delete(key).await {
-                        Ok(existed) => {
-                            if existed {
-                                removed.push(key.to_string());
-                            }
-                            break;
-                        }
-                        Err(kind) if kind.may_retry() && Instant::now() < deadline => {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                        Err(kind) => return failed(node.name(), kind),
-                    }
+                match patiently(deadline, || node.delete(key)).await {
+                    Ok(true) => removed.push(key.to_string()),
+                    Ok(false) => {}
+                    Err(kind) => return failed(node.name(), kind),
                 }
             }
             Cleared {
@@ -105,6 +95,35 @@ impl Redlock {
             }
         }))
         .await
+    }
+}
+
+impl Redlock {
+    /// How long an operator's call keeps trying one master: the connect timeout (at least a
+    /// node timeout), so that a connection not open yet (a TLS handshake takes longer than a
+    /// node timeout) does not fail it.
+    pub(crate) fn admin_patience(&self) -> Duration {
+        let config = self.config();
+        config.connect_timeout.max(config.node_timeout)
+    }
+}
+
+/// `request` again after a failure that may pass, every 20 ms, until `deadline`: for operators'
+/// calls, not for lock rounds (which have their own retries).
+pub(crate) async fn patiently<T, F>(
+    deadline: Instant,
+    mut request: impl FnMut() -> F,
+) -> Result<T, NodeErrorKind>
+where
+    F: std::future::Future<Output = Result<T, NodeErrorKind>>,
+{
+    loop {
+        match request().await {
+            Err(kind) if kind.may_retry() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            done => return done,
+        }
     }
 }
 

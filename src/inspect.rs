@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::admin::patiently;
 use crate::error::{LockError, NodeError};
 use crate::keys::{epoch_key, lock_keys};
 use crate::manager::Redlock;
@@ -79,18 +80,13 @@ impl Redlock {
         let lock = lock_keys(config, resource)?.lock;
         let epoch = epoch_key(config);
         let nodes = &self.shared().nodes;
-        let patience = config.connect_timeout.max(config.node_timeout);
+        let patience = self.admin_patience();
         Ok(futures::future::join_all(nodes.iter().map(|node| {
             let (lock, epoch) = (&lock, &epoch);
             async move {
-                // As for a clear: several attempts within the connect timeout, so that a cold
-                // connection (a TLS handshake takes longer than a node timeout) does not fail it.
+                // As for a clear: a cold connection gets several tries.
                 let deadline = deadline_after(Instant::now(), patience);
-                let mut read = node.inspect(lock, epoch).await;
-                while matches!(&read, Err(kind) if kind.may_retry()) && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    read = node.inspect(lock, epoch).await;
-                }
+                let read = patiently(deadline, || node.inspect(lock, epoch)).await;
                 let seen = match read {
                     Ok(raw) => Ok(KeyState {
                         rtt: raw.rtt,

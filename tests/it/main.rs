@@ -20,6 +20,7 @@ mod extreme_durations;
 mod fencing;
 mod garbage_master;
 mod hold_at_least;
+mod inspect;
 mod invalid_input;
 mod keys_and_ttls;
 mod lease;
