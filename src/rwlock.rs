@@ -27,6 +27,7 @@
 use std::time::Duration;
 
 use crate::acquisition::{Acquisition, Line, Patience, PollDelay};
+use crate::config::Config;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::keys::{writer_intent_keys, PermitOf};
@@ -232,15 +233,7 @@ impl<'a> RwLock<'a> {
 
     /// The read permits, each refused while the writer intent exists.
     fn read_permits(self, ttl: Duration) -> Result<Permits, LockError> {
-        let intent = writer_intent_keys(self.locks.config(), self.name)?;
-        Permits::new(
-            self.locks,
-            PermitOf::Readers,
-            self.name,
-            self.readers,
-            ttl,
-            Some(&intent),
-        )
+        read_permits(self.locks.config(), self.name, self.readers, ttl)
     }
 
     /// [`read`](Self::read) and [`read_until`](Self::read_until).
@@ -284,44 +277,71 @@ impl<'a> RwLock<'a> {
 
     /// What a writer takes: the intent's keys and the set of every read permit.
     fn writing(self, ttl: Duration) -> Result<Writing, LockError> {
-        // The count is checked as a reader's would be, but a writer takes every read permit
-        // there can be: a reader whose client admits more readers than this one is excluded
-        // too, so a disagreement about the count loosens the readers' bound, never exclusion.
-        self.read_permits(ttl)?;
-        let all = Self {
-            readers: limits::MAX_PERMITS,
-            ..self
-        };
-        let permits = all.read_permits(ttl)?;
-        let intent = writer_intent_keys(self.locks.config(), self.name)?;
-        let locked = if self.locks.config().mutant == Some(Mutant::ReaderMissesWriter) {
-            (self.readers / 2).max(1)
-        } else {
-            all.readers
-        };
-        let entries = (0..locked)
-            .zip(permits.keys)
-            .map(|(i, mut keys)| {
-                // A writer is not refused by its own intent.
-                keys.blocker = None;
-                (format!("{} (read permit {i})", self.name), keys)
-            })
-            .collect();
-        let set = KeySet::of_keys(entries)?;
-        let terms = round_terms(self.locks.config(), ttl)?;
-        Ok(Writing {
-            intent,
-            set: std::sync::Arc::new(set),
-            terms,
-        })
+        writing(self.locks.config(), self.name, self.readers, ttl)
     }
 }
 
+/// The `readers` read permits of `name`, each refused while the writer intent exists, with
+/// rounds of `ttl`.
+pub(crate) fn read_permits(
+    config: &Config,
+    name: &str,
+    readers: usize,
+    ttl: Duration,
+) -> Result<Permits, LockError> {
+    let intent = writer_intent_keys(config, name)?;
+    Permits::new(
+        config,
+        PermitOf::Readers,
+        name,
+        readers,
+        ttl,
+        Some(&intent),
+    )
+}
+
+/// What a writer of `name` takes: the intent's keys and the set of every read permit.
+pub(crate) fn writing(
+    config: &Config,
+    name: &str,
+    readers: usize,
+    ttl: Duration,
+) -> Result<Writing, LockError> {
+    // The count is checked as a reader's would be, but a writer takes every read permit
+    // there can be: a reader whose client admits more readers than this one is excluded
+    // too, so a disagreement about the count loosens the readers' bound, never exclusion.
+    read_permits(config, name, readers, ttl)?;
+    let permits = read_permits(config, name, limits::MAX_PERMITS, ttl)?;
+    let intent = writer_intent_keys(config, name)?;
+    let locked = if config.mutant == Some(Mutant::ReaderMissesWriter) {
+        (readers / 2).max(1)
+    } else {
+        limits::MAX_PERMITS
+    };
+    let entries = (0..locked)
+        .zip(permits.keys)
+        .map(|(i, mut keys)| {
+            // A writer is not refused by its own intent.
+            keys.blocker = None;
+            (format!("{name} (read permit {i})"), keys)
+        })
+        .collect();
+    let set = KeySet::of_keys(entries)?;
+    let terms = round_terms(config, ttl)?;
+    Ok(Writing {
+        intent,
+        set: std::sync::Arc::new(set),
+        terms,
+    })
+}
+
 /// A writer's keys and terms.
-struct Writing {
-    intent: LockKeys,
-    set: std::sync::Arc<KeySet>,
-    terms: RoundTerms,
+pub(crate) struct Writing {
+    /// The writer intent: a plain lock that refuses new readers while it exists.
+    pub(crate) intent: LockKeys,
+    /// Every read permit there can be, locked together.
+    pub(crate) set: std::sync::Arc<KeySet>,
+    pub(crate) terms: RoundTerms,
 }
 
 /// The writer intent while the writer waits for the readers: kept alive by a lease if its TTL

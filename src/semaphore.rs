@@ -24,6 +24,7 @@
 use std::time::Duration;
 
 use crate::acquisition::{settle, Acquisition, Line, Patience, PollDelay};
+use crate::config::Config;
 use crate::error::{InvalidArgument, LockError};
 use crate::guard::LockGuard;
 use crate::keys::{permit_keys, PermitOf};
@@ -97,7 +98,7 @@ impl Permits {
     /// The `count` permits of `name` (`of` a semaphore or a read-write lock's readers), each
     /// refused while `blocker` exists, with rounds of `ttl`.
     pub(crate) fn new(
-        locks: &Redlock,
+        config: &Config,
         of: PermitOf,
         name: &str,
         count: usize,
@@ -111,7 +112,6 @@ impl Permits {
             }
             .into());
         }
-        let config = locks.config();
         let extra = matches!(of, PermitOf::Semaphore)
             && config.mutant == Some(Mutant::SemaphoreExtraPermit);
         let count = count + usize::from(extra);
@@ -140,39 +140,54 @@ impl Permits {
     }
 
     /// One try: the permits in turn from a random one, each a lock round, until one is
-    /// granted. A refused permit's cleanup is waited for (a node timeout at most) before the
-    /// next, and the try's refusal says when the soonest of the holders' keys expire.
+    /// granted (see [`first_granted`]).
     pub(crate) async fn any(
         &self,
         locks: &Redlock,
         waiting: bool,
     ) -> Result<LockGuard, RoundFailure> {
-        let n = self.keys.len();
-        // `n` is at least one permit (checked when the semaphore is made).
-        let first = crate::outside::random_below(n as u64) as usize;
-        let node_timeout = locks.config().node_timeout;
-        let attempt =
-            |i: usize| locks.acquire_round(&self.labels[i], &self.keys[i], self.terms, waiting);
-        let mut refused = match attempt(first).await {
-            Err(failure) if failure.error.is_contended() => failure,
-            other => return other,
-        };
-        for i in (1..n).map(|step| (first + step) % n) {
-            let failure = match attempt(i).await {
-                Err(failure) if failure.error.is_contended() => failure,
-                other => {
-                    settle(refused.cleanup, node_timeout).await;
-                    return other;
-                }
-            };
-            settle(refused.cleanup.take(), node_timeout).await;
-            refused = RoundFailure {
-                free_in: soonest(refused.free_in, failure.free_in),
-                ..failure
-            };
-        }
-        Err(refused)
+        first_granted(self.keys.len(), locks.config().node_timeout, |i| {
+            locks.acquire_round(&self.labels[i], &self.keys[i], self.terms, waiting)
+        })
+        .await
     }
+}
+
+/// One try over `count` permits (at least one): `attempt(i)` on each in turn from a random
+/// one, until one is granted. A refused permit's cleanup is waited for (`node_timeout` at most)
+/// before the next, and the try's refusal says when the soonest of the holders' keys expire.
+/// The first error other than a refusal ends the try. Generic over what a grant is, so that
+/// the property tests walk the permits of fake masters with the same code.
+pub(crate) async fn first_granted<G, F, Fut>(
+    count: usize,
+    node_timeout: Duration,
+    mut attempt: F,
+) -> Result<G, RoundFailure>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<G, RoundFailure>>,
+{
+    // `count` is at least one permit (checked when the permits are made).
+    let first = crate::outside::random_below(count.max(1) as u64) as usize;
+    let mut refused = match attempt(first).await {
+        Err(failure) if failure.error.is_contended() => failure,
+        other => return other,
+    };
+    for i in (1..count).map(|step| (first + step) % count) {
+        let failure = match attempt(i).await {
+            Err(failure) if failure.error.is_contended() => failure,
+            other => {
+                settle(refused.cleanup, node_timeout).await;
+                return other;
+            }
+        };
+        settle(refused.cleanup.take(), node_timeout).await;
+        refused = RoundFailure {
+            free_in: soonest(refused.free_in, failure.free_in),
+            ..failure
+        };
+    }
+    Err(refused)
 }
 
 impl<'a> Semaphore<'a> {
@@ -263,7 +278,7 @@ impl<'a> Semaphore<'a> {
     /// Checks the count, the name and the TTL; names every permit's keys.
     fn check(self, ttl: Duration) -> Result<Permits, LockError> {
         Permits::new(
-            self.locks,
+            self.locks.config(),
             PermitOf::Semaphore,
             self.name,
             self.permits,

@@ -8,9 +8,13 @@
 //! clients ([`FakeMaster::connect`]) share the node's keys and interleave freely. A reply later
 //! than the node timeout yields [`NodeErrorKind::Timeout`], but the request is still applied: a
 //! late `SET`, exactly what a paused master does. Every applied operation is logged for the
-//! properties to inspect.
+//! properties to inspect. Beyond the single-key scripts, it models the decisions of the slot
+//! scripts ([`slots`]) and of the key-set scripts ([`sets`], a read-write lock's writer).
 
+mod sets;
 mod slots;
+
+pub(crate) use sets::FakeSet;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -85,6 +89,7 @@ enum OpKind {
     Pexpire(String, String, Duration),
     RaiseFence(String, u64, Duration),
     Slots(slots::SlotOp),
+    Sets(sets::SetOp),
 }
 
 /// What an applied operation answers.
@@ -382,6 +387,7 @@ fn settle(state: &mut Store, now: Instant) {
                     Applied::SlotOp,
                 )
             }
+            OpKind::Sets(op) => sets::apply(state, op_at, now_us, op),
             OpKind::RaiseFence(fence_key, token, retention) => {
                 let current = state
                     .counters
