@@ -11,7 +11,8 @@
 //! * [`tally`]: the votes and when they decide the round;
 //! * [`timing`]: the pure maths (quorum size, drift, validity), property-tested;
 //! * `fake` and `properties` (tests only): fake masters on a virtual clock, and the round's
-//!   safety properties over them.
+//!   safety properties over them (`slot_properties` for slots, `permit_properties` for
+//!   semaphores and read-write locks).
 
 pub(crate) mod engine;
 pub(crate) mod master;
@@ -21,6 +22,8 @@ pub(crate) mod timing;
 
 #[cfg(test)]
 pub(crate) mod fake;
+#[cfg(test)]
+mod permit_properties;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]

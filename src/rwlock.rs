@@ -290,14 +290,7 @@ pub(crate) fn read_permits(
     ttl: Duration,
 ) -> Result<Permits, LockError> {
     let intent = writer_intent_keys(config, name)?;
-    Permits::new(
-        config,
-        PermitOf::Readers,
-        name,
-        readers,
-        ttl,
-        Some(&intent),
-    )
+    Permits::new(config, PermitOf::Readers, name, readers, ttl, Some(&intent))
 }
 
 /// What a writer of `name` takes: the intent's keys and the set of every read permit.
