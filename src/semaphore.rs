@@ -357,6 +357,23 @@ mod tests {
         }
     }
 
+    /// The permits' bound from the counter bound: a permit is a counter of one place on a
+    /// majority (K = 1, `q > N / 2`), so two holders never share a permit, whatever the
+    /// placement; K + 1 holders of K permits would have to (pigeonhole), and so would a writer
+    /// holding every read permit beside a reader holding one. The fake-cluster properties
+    /// (`round::permit_properties`) check the same through the rounds themselves.
+    #[test]
+    fn permits_on_majorities_never_share_a_permit_whatever_the_placement() {
+        for n in 1..=5 {
+            let majority = n / 2 + 1;
+            assert_eq!(counter_quorum(n, 1), majority);
+            assert!(
+                !can_overlap(n, 1, majority, 2),
+                "n={n}: two holders of one permit"
+            );
+        }
+    }
+
     #[test]
     fn the_naive_majority_admits_more_than_k() {
         // The docs' example: 3 masters, 2 permits, majorities {m1,m3}, {m1,m2}, {m2,m3}.

@@ -4,7 +4,8 @@
 //!
 //! Sections: uncontended latency (N = 1, 3, 5, 7), throughput (1–256 tasks, N = 1 and 5),
 //! contention (16 contenders, one key), faults (paused, slowed, dead master), options' cost
-//! (fencing, restart protection, auto-extension), memory (VmRSS over many cycles) and the
+//! (fencing, restart protection, auto-extension), memory (VmRSS over many cycles), semaphores
+//! and read-write locks against the same primitives on one master (`--only permits`) and the
 //! scheduler (1000 interval jobs on 5 `quorumlock-scheduler` workers; `--only scheduler`). Prints a
 //! table per section and the targets of the benchmark issue as ratios from the same run, and
 //! writes `results.csv` and SVG charts under `target/bench/` (see `--out`).
@@ -16,6 +17,7 @@ mod faults;
 mod handoff;
 mod minimal;
 mod peers;
+mod permits;
 mod report;
 mod scheduler;
 mod sections;
@@ -39,6 +41,8 @@ enum Section {
     Options,
     Memory,
     Handoff,
+    /// Semaphores and read-write locks, N = 5 against N = 1.
+    Permits,
     Scheduler,
 }
 
@@ -183,6 +187,9 @@ async fn run(args: &Args, plan: &Plan) -> std::process::ExitCode {
     }
     if wanted(Section::Handoff) {
         handoff::handoff(&cluster, plan, &mut results).await;
+    }
+    if wanted(Section::Permits) {
+        permits::permits(&cluster, plan, &mut results).await;
     }
     if wanted(Section::Scheduler) {
         scheduler::scheduler(&cluster, plan, &mut results).await;

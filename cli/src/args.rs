@@ -240,18 +240,19 @@ pub(crate) struct ExecArgs {
 
     /// Hold a read permit of the read-write lock RESOURCE: runs beside other --shared commands,
     /// never beside an --exclusive one. A waiting --exclusive command goes first.
-    #[arg(long, conflicts_with_all = ["once", "exclusive", "hold_at_least"])]
+    #[arg(long, group = "rw_mode", conflicts_with_all = ["once", "exclusive"])]
     pub(crate) shared: bool,
 
     /// Hold the read-write lock RESOURCE alone: no --shared or other --exclusive command runs
-    /// beside it (a plain exec on RESOURCE is a different lock).
-    #[arg(long, conflicts_with_all = ["once", "hold_at_least"])]
+    /// beside it (a plain exec on RESOURCE is a different lock). Not with --hold-at-least: a
+    /// writer holds every read permit as one set, whose lease has no minimum hold.
+    #[arg(long, group = "rw_mode", conflicts_with_all = ["once", "hold_at_least"])]
     pub(crate) exclusive: bool,
 
-    /// With --shared or --exclusive: how many --shared commands may run at once (every host
-    /// must give the same number).
-    #[arg(long, default_value_t = quorumlock::defaults::RW_READERS)]
-    pub(crate) readers: usize,
+    /// With --shared or --exclusive (required): how many --shared commands may run at once
+    /// (every host must give the same number). Defaults to 16.
+    #[arg(long, value_name = "N", requires = "rw_mode")]
+    pub(crate) readers: Option<usize>,
 
     /// With --once: run a slot whose last run failed (non-zero exit) or whose runner died,
     /// instead of exiting 80 (at-least-once; QUORUMLOCK_FENCE then tells the runs apart).

@@ -158,10 +158,11 @@ enum Mode {
 
 impl Mode {
     fn of(args: &ExecArgs) -> Self {
+        let readers = args.readers.unwrap_or(quorumlock::defaults::RW_READERS);
         match (args.permits, args.shared, args.exclusive) {
             (Some(permits), _, _) => Mode::Permit(permits),
-            (None, true, _) => Mode::Shared(args.readers),
-            (None, false, true) => Mode::Exclusive(args.readers),
+            (None, true, _) => Mode::Shared(readers),
+            (None, false, true) => Mode::Exclusive(readers),
             (None, false, false) => Mode::Lock,
         }
     }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::support;
 
-use support::{cluster, quorumlock, run, wait_until, Reaped, NOT_ACQUIRED};
+use support::{cluster, quorumlock, run, wait_until, Reaped, NOT_ACQUIRED, USAGE};
 
 /// A command that says it started, then runs until its marker file is removed.
 fn holder(dir: &Path, name: &str) -> (PathBuf, Vec<String>) {
@@ -83,4 +83,63 @@ fn shared_commands_run_together_and_an_exclusive_one_alone() {
     wait_until("readers run again", || {
         run(&mut exec("--shared", &["--no-wait"], &["true".to_string()])).0 == Some(0)
     });
+}
+
+/// `--readers` means nothing without `--shared` or `--exclusive`: a usage error (64), not a
+/// silently ignored flag, and the command does not run.
+#[test]
+fn readers_without_a_read_write_mode_is_a_usage_error() {
+    let cluster = cluster(1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ran = dir.path().join("ran");
+    let touch = format!("touch {}", ran.display());
+    for extra in [
+        &["--readers", "4"][..],
+        &["--permits", "2", "--readers", "4"],
+    ] {
+        let mut cmd = quorumlock(&cluster);
+        cmd.args(["exec", "-r", "table"])
+            .args(extra)
+            .args(["--", "sh", "-c", &touch]);
+        let (code, _, err) = run(&mut cmd);
+        assert_eq!(code, Some(USAGE), "{extra:?}: {err}");
+        assert!(
+            err.contains("--shared") && err.contains("--exclusive"),
+            "{err}"
+        );
+        assert!(!ran.exists(), "{extra:?}: the command ran");
+    }
+}
+
+/// A `--shared` command keeps its read permit until `--hold-at-least` after its grant, so a
+/// writer cannot take the lock sooner; `--exclusive` with a minimum hold is refused with a
+/// clear usage error (64), since a writer holds a set of keys, whose lease has no minimum hold.
+#[test]
+fn shared_holds_at_least_and_exclusive_says_why_it_cannot() {
+    let cluster = cluster(3);
+    let exec = |args: &[&str]| {
+        let mut cmd = quorumlock(&cluster);
+        cmd.args(["exec", "-r", "report"])
+            .args(args)
+            .args(["--", "true"]);
+        cmd
+    };
+    let started = std::time::Instant::now();
+    let (code, _, err) = run(&mut exec(&["--shared", "--hold-at-least", "8s"]));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run(&mut exec(&["--exclusive", "--no-wait"]));
+    if started.elapsed() < std::time::Duration::from_secs(7) {
+        assert_eq!(
+            code,
+            Some(NOT_ACQUIRED),
+            "a writer within the reader's minimum hold: {err}"
+        );
+    }
+    wait_until("the writer once the minimum hold is over", || {
+        run(&mut exec(&["--exclusive", "--no-wait"])).0 == Some(0)
+    });
+    assert!(started.elapsed() >= std::time::Duration::from_secs(7));
+    let (code, _, err) = run(&mut exec(&["--exclusive", "--hold-at-least", "1s"]));
+    assert_eq!(code, Some(USAGE), "{err}");
+    assert!(err.contains("--hold-at-least"), "{err}");
 }
