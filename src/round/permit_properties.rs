@@ -489,7 +489,8 @@ proptest! {
         run_case(async {
             let quiet = failures.is_empty();
             let ttl = Duration::from_millis(ttl_ms);
-            let case = Case { mutant: None, delays, jitter_ms, count: k, clients: k + extra, ttl, failures };
+            let clients = k + extra;
+            let case = Case { mutant: None, delays, jitter_ms, count: k, clients, ttl, failures };
             let claims = case.semaphore(steps).await;
             at_most(&claims, k, "holders").map_err(TestCaseError::fail)?;
             prop_assert!(!quiet || !claims.is_empty(), "nobody ever got a permit");
