@@ -13,8 +13,10 @@
 //!
 //! Readers arriving one after another could keep a permit held forever and starve a writer,
 //! which needs all of them free on one majority. So a writer first takes the lock's **writer
-//! intent** (a plain lock, kept alive by a lease while it waits), and a read permit is refused
-//! on a master while the intent exists there ([`LockKeys::blocker`]). Readers already in keep
+//! intent** (a plain lock, kept alive by a lease while it waits, with a TTL of at most 3 s so
+//! that a writer that crashes while it waits keeps new readers out for that long only), and a
+//! read permit is refused on a master while the intent exists there ([`LockKeys::blocker`]).
+//! Readers already in keep
 //! their permits; new ones wait; the writer gets every permit once the readers in leave, then
 //! drops the intent. The intent only decides who waits: the exclusion never depends on it.
 //!
@@ -174,13 +176,14 @@ impl<'a> RwLock<'a> {
     /// set round in flight may have set.
     pub async fn try_write(self, ttl: Duration) -> Result<MultiLockGuard, LockError> {
         let writing = self.writing(ttl)?;
-        let intent = Acquisition::new(self.locks.shared(), self.name, writing.terms.ttl)
+        let intent_terms = writing.intent_terms;
+        let intent = Acquisition::new(self.locks.shared(), self.name, intent_terms.ttl)
             .once(
                 self.locks
-                    .acquire_round(self.name, &writing.intent, writing.terms, false),
+                    .acquire_round(self.name, &writing.intent, intent_terms, false),
             )
             .await?;
-        let _intent = hold(intent, ttl);
+        let _intent = hold(intent, intent_terms.ttl);
         let label = writing.set.label();
         Acquisition::new(self.locks.shared(), &label, writing.terms.ttl)
             .once(
@@ -258,15 +261,16 @@ impl<'a> RwLock<'a> {
         let terms = writing.terms;
         let poll = PollDelay::below(self.locks.config().retry_delay);
         let shared = self.locks.shared();
-        let intent = Acquisition::new(shared, self.name, writing.terms.ttl)
+        let intent_terms = writing.intent_terms;
+        let intent = Acquisition::new(shared, self.name, intent_terms.ttl)
             .retrying(patience, Line::One(&writing.intent.lock), poll, |waiting| {
                 self.locks
-                    .acquire_round(self.name, &writing.intent, terms, waiting)
+                    .acquire_round(self.name, &writing.intent, intent_terms, waiting)
             })
             .await?;
         // Dropped (released in the background) once the permits are held, or if this future
         // is dropped first.
-        let _intent = hold(intent, ttl);
+        let _intent = hold(intent, intent_terms.ttl);
         let label = writing.set.label();
         Acquisition::new(shared, &label, writing.terms.ttl)
             .retrying(patience, Line::All(writing.set.locks()), poll, |_| {
@@ -321,10 +325,12 @@ pub(crate) fn writing(
         .collect();
     let set = KeySet::of_keys(entries)?;
     let terms = round_terms(config, ttl)?;
+    let intent_terms = round_terms(config, ttl.min(INTENT_TTL))?;
     Ok(Writing {
         intent,
         set: std::sync::Arc::new(set),
         terms,
+        intent_terms,
     })
 }
 
@@ -335,7 +341,16 @@ pub(crate) struct Writing {
     /// Every read permit there can be, locked together.
     pub(crate) set: std::sync::Arc<KeySet>,
     pub(crate) terms: RoundTerms,
+    /// The intent's rounds: the writer's TTL, at most [`INTENT_TTL`].
+    pub(crate) intent_terms: RoundTerms,
 }
+
+/// The longest TTL of a writer's intent. The intent is renewed by its lease (every third of
+/// its TTL) while the writer waits, so it need not live as long as the writer's TTL; a writer
+/// that crashes while it waits then holds new readers off for this long at most, not for its
+/// own TTL. It decides only who waits, never who holds: renewals that fail let readers back in
+/// and the writer waits longer, nothing else.
+pub(crate) const INTENT_TTL: Duration = Duration::from_secs(3);
 
 /// The writer intent while the writer waits for the readers: kept alive by a lease if its TTL
 /// allows one, else held for its TTL (readers may then come back in after it: the writer waits

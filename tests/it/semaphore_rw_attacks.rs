@@ -697,6 +697,61 @@ async fn a_vanished_writers_intent_blocks_readers_for_its_ttl_at_most() {
     held.release().await.expect("release");
 }
 
+/// A writer with a long TTL that vanishes while it waits holds new readers off for its intent's
+/// short TTL, not its own: its intent is renewed while it waits, so it need not live long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_writer_with_a_long_ttl_blocks_readers_for_seconds_only() {
+    use quorumlock::testing::proxy::{Mode, Modes, Proxy};
+    let cluster = cluster(3);
+    let proxy = Proxy::start(1, &cluster.ports()).await.expect("proxy");
+    let readers = manager(&cluster);
+    warm_up(&readers, &cluster).await;
+    let rw = readers.rw_lock("crash").max_readers(2);
+    let held = rw.try_read(TTL).await.expect("a reader holds");
+    let writer_locks = builder(&proxy.urls(0)).build().expect("build manager");
+    let writer = tokio::spawn(async move {
+        let rw = writer_locks.rw_lock("crash").max_readers(2);
+        let _ = rw.write_until(TTL, Instant::now() + TTL).await;
+    });
+    wait_until_async(
+        "the writer's intent refuses new readers",
+        PATIENCE,
+        || async {
+            match rw.try_read(TTL).await {
+                Ok(extra) => {
+                    extra.release().await.expect("release");
+                    false
+                }
+                Err(error) => error.is_contended(),
+            }
+        },
+    )
+    .await;
+    for n in 0..cluster.len() {
+        proxy.set(0, n, Modes::both(Mode::Blackhole));
+    }
+    let cut = Instant::now();
+    // The writer's TTL is 30 s; its intent's is at most a few seconds.
+    wait_until_async(
+        "a new reader well before the writer's TTL",
+        TTL / 2,
+        || async {
+            match rw.try_read(TTL).await {
+                Ok(extra) => extra.release().await.is_ok(),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
+    assert!(
+        cut.elapsed() < TTL / 2,
+        "readers waited {:?}",
+        cut.elapsed()
+    );
+    writer.abort();
+    held.release().await.expect("release");
+}
+
 /// A reader waiting behind a writer is woken by the writer's release, long before the writer's
 /// keys would expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
