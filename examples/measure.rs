@@ -1,4 +1,4 @@
-//! Run first: `cargo run --release --example measure --features testing`.
+//! Run first: `cargo run --release --example measure`.
 //!
 //! A quick measurement on local masters this example starts itself: uncontended lock+release
 //! latency (p50/p99) and lock+release cycles per second with 64 tasks, for N = 1 and N = 5,
@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::Redlock;
+use quorumlock_testkit::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(10);
 

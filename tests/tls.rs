@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use quorumlock::testing::{MasterOptions, RedisMaster};
 use quorumlock::{LockError, NodeErrorKind, Redlock};
+use quorumlock_testkit::{MasterOptions, RedisMaster};
 use support::{patient_builder, wait_until, wait_until_async, PATIENCE};
 
 /// Runs openssl with `args` in `dir`.

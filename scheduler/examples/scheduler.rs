@@ -59,7 +59,7 @@ async fn parent() -> Result<(), Box<dyn Error>> {
     let (nodes, _cluster) = match std::env::var("QUORUMLOCK_NODES") {
         Ok(nodes) => (nodes, None),
         Err(_) => {
-            let cluster = quorumlock::testing::RedisCluster::start(3)?;
+            let cluster = quorumlock_testkit::RedisCluster::start(3)?;
             (cluster.urls().join(","), Some(cluster))
         }
     };

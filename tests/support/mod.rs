@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
 use quorumlock::{Redlock, RedlockBuilder};
+use quorumlock_testkit::{RedisCluster, RedisMaster, Reply};
 
 pub(crate) mod sweep;
 

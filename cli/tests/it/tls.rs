@@ -6,7 +6,7 @@ use crate::support;
 use std::path::Path;
 use std::process::Command;
 
-use quorumlock::testing::{MasterOptions, RedisMaster};
+use quorumlock_testkit::{MasterOptions, RedisMaster};
 use support::run;
 
 /// Runs `openssl` with `args` in `dir`.

@@ -17,7 +17,7 @@ const MAX_PROBES: usize = 64;
 /// A port on 127.0.0.1 nothing listened on a moment ago, never handed out before by this
 /// process.
 pub(crate) fn free_port() -> Result<u16, ServerError> {
-    let from_range = quorumlock::testing::listener_port()?;
+    let from_range = quorumlock_testkit::listener_port()?;
     if from_range != 0 {
         return Ok(from_range);
     }
