@@ -65,7 +65,7 @@ async fn parent() -> Result<(), Box<dyn Error>> {
     };
     println!("masters: {nodes}");
     let store = Arc::new(Mutex::new(Store::default()));
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let listener = TcpListener::bind(("127.0.0.1", quorumlock_testkit::listener_port()?)).await?;
     let addr = listener.local_addr()?;
     tokio::spawn(serve(listener, Arc::clone(&store)));
 

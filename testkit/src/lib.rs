@@ -56,7 +56,7 @@ pub use cluster::RedisCluster;
 pub use error::TestingError;
 pub use master::RedisMaster;
 pub use options::{MasterOptions, Persistence};
-pub use port::{listener_port, PORTS_VAR};
+pub use port::{free_port, listener_port, PORTS_VAR};
 pub use proxy::{Mode, Modes, Proxy};
 pub use resp::{query_port, Reply};
 

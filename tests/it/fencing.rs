@@ -16,7 +16,7 @@ use support::{
     PATIENCE,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Longer than any wait of these tests: a key that disappears was released, not expired.
 const TTL: Duration = Duration::from_secs(30);
@@ -615,7 +615,7 @@ async fn spawn_fence_cutter(
     armed: &Arc<AtomicBool>,
     cuts: &Arc<AtomicUsize>,
 ) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = support::local_listener().await;
     let addr = listener.local_addr().expect("local addr");
     let (armed, cuts) = (Arc::clone(armed), Arc::clone(cuts));
     tokio::spawn(async move {

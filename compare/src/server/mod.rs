@@ -10,7 +10,6 @@
 
 mod error;
 mod etcd;
-mod ports;
 mod postgres;
 mod probe;
 mod process;
