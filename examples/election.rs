@@ -1,4 +1,4 @@
-//! Run first: `cargo run --example election --features testing` (needs `redis-server` on PATH;
+//! Run first: `cargo run --example election` (needs `redis-server` on PATH;
 //! starts and stops three local masters itself).
 //!
 //! Leader election ([`Redlock::election`]): an observer watches the leadership, two
@@ -9,8 +9,8 @@ use std::error::Error;
 use std::time::Duration;
 
 use futures::StreamExt;
-use quorumlock::testing::RedisCluster;
 use quorumlock::{CampaignOptions, Redlock};
+use quorumlock_testkit::RedisCluster;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn Error>> {

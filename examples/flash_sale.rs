@@ -1,4 +1,4 @@
-//! Run first: `cargo run --release --example flash_sale --features testing` (needs
+//! Run first: `cargo run --release --example flash_sale` (needs
 //! `redis-server` on PATH).
 //!
 //! The story behind many a first distributed lock: three instances of a shop service sell one
@@ -24,8 +24,8 @@ use std::error::Error;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{RedisCluster, RedisMaster};
 use quorumlock::{LeaseOptions, Redlock};
+use quorumlock_testkit::{RedisCluster, RedisMaster};
 
 /// Shop instances (worker processes) per sale.
 const INSTANCES: usize = 3;

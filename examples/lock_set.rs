@@ -1,4 +1,4 @@
-//! Run first: `cargo run --example lock_set --features testing` (needs `redis-server` on PATH;
+//! Run first: `cargo run --example lock_set` (needs `redis-server` on PATH;
 //! starts and stops three local masters itself).
 //!
 //! Locks several resources all or nothing ([`Redlock::set`]): a transfer between two accounts
@@ -8,8 +8,8 @@
 use std::error::Error;
 use std::time::Duration;
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::Redlock;
+use quorumlock_testkit::RedisCluster;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {

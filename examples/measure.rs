@@ -1,4 +1,4 @@
-//! Run first: `cargo run --release --example measure --features testing`.
+//! Run first: `cargo run --release --example measure`.
 //!
 //! A quick measurement on local masters this example starts itself: uncontended lock+release
 //! latency (p50/p99) and lock+release cycles per second with 64 tasks, for N = 1 and N = 5,
@@ -11,27 +11,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::Redlock;
+use quorumlock_scheduler::nearest_rank;
+use quorumlock_testkit::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(10);
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
 fn report(label: &str, mut samples: Vec<Duration>) {
     samples.sort();
+    let ms = |q| nearest_rank(&samples, q).unwrap_or_default().as_secs_f64() * 1e3;
     println!(
         "{label:<44} n={:<6} p50={:>9.3} ms  p99={:>9.3} ms  max={:>9.3} ms",
         samples.len(),
-        percentile(&samples, 0.50).as_secs_f64() * 1e3,
-        percentile(&samples, 0.99).as_secs_f64() * 1e3,
-        samples.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        ms(0.50),
+        ms(0.99),
+        ms(1.0),
     );
 }
 

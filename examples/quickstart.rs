@@ -1,4 +1,4 @@
-//! Run first: `scripts/demo.sh` (or `cargo run --example quickstart --features testing`).
+//! Run first: `scripts/demo.sh` (or `cargo run --example quickstart`).
 //!
 //! Starts five local `redis-server` masters (needs `redis-server` on PATH), then walks through
 //! the lock's life: acquire, contention, extend, release, a paused master that does not slow
@@ -7,8 +7,8 @@
 use std::error::Error;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::Redlock;
+use quorumlock_testkit::RedisCluster;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn Error>> {

@@ -1,4 +1,4 @@
-//! Run first: `cargo run --example reentrant --features testing` (needs `redis-server` on PATH;
+//! Run first: `cargo run --example reentrant` (needs `redis-server` on PATH;
 //! starts and stops three local masters itself).
 //!
 //! A reentrant owner ([`Redlock::reentrant`]) acquires a lock it already holds; only its last
@@ -8,8 +8,8 @@
 use std::error::Error;
 use std::time::Duration;
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{Owner, Redlock};
+use quorumlock_testkit::RedisCluster;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {

@@ -1,4 +1,4 @@
-//! Run first: `cargo run --example slot_claims --features testing` (needs `redis-server` on
+//! Run first: `cargo run --example slot_claims` (needs `redis-server` on
 //! PATH; starts and stops three local masters itself).
 //!
 //! Slot claims ([`Redlock::slots`]): three hosts fire the same cron slot, one runs it, and a
@@ -7,8 +7,8 @@
 
 use std::error::Error;
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{Redlock, SlotClaim, SlotOptions};
+use quorumlock_testkit::RedisCluster;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {

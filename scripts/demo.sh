@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo run --locked --release --features testing --example quickstart
+cargo run --locked --release --example quickstart

@@ -252,9 +252,11 @@
 //!   `reentrant_hold`: the fencing token a reentrant owner's hold keeps; `clock`: the lock clock,
 //!   which counts a suspended machine;
 //! * `error`, `stats`, `traced`, `owner`, `value`, `mutant`: the typed errors, counters,
-//!   tracing spans, reentrant owners, lock values and the jepsen-lite mutants;
-//! * `testing` (feature `testing`): real `redis-server` masters for tests, benches and
-//!   jepsen-lite, and the fault proxy (`proxy`) that cuts, holds and delays their traffic.
+//!   tracing spans, reentrant owners, lock values and the jepsen-lite mutants.
+//!
+//! The real `redis-server` masters of the tests, examples, benchmark and jepsen-lite, and the
+//! fault proxy that cuts, holds and delays their traffic, are the workspace crate
+//! `quorumlock-testkit` (`testkit/`), not part of this library.
 #![forbid(unsafe_code)]
 
 mod acquisition;
@@ -288,9 +290,6 @@ mod traced;
 mod transport;
 mod value;
 mod wake;
-
-#[cfg(feature = "testing")]
-pub mod testing;
 
 #[cfg(feature = "sim")]
 #[doc(hidden)]

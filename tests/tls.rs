@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use quorumlock::testing::{MasterOptions, RedisMaster};
 use quorumlock::{LockError, NodeErrorKind, Redlock};
+use quorumlock_testkit::{free_port, MasterOptions, RedisMaster};
 use support::{patient_builder, wait_until, wait_until_async, PATIENCE};
 
 /// Runs openssl with `args` in `dir`.
@@ -87,15 +87,6 @@ fn certificates(dir: &Path, name: &str) {
     );
 }
 
-/// A free port on 127.0.0.1 (bound, then released for redis-server to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 /// The certificates of this test binary: `trusted` (its CA in `SSL_CERT_FILE`) and `untrusted`,
 /// made once, before any test connects.
 fn certificate_dir() -> &'static Path {
@@ -117,7 +108,7 @@ fn tls_masters(dir: &Path, name: &str, n: usize) -> (Vec<RedisMaster>, Vec<Strin
     let mut masters = Vec::new();
     let mut urls = Vec::new();
     for _ in 0..n {
-        let port = free_port();
+        let port = free_port().expect("a free port");
         let opts = MasterOptions::new().args([
             "--tls-port".to_string(),
             port.to_string(),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{Mode, Modes, Proxy, RedisCluster};
+use quorumlock_testkit::{Mode, Modes, Proxy, RedisCluster};
 use tokio::time::timeout;
 
 use crate::peers::{Locker, TTL};

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::Redlock;
+use quorumlock_testkit::RedisCluster;
 use rand::RngExt;
 
 use crate::minimal::Minimal;

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use quorumlock::testing::RedisCluster;
+use quorumlock_testkit::RedisCluster;
 
 use report::Results;
 use sections::Plan;

@@ -29,9 +29,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::Redlock;
 use quorumlock_scheduler::{Job, JobContext, Scheduler, SlotOutcome};
+use quorumlock_testkit::RedisCluster;
 
 use crate::report::{num, Results};
 use crate::sections::Plan;

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{LeaseOptions, Redlock};
+use quorumlock_testkit::RedisCluster;
 use rand::RngExt;
 use tokio::time::timeout;
 

@@ -107,7 +107,7 @@ exec {real} "$@"
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quorumlock::testing::{MasterOptions, RedisMaster};
+    use quorumlock_testkit::{MasterOptions, RedisMaster};
 
     fn unix_now() -> i64 {
         std::time::SystemTime::now()

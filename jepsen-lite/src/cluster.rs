@@ -3,7 +3,7 @@
 
 use std::ops::{Index, IndexMut};
 
-use quorumlock::testing::{MasterOptions, Persistence, RedisCluster, RedisMaster, TestingError};
+use quorumlock_testkit::{MasterOptions, Persistence, RedisCluster, RedisMaster, TestingError};
 
 /// The masters of a run, by index. Dropping them kills every process (paused ones too).
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use quorumlock::testing::{Persistence, Proxy};
+use quorumlock_testkit::{Persistence, Proxy};
 use rand::SeedableRng;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};

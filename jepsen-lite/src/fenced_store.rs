@@ -154,14 +154,15 @@ impl<R: FencedRequest> Clone for Store<R> {
 }
 
 impl<R: FencedRequest> Store<R> {
-    /// Binds to a free loopback port and serves each connection in its own task, every line
+    /// Binds to a free loopback port (from `QUORUMLOCK_TEST_PORTS` when it is set) and serves each connection in its own task, every line
     /// answered under the state's lock (so the log orders requests as they were applied).
     ///
     /// # Errors
     ///
-    /// When no port can be bound.
+    /// When no port can be bound (or `QUORUMLOCK_TEST_PORTS` is malformed or full).
     pub async fn start() -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = quorumlock_testkit::listener_port().map_err(std::io::Error::other)?;
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State::default()));
         let shared = Arc::clone(&state);

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use quorumlock::testing::{Mode, Persistence};
+use quorumlock_testkit::{Mode, Persistence};
 use rand::{Rng, RngExt};
 
 use crate::nemesis::{Fault, Path};

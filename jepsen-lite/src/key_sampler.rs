@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use quorumlock::testing::{query_port, Reply};
+use quorumlock_testkit::{query_port, Reply};
 use serde_json::json;
 
 use crate::history::{Event, Kind, Process};

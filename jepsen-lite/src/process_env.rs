@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use quorumlock::testing::{MasterOptions, RedisCluster};
 use quorumlock::{Redlock, RedlockBuilder};
+use quorumlock_testkit::{MasterOptions, RedisCluster};
 use serde::Serialize;
 
 use crate::clock::now_ns;

@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use chrono::TimeDelta;
 use quorumlock::Redlock;
-use quorumlock_scheduler::{Concurrency, Job, JobContext, JobError, OnAbandoned, Scheduler, Tz};
+use quorumlock_scheduler::{
+    nearest_rank, Concurrency, Job, JobContext, JobError, OnAbandoned, Scheduler, Tz,
+};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -59,13 +61,13 @@ async fn parent() -> Result<(), Box<dyn Error>> {
     let (nodes, _cluster) = match std::env::var("QUORUMLOCK_NODES") {
         Ok(nodes) => (nodes, None),
         Err(_) => {
-            let cluster = quorumlock::testing::RedisCluster::start(3)?;
+            let cluster = quorumlock_testkit::RedisCluster::start(3)?;
             (cluster.urls().join(","), Some(cluster))
         }
     };
     println!("masters: {nodes}");
     let store = Arc::new(Mutex::new(Store::default()));
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let listener = TcpListener::bind(("127.0.0.1", quorumlock_testkit::listener_port()?)).await?;
     let addr = listener.local_addr()?;
     tokio::spawn(serve(listener, Arc::clone(&store)));
 
@@ -146,7 +148,7 @@ fn summary(store: &Store) -> Result<(), Box<dyn Error>> {
         }
         let written: usize = slots.values().map(Vec::len).sum();
         late.sort_unstable();
-        let p50 = late.get(late.len() / 2).copied().unwrap_or(0);
+        let p50 = nearest_rank(&late, 0.5).unwrap_or(0);
         let max = late.last().copied().unwrap_or(0);
         // A slot written by a first attempt and by its retry: the first runner wrote, then died
         // or lost its claim before recording completion.

@@ -127,6 +127,7 @@ mod clock;
 mod context;
 mod error;
 mod job;
+mod percentile;
 mod plan;
 mod policy;
 mod readable;
@@ -148,6 +149,7 @@ pub use job::{
     Job, JobError, DEFAULT_CLAIM_TTL, DEFAULT_HISTORY, DEFAULT_MAX_ATTEMPTS, DEFAULT_STAGGER,
     DEFAULT_STARTING_DEADLINE,
 };
+pub use percentile::nearest_rank;
 pub use policy::{CatchUp, Concurrency, OnAbandoned};
 pub use schedule::Schedule;
 pub use scheduler::{

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::percentile::nearest_rank;
+
 /// How many recent lateness samples the percentiles are computed over.
 const LATENESS_SAMPLES: usize = 1024;
 
@@ -180,8 +182,8 @@ impl Counters {
             sorted.sort_unstable();
             Lateness {
                 count: state.count,
-                p50: percentile(&sorted, 50),
-                p99: percentile(&sorted, 99),
+                p50: nearest_rank(&sorted, 0.50).unwrap_or_default(),
+                p99: nearest_rank(&sorted, 0.99).unwrap_or_default(),
                 max: state.max,
             }
         };
@@ -204,28 +206,9 @@ impl Counters {
     }
 }
 
-/// The nearest-rank percentile of sorted samples (zero when there are none).
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (sorted.len() * p).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let ms = |n| Duration::from_millis(n);
-        let sorted: Vec<Duration> = (1..=100).map(ms).collect();
-        assert_eq!(percentile(&sorted, 50), ms(50));
-        assert_eq!(percentile(&sorted, 99), ms(99));
-        assert_eq!(percentile(&[ms(7)], 99), ms(7));
-        assert_eq!(percentile(&[], 50), Duration::ZERO);
-    }
 
     #[test]
     fn counters_add_up() {

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::TimeDelta;
-use quorumlock::testing::RedisCluster;
 use quorumlock::Redlock;
 use quorumlock_scheduler::{
     CatchUp, Job, JobContext, OnAbandoned, Scheduler, SlotOutcome, SlotState,
 };
+use quorumlock_testkit::RedisCluster;
 
 /// Generous for a loaded 2-core box: conditions that take a second or two normally.
 const PATIENCE: Duration = Duration::from_secs(20);

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use quorumlock_testkit::RedisMaster;
 use tokio::time::{sleep, Instant};
 
 use super::*;
@@ -11,7 +12,6 @@ use crate::error::{LockError, NotHeldReason};
 use crate::round::fake::{Behaviour, FakeMaster, Fault};
 use crate::round::terms::RoundTerms;
 use crate::round::{self, LockKeys, Nodes};
-use crate::testing::RedisMaster;
 use crate::{LeaseOptions, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);

@@ -15,8 +15,8 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
 use quorumlock::Redlock;
+use quorumlock_testkit::{RedisCluster, RedisMaster, Reply};
 use support::sweep::cancellation_sweep;
 use support::{builder, cluster, epoch_key, grant, patient_builder};
 

@@ -5,8 +5,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{LockError, NodeErrorKind};
+use quorumlock_testkit::RedisCluster;
 use support::{cluster, patient_builder};
 
 const TTL: Duration = Duration::from_secs(10);

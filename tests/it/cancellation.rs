@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use quorumlock::testing::RedisMaster;
+use quorumlock_testkit::RedisMaster;
 use support::{
     builder, cluster, commands_naming, get, key, log_commands, manager, total_keys, wait_until,
     warm_up, PATIENCE,

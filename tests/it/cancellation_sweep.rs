@@ -20,10 +20,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{
     CampaignOptions, Leadership, Lease, LeaseOptions, LockError, LockGuard, Owner, Redlock,
 };
+use quorumlock_testkit::RedisCluster;
 use support::sweep::cancellation_sweep;
 use support::{
     cluster, key, manager, our_keys, pttl, wait_until, wait_until_async, warm_up, PATIENCE,

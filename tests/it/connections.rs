@@ -5,8 +5,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{LockError, NodeErrorKind};
+use quorumlock_testkit::RedisCluster;
 use support::{
     builder, cluster, connections_from_others, dead_port, total_keys, wait_until, PATIENCE,
 };

@@ -7,8 +7,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{LockError, LockGuard, NotHeldReason, Redlock};
+use quorumlock_testkit::RedisCluster;
 use support::{clear, cluster, grant, manager, warm_up};
 
 /// Long enough that the holder's lock outlives every attempt of the test.

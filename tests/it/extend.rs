@@ -141,7 +141,7 @@ async fn extend_of_a_lock_lost_while_valid_is_not_held() {
 
 /// Every master that held the new owner's value still holds it, with at most its 10 s TTL.
 fn assert_new_holder_untouched(
-    cluster: &quorumlock::testing::RedisCluster,
+    cluster: &quorumlock_testkit::RedisCluster,
     key: &str,
     values: &[Option<String>],
 ) {

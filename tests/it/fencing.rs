@@ -16,7 +16,7 @@ use support::{
     PATIENCE,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Longer than any wait of these tests: a key that disappears was released, not expired.
 const TTL: Duration = Duration::from_secs(30);
@@ -27,14 +27,14 @@ const TTL: Duration = Duration::from_secs(30);
 const AHEAD_OF_CLOCKS: u64 = 4_000_000_000_000_000;
 
 /// A manager over every master of `cluster` with fencing off.
-fn plain_manager(cluster: &quorumlock::testing::RedisCluster) -> Redlock {
+fn plain_manager(cluster: &quorumlock_testkit::RedisCluster) -> Redlock {
     patient_builder(&cluster.urls())
         .build()
         .expect("build manager")
 }
 
 /// A manager over every master of `cluster` with fencing on.
-fn fenced_manager(cluster: &quorumlock::testing::RedisCluster) -> Redlock {
+fn fenced_manager(cluster: &quorumlock_testkit::RedisCluster) -> Redlock {
     patient_builder(&cluster.urls())
         .build()
         .expect("build manager")
@@ -248,8 +248,8 @@ async fn tokens_increase_when_successive_grants_come_from_different_majorities()
 /// Acquires, releases, lets `lose` wipe the counters, and checks that the next token is
 /// still higher (the clock floor).
 async fn token_survives(
-    cluster: &mut quorumlock::testing::RedisCluster,
-    lose: fn(&mut quorumlock::testing::RedisCluster),
+    cluster: &mut quorumlock_testkit::RedisCluster,
+    lose: fn(&mut quorumlock_testkit::RedisCluster),
 ) {
     const RESOURCE: &str = "lost-counter";
     let locks = fenced_manager(cluster);
@@ -615,7 +615,7 @@ async fn spawn_fence_cutter(
     armed: &Arc<AtomicBool>,
     cuts: &Arc<AtomicUsize>,
 ) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = support::local_listener().await;
     let addr = listener.local_addr().expect("local addr");
     let (armed, cuts) = (Arc::clone(armed), Arc::clone(cuts));
     tokio::spawn(async move {

@@ -9,14 +9,14 @@ use std::time::Duration;
 use quorumlock::{LockError, NodeErrorKind};
 use support::{builder, cluster, total_keys, wait_until, PATIENCE};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 const TTL: Duration = Duration::from_secs(10);
 
 /// Listens on a free port; every connection gets nonsense bytes and is then held open, its
 /// input discarded.
 async fn spawn_garbage_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = support::local_listener().await;
     let addr = listener.local_addr().expect("local addr");
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
@@ -40,7 +40,7 @@ async fn spawn_garbage_server() -> SocketAddr {
 /// Listens on a free port and answers every RESP command with the integer 7: well-formed
 /// replies that no lock command ever gets.
 async fn spawn_wrong_reply_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = support::local_listener().await;
     let addr = listener.local_addr().expect("local addr");
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {

@@ -15,7 +15,7 @@ const HOLD: Duration = Duration::from_millis(1500);
 /// not gone yet) on a quorum of the three masters, which is what its success promises. Not on
 /// every master: under load the last master's request may still be in flight, or may have
 /// timed out and left that master's key to its old TTL.
-fn assert_held_for_the_hold(cluster: &quorumlock::testing::RedisCluster, name: &str) {
+fn assert_held_for_the_hold(cluster: &quorumlock_testkit::RedisCluster, name: &str) {
     let left: Vec<i64> = cluster.iter().map(|m| pttl(m, &key(name))).collect();
     let held = left
         .iter()

@@ -5,8 +5,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use quorumlock::testing::proxy::{Mode, Modes, Proxy};
 use quorumlock::{CampaignOptions, Redlock};
+use quorumlock_testkit::{Mode, Modes, Proxy};
 use support::{builder, cluster, manager};
 
 #[tokio::test]

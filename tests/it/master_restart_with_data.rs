@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{MasterOptions, Persistence, RedisCluster};
+use quorumlock_testkit::{MasterOptions, Persistence, RedisCluster};
 use support::{get, key, manager, total_keys, wait_until, warm_up, PATIENCE};
 
 const TTL: Duration = Duration::from_secs(30);

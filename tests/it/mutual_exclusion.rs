@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{LockError, Redlock};
+use quorumlock_testkit::RedisCluster;
 use support::{builder, cluster, total_keys, wait_until, PATIENCE};
 
 const MANAGERS: usize = 3;

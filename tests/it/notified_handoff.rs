@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{RedisCluster, Reply};
 use quorumlock::Redlock;
+use quorumlock_testkit::{RedisCluster, Reply};
 use support::{builder, calls, cluster, key, wait_until, warm_up, PATIENCE};
 
 /// So long that a poll cannot explain a prompt grant: a waiter that polled would wait a random
@@ -316,7 +316,7 @@ async fn a_paused_minority_does_not_slow_the_handoff() {
 
 /// The client requests one master ran: scripts, plain `SET`s (a script's `SET` comes with its
 /// `TIME`), and subscription changes.
-fn requests(master: &quorumlock::testing::RedisMaster) -> u64 {
+fn requests(master: &quorumlock_testkit::RedisMaster) -> u64 {
     let script = calls(master, "evalsha") + calls(master, "eval");
     let plain_set = calls(master, "set").saturating_sub(calls(master, "time"));
     script + plain_set + calls(master, "subscribe") + calls(master, "unsubscribe")

@@ -9,8 +9,8 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::{CampaignOptions, LeaseOptions, Redlock, Stats};
+use quorumlock_testkit::RedisCluster;
 use support::sweep::cancellation_sweep;
 use support::{
     calls, fence_key, get_u64, key, our_keys, patient_builder, set_foreign, wait_until, warm_up,

@@ -15,8 +15,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use quorumlock::testing::RedisMaster;
 use quorumlock::{LockError, NodeErrorKind};
+use quorumlock_testkit::RedisMaster;
 use support::{builder, calls, cluster, get, grant, key, our_keys, wait_until, warm_up, PATIENCE};
 
 /// One command in RESP.

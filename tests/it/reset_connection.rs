@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::testing::RedisMaster;
+use quorumlock_testkit::RedisMaster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 use support::{builder, cluster, key, script_calls, wait_until, PATIENCE};
@@ -41,7 +41,7 @@ struct Proxy {
 
 impl Proxy {
     async fn start(upstream: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = support::local_listener().await;
         let addr = listener.local_addr().expect("local addr");
         let first = Arc::new(tokio::sync::Mutex::new(First::default()));
         let held_bytes = Arc::new(Mutex::new(0));

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use quorumlock::defaults;
 use quorumlock::limits;
-use quorumlock::testing::{Backup, MasterOptions, Persistence, RedisCluster};
 use quorumlock::{ConfigError, InvalidArgument, LockError, NodeErrorKind, Redlock};
+use quorumlock_testkit::{Backup, MasterOptions, Persistence, RedisCluster};
 use support::{
     clear, cluster, commands_naming, epoch_key, get, grant, key, log_commands, patient_builder,
     server_time_us, set_foreign, total_lock_keys, transient, wait_until, wait_until_async,
@@ -475,7 +475,7 @@ enum OlderData {
 }
 
 /// The `*.incr.aof` file of a master's multi-part AOF.
-fn aof_incr(master: &quorumlock::testing::RedisMaster) -> std::path::PathBuf {
+fn aof_incr(master: &quorumlock_testkit::RedisMaster) -> std::path::PathBuf {
     std::fs::read_dir(master.dir().join("appendonlydir"))
         .expect("an appendonlydir")
         .filter_map(Result::ok)
@@ -772,7 +772,7 @@ async fn a_durable_master_restored_from_a_backup_elects_no_second_leader() {
 }
 
 /// Whether `master`'s replication link to its master is up (`INFO replication`).
-fn replica_synced(master: &quorumlock::testing::RedisMaster) -> bool {
+fn replica_synced(master: &quorumlock_testkit::RedisMaster) -> bool {
     master
         .command(&["INFO", "replication"])
         .expect("INFO replication")
@@ -782,8 +782,8 @@ fn replica_synced(master: &quorumlock::testing::RedisMaster) -> bool {
 /// Makes `master` load `source`'s data in place (a full resynchronisation as its replica), then
 /// a master again: its process, `run_id` and uptime are unchanged.
 async fn reload_in_place(
-    master: &quorumlock::testing::RedisMaster,
-    source: &quorumlock::testing::RedisMaster,
+    master: &quorumlock_testkit::RedisMaster,
+    source: &quorumlock_testkit::RedisMaster,
 ) {
     // A diskless full sync otherwise waits 5 s for more replicas to join.
     source

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::RedisCluster;
 use quorumlock::{limits, InvalidArgument, LeaseOptions, LockError, Redlock};
+use quorumlock_testkit::RedisCluster;
 use support::sweep::cancellation_sweep;
 use support::{
     builder, cluster, manager, our_keys, pttl, wait_until, wait_until_async, warm_up, PATIENCE,
@@ -31,7 +31,7 @@ fn intent_key(name: &str) -> String {
 }
 
 /// Whether `master` holds `key`.
-fn exists(master: &quorumlock::testing::RedisMaster, key: &str) -> bool {
+fn exists(master: &quorumlock_testkit::RedisMaster, key: &str) -> bool {
     pttl(master, key) != -2
 }
 
@@ -649,7 +649,7 @@ async fn a_writers_lease_reports_a_lost_permit() {
 /// readers until its intent expires, no longer: its TTL, not forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_writers_intent_blocks_readers_for_its_ttl_at_most() {
-    use quorumlock::testing::proxy::{Mode, Modes, Proxy};
+    use quorumlock_testkit::{Mode, Modes, Proxy};
     let cluster = cluster(3);
     let proxy = Proxy::start(1, &cluster.ports()).await.expect("proxy");
     let readers = manager(&cluster);
@@ -808,7 +808,7 @@ const HOLD_TTL: Duration = Duration::from_secs(10);
 /// never more holders than permits, never a reader beside a writer, and nothing left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounds_hold_while_masters_pause_die_and_restart() {
-    use quorumlock::testing::{MasterOptions, Persistence};
+    use quorumlock_testkit::{MasterOptions, Persistence};
     const PERMITS: usize = 2;
     const CLIENTS: usize = 6;
     const RUN: Duration = Duration::from_secs(15);

@@ -14,8 +14,8 @@ use crate::support;
 use std::cell::RefCell;
 
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::{RedisCluster, RedisMaster};
 use quorumlock::{Redlock, SlotClaim, SlotOptions, SlotRun, SlotStatus};
+use quorumlock_testkit::{RedisCluster, RedisMaster};
 use support::sweep::cancellation_sweep;
 use support::{builder, cluster, our_keys, pttl, wait_until, wait_until_async, warm_up, PATIENCE};
 

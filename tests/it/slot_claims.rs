@@ -8,10 +8,10 @@ use crate::support;
 use std::time::Duration;
 
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::{Mode, Modes, Proxy, RedisCluster, RedisMaster};
 use quorumlock::{
     InvalidArgument, LockError, NodeErrorKind, Redlock, SlotClaim, SlotOptions, SlotStatus,
 };
+use quorumlock_testkit::{Mode, Modes, Proxy, RedisCluster, RedisMaster};
 use support::{
     builder, cluster, count_keys, manager, pttl, script_calls, wait_until, warm_up, PATIENCE,
 };
@@ -32,7 +32,7 @@ fn record_field(master: &RedisMaster, job: &str, slot: &str, field: &str) -> Opt
         .query(&["HGET", &record_key(job, slot), field])
         .expect("HGET")
     {
-        quorumlock::testing::Reply::Bulk(bytes) => Some(String::from_utf8_lossy(&bytes).into()),
+        quorumlock_testkit::Reply::Bulk(bytes) => Some(String::from_utf8_lossy(&bytes).into()),
         _ => None,
     }
 }

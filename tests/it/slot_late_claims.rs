@@ -10,8 +10,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::{RedisCluster, RedisMaster};
 use quorumlock::{Redlock, SlotClaim, SlotOptions, SlotStatus};
+use quorumlock_testkit::{RedisCluster, RedisMaster};
 use support::{builder, cluster, count_keys, pttl, wait_until, warm_up, PATIENCE};
 
 fn running_key(job: &str, slot: &str) -> String {
@@ -239,8 +239,8 @@ async fn fenced_single_claims_and_batches_race_and_win_each_slot_once() {
 /// the claims it granted are undone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_restarted_with_its_data_is_kept_out_of_single_claims_and_batches() {
-    use quorumlock::testing::{MasterOptions, Persistence};
     use quorumlock::{LockError, NodeErrorKind};
+    use quorumlock_testkit::{MasterOptions, Persistence};
     let mut cluster =
         RedisCluster::start_with(3, MasterOptions::new().persistence(Persistence::AofAlways))
             .expect("start redis masters");

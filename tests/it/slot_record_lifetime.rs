@@ -8,10 +8,10 @@ use crate::support;
 use std::time::Duration;
 
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
 use quorumlock::{
     InvalidArgument, LeaseOptions, LockError, Redlock, SlotClaim, SlotOptions, SlotStatus,
 };
+use quorumlock_testkit::{RedisCluster, RedisMaster, Reply};
 use support::{cluster, manager, pttl, wait_until, PATIENCE};
 
 /// The running key of `(job, slot)` with the default prefix.

@@ -64,7 +64,7 @@ fn assert_validity_window(valid_until: Instant, before: Instant, after: Instant,
 /// PTTL is at least what the guard has left). A straggler whose request the round did not wait
 /// for may hold it for a shorter time; the quorum is what counts.
 fn assert_keys_outlive(
-    cluster: &quorumlock::testing::RedisCluster,
+    cluster: &quorumlock_testkit::RedisCluster,
     key: &str,
     valid_until: Instant,
 ) {

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::{RedisCluster, Reply};
 use quorumlock::{CampaignOptions, LeaseHandle, LeaseOptions, LockError, NotHeldReason};
+use quorumlock_testkit::{RedisCluster, Reply};
 use support::sweep::cancellation_sweep;
 use support::{clear, cluster, key, manager, pttl, wait_until, PATIENCE};
 

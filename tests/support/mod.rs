@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use quorumlock::defaults::KEY_PREFIX;
-use quorumlock::testing::{RedisCluster, RedisMaster, Reply};
 use quorumlock::{Redlock, RedlockBuilder};
+use quorumlock_testkit::{listener_port, RedisCluster, RedisMaster, Reply};
 
 pub(crate) mod sweep;
 
@@ -265,12 +265,22 @@ pub(crate) async fn warm_up(locks: &Redlock, cluster: &RedisCluster) {
     .await;
 }
 
+/// A listener on 127.0.0.1, on a port of the test range (`QUORUMLOCK_TEST_PORTS`) when one is
+/// set: a fake server or a relay of a test.
+pub(crate) async fn local_listener() -> tokio::net::TcpListener {
+    let port = listener_port().expect("a port for a test listener");
+    tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .expect("bind")
+}
+
 /// An address on 127.0.0.1 where nothing listens and nothing will while the socket is kept:
 /// the port is bound but not listening, so connections to it are refused at once.
 pub(crate) fn dead_port() -> (tokio::net::TcpSocket, SocketAddr) {
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    let port = listener_port().expect("a port for a dead address");
     socket
-        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .bind(SocketAddr::from(([127, 0, 0, 1], port)))
         .expect("bind");
     let addr = socket.local_addr().expect("local addr");
     (socket, addr)

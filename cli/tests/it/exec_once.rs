@@ -15,7 +15,7 @@ const SLOT_TAKEN: i32 = 79;
 const SLOT_ABANDONED: i32 = 80;
 
 /// Runs `quorumlock exec <args> -- sh -c <script>` to completion.
-fn exec(cluster: &quorumlock::testing::RedisCluster, args: &[&str], script: &str) -> Output {
+fn exec(cluster: &quorumlock_testkit::RedisCluster, args: &[&str], script: &str) -> Output {
     quorumlock(cluster)
         .arg("exec")
         .args(args)
@@ -194,7 +194,7 @@ fn running_key(job: &str, slot: &str) -> String {
 /// so nobody holds the slot and every round of the library splits. `exec --once` used to exit
 /// 75 at once, leaving the slot to nobody; it claims again until the claims are gone (here
 /// after `ttl_ms`) and runs the command, or exits 75 saying to try again.
-fn split_slot(cluster: &quorumlock::testing::RedisCluster, slot: &str, ttl_ms: &str) {
+fn split_slot(cluster: &quorumlock_testkit::RedisCluster, slot: &str, ttl_ms: &str) {
     for (master, holder) in cluster.iter().zip(["x", "y", "z"]) {
         master
             .command(&["SET", &running_key("split", slot), holder, "PX", ttl_ms])

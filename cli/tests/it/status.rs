@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use support::{cluster, quorumlock, REFUSED, UNAVAILABLE, USAGE};
 
-fn status_json(cluster: &quorumlock::testing::RedisCluster, resource: &str) -> serde_json::Value {
+fn status_json(cluster: &quorumlock_testkit::RedisCluster, resource: &str) -> serde_json::Value {
     let out = quorumlock(cluster)
         .args(["status", "--json", "-r", resource])
         .output()
@@ -70,7 +70,7 @@ fn provision_and_epoch_markers() {
         .iter()
         .all(|n| n["epoch"] == "missing"));
 
-    let provision = |cluster: &quorumlock::testing::RedisCluster, extra: &[&str]| {
+    let provision = |cluster: &quorumlock_testkit::RedisCluster, extra: &[&str]| {
         quorumlock(cluster)
             .args(["--restart-protection", "1h", "provision"])
             .args(extra)
@@ -172,7 +172,7 @@ fn status_with_every_node_down_is_unknown() {
 #[test]
 fn status_shows_a_slot() {
     let cluster = cluster(3);
-    let slot = |cluster: &quorumlock::testing::RedisCluster| {
+    let slot = |cluster: &quorumlock_testkit::RedisCluster| {
         support::run(quorumlock(cluster).args(["status", "-r", "job", "--slot", "s1"]))
     };
     let (code, out, err) = slot(&cluster);

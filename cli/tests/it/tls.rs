@@ -6,7 +6,7 @@ use crate::support;
 use std::path::Path;
 use std::process::Command;
 
-use quorumlock::testing::{MasterOptions, RedisMaster};
+use quorumlock_testkit::{free_port, MasterOptions, RedisMaster};
 use support::run;
 
 /// Runs `openssl` with `args` in `dir`.
@@ -82,11 +82,7 @@ fn certificates(dir: &Path) {
 fn rediss_urls_work() {
     let dir = tempfile::tempdir().expect("tempdir");
     certificates(dir.path());
-    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-        .to_string();
+    let tls_port = free_port().expect("a free port").to_string();
     let file = |name: &str| dir.path().join(name).display().to_string();
     let _master = RedisMaster::start(MasterOptions::new().args([
         "--tls-port".to_string(),

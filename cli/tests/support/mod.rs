@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
+use quorumlock_testkit::RedisCluster;
 
 /// How long anything may take on a loaded CI box before a test gives up.
 pub const PATIENCE: Duration = Duration::from_secs(30);

@@ -3,7 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use quorumlock::testing::TestingError;
+use quorumlock_testkit::TestingError;
 
 /// What went wrong with a server process of the comparison.
 ///

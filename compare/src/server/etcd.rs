@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use quorumlock_testkit::free_port;
 use tempfile::TempDir;
 
-use super::ports::free_port;
 use super::process::{locate, ServerProcess, Spec};
 use super::{probe, ServerError};
 

@@ -6,11 +6,10 @@
 //! also restart without their data and tell which member leads.
 //!
 //! Everything is synchronous, built on `std::process` and `std::net`, like
-//! `quorumlock::testing`'s redis masters, so it serves tests, the harness and the bench alike.
+//! `quorumlock_testkit`'s redis masters, so it serves tests, the harness and the bench alike.
 
 mod error;
 mod etcd;
-mod ports;
 mod postgres;
 mod probe;
 mod process;

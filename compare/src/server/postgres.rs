@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::{Uid, User};
+use quorumlock_testkit::free_port;
 use tempfile::TempDir;
 
-use super::ports::free_port;
 use super::process::{locate, RunAs, ServerProcess, Spec};
 use super::ServerError;
 

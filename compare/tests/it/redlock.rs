@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
 use quorumlock::Redlock;
 use quorumlock_compare::{LockSubject, RedlockSubject, SubjectError};
+use quorumlock_testkit::RedisCluster;
 
 use crate::support::{self, PATIENCE};
 

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{Mode, Modes, Proxy};
 use quorumlock_compare::server::{connect_string, ZkEnsemble};
 use quorumlock_compare::{LockSubject, SubjectError, ZkLock, ZkOptions};
+use quorumlock_testkit::{Mode, Modes, Proxy};
 
 use crate::support::{self, PATIENCE};
 

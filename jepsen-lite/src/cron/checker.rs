@@ -112,17 +112,8 @@ pub struct Observation {
 impl Observation {
     /// The `q`-quantile of the lateness (nearest rank), ms.
     pub fn lateness_quantile(&self, q: f64) -> Option<i64> {
-        quantile(&self.lateness_ms, q)
+        quorumlock_scheduler::nearest_rank(&self.lateness_ms, q)
     }
-}
-
-/// The `q`-quantile of sorted `values`, nearest rank.
-pub fn quantile(values: &[i64], q: f64) -> Option<i64> {
-    if values.is_empty() {
-        return None;
-    }
-    let rank = (q * values.len() as f64).ceil() as usize;
-    values.get(rank.clamp(1, values.len()) - 1).copied()
 }
 
 /// The intervals `[start, end)` in which fewer than a quorum of `masters` were usable, given
@@ -616,14 +607,5 @@ mod tests {
         let (v, why) = verdict(&obs, &ev, &min);
         assert_eq!(v, Verdict::Inconclusive, "an unproven fault proves nothing");
         assert!(why.contains("did not take effect"), "{why}");
-    }
-
-    #[test]
-    fn quantiles_take_the_nearest_rank() {
-        let v = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
-        assert_eq!(quantile(&v, 0.5), Some(5));
-        assert_eq!(quantile(&v, 0.99), Some(10));
-        assert_eq!(quantile(&v, 0.0), Some(1));
-        assert_eq!(quantile(&[], 0.5), None);
     }
 }

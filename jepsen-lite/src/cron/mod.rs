@@ -642,7 +642,7 @@ fn print_table(obs: &Observation, evidence: &Evidence, verdict: Verdict, why: &s
         "retries",
         "faults proven"
     );
-    let own = |q| checker::quantile(&obs.own_lateness_ms, q);
+    let own = |q| quorumlock_scheduler::nearest_rank(&obs.own_lateness_ms, q);
     println!(
         "{:>9} {:>9} {:>11} {:>7} {:>8} {:>24} {:>22} {:>9} {:>8} {:>14}",
         obs.slots_due,

@@ -6,7 +6,7 @@
 //! it (`after-<stamp>`). A master restored from the copy reads `before-<stamp>`; a plain
 //! restart of a durable master would read `after-<stamp>`, one restarted empty nothing.
 
-use quorumlock::testing::{Backup, RedisMaster, TestingError};
+use quorumlock_testkit::{Backup, RedisMaster, TestingError};
 
 /// The probe key; outside the lock prefix, so no checker counts it as a lock key.
 const PROBE_KEY: &str = "jepsen-lite:backup-probe";

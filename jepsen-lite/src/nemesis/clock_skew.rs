@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{RedisMaster, Reply};
+use quorumlock_testkit::{RedisMaster, Reply};
 use serde_json::json;
 
 use super::{Error, Nemesis, Pending, Targets, Verb};

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{Mode, Modes, Persistence, RedisCluster};
+use quorumlock_testkit::{Mode, Modes, Persistence, RedisCluster};
 use serde_json::json;
 
 use super::{Error, Fault, Nemesis, Pending, Targets, Verb};

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use quorumlock::testing::Mode;
+use quorumlock_testkit::Mode;
 use serde_json::{json, Value};
 
 use super::Verb;

@@ -3,7 +3,7 @@
 //! modes, and the proof, read when the fault ends, that the links' traffic was affected. They
 //! are lifted with every other link when the step ends.
 
-use quorumlock::testing::{Mode, Modes};
+use quorumlock_testkit::{Mode, Modes};
 
 use super::{Fault, Nemesis, Path, Pending, Targets};
 

@@ -27,7 +27,7 @@ mod verb;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{Persistence, Proxy};
+use quorumlock_testkit::{Persistence, Proxy};
 use serde_json::{json, Value};
 
 use crate::clockshim::Clocks;

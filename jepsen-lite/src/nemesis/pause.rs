@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use quorumlock::testing::RedisMaster;
+use quorumlock_testkit::RedisMaster;
 
 use serde_json::json;
 

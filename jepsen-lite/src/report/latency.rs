@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use plotters::prelude::*;
+use quorumlock_scheduler::nearest_rank;
 
 use super::axis;
 use super::bands::{self, Band};
@@ -44,15 +45,6 @@ pub fn samples(events: &[Event]) -> Vec<Sample> {
         }
     }
     out
-}
-
-/// The nearest-rank quantile `q` (0 < q ≤ 1) of sorted values; `None` when empty.
-pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
 }
 
 /// One line of the chart: a quantile of one outcome's latency, bucket by bucket (the middle of
@@ -97,7 +89,7 @@ pub fn series(samples: &[Sample], bucket_s: f64) -> Vec<Series> {
                 quantile: name,
                 points: buckets
                     .iter()
-                    .filter_map(|(&b, v)| Some(((b as f64 + 0.5) * bucket_s, quantile(v, q)?)))
+                    .filter_map(|(&b, v)| Some(((b as f64 + 0.5) * bucket_s, nearest_rank(v, q)?)))
                     .collect(),
             });
         }
@@ -287,18 +279,6 @@ mod tests {
         assert_eq!(got[0], [(0.5, 1.0), (1.5, 2.0)]);
         assert_eq!(got[2], [(9.5, 1.0)]);
         assert!(runs(&[], 1.0).is_empty());
-    }
-
-    #[test]
-    fn nearest_rank_quantiles() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&v, 0.5), Some(50.0));
-        assert_eq!(quantile(&v, 0.95), Some(95.0));
-        assert_eq!(quantile(&v, 0.99), Some(99.0));
-        assert_eq!(quantile(&v, 1.0), Some(100.0));
-        assert_eq!(quantile(&[7.0], 0.5), Some(7.0));
-        assert_eq!(quantile(&[], 0.5), None);
-        assert_eq!(quantile(&[1.0, 2.0], 0.0), Some(1.0));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use quorumlock::testing::Persistence;
+use quorumlock_testkit::Persistence;
 
 use super::play::{cut, sleep};
 use super::{base, fenced, Expect, Restart, Scenario, Script};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use quorumlock::testing::Modes;
+use quorumlock_testkit::Modes;
 use serde_json::json;
 
 use super::play::{cut, sleep};

@@ -17,7 +17,7 @@ mod links;
 mod play;
 mod random_runs;
 
-use quorumlock::testing::Persistence;
+use quorumlock_testkit::Persistence;
 use serde::Serialize;
 
 pub use play::play;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use quorumlock::testing::Mode;
+use quorumlock_testkit::Mode;
 
 use super::{client, clock, crash, extend, links, Script};
 use crate::client::CycleSpec;

@@ -6,10 +6,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::{MasterOptions, RedisMaster};
 use quorumlock_sim::clock::SimClock;
 use quorumlock_sim::resp::parse_reply;
 use quorumlock_sim::{ClientId, Frame, Protocol, SimMaster};
+use quorumlock_testkit::{MasterOptions, RedisMaster};
 
 /// How a field of a reply may differ between the masters.
 #[derive(Debug, Clone, Copy)]

@@ -196,7 +196,7 @@ fn cluster_of_five_on_distinct_ports() -> TestResult {
 /// A fresh master whose port is taken before it binds moves to another port.
 #[test]
 fn taken_port_moves_a_fresh_master() -> TestResult {
-    let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, free_port()?)).expect("bind");
     let taken = squatter.local_addr().expect("addr").port();
     let mut master = RedisMaster::launch_on(MasterOptions::default(), taken)?;
     master.finish_start()?;

@@ -20,9 +20,15 @@ const MAX_PROBES: usize = 64;
 /// The environment variable naming the range test masters take their ports from.
 pub const PORTS_VAR: &str = "QUORUMLOCK_TEST_PORTS";
 
-/// Returns a port on 127.0.0.1 that nothing listened on a moment ago and that this process has
-/// not handed out before.
-pub(super) fn free_port() -> Result<u16, TestingError> {
+/// A port on 127.0.0.1 that nothing listened on a moment ago and that this process has not handed
+/// out before, from `QUORUMLOCK_TEST_PORTS` when it is set: for a server started with its port
+/// on the command line. A listener bound at once takes [`listener_port`] instead.
+///
+/// # Errors
+///
+/// A malformed range, or one with no free port left; without a range, when the kernel offers
+/// only ports already handed out.
+pub fn free_port() -> Result<u16, TestingError> {
     let mut issued = ISSUED.lock().unwrap_or_else(PoisonError::into_inner);
     let issued = issued.get_or_insert_with(HashSet::new);
     if let Some(range) = std::env::var_os(PORTS_VAR) {

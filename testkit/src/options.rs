@@ -49,7 +49,7 @@ impl fmt::Display for Persistence {
 /// How to start a [`RedisMaster`](super::RedisMaster).
 ///
 /// ```
-/// use quorumlock::testing::{MasterOptions, Persistence};
+/// use quorumlock_testkit::{MasterOptions, Persistence};
 ///
 /// let opts = MasterOptions::new()
 ///     .persistence(Persistence::AofAlways)

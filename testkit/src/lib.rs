@@ -1,5 +1,5 @@
-//! Real `redis-server` masters for tests, benches and the jepsen-lite harness (feature
-//! `testing`).
+//! Real `redis-server` masters for quorumlock's tests, examples, benchmark and the jepsen-lite
+//! harness, and a [`Proxy`] that injects network faults between a client and a master.
 //!
 //! A [`RedisMaster`] is one `redis-server` process on `127.0.0.1` and a free port, with its own
 //! temporary data directory. It can be killed (`SIGKILL`, a crash), stopped (`SIGTERM`),
@@ -21,11 +21,12 @@
 //! # Examples
 //!
 //! ```no_run
-//! use quorumlock::testing::RedisCluster;
+//! use quorumlock_testkit::RedisCluster;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut cluster = RedisCluster::start(3)?;
-//! let redlock = quorumlock::Redlock::builder().nodes(cluster.urls()).build()?;
+//! // `redis://127.0.0.1:PORT` for each master, for `quorumlock::Redlock::builder().nodes(..)`.
+//! let urls = cluster.urls();
 //!
 //! // A long GC pause on one master: the other two still make a quorum.
 //! cluster[0].pause()?;
@@ -34,7 +35,7 @@
 //!
 //! // Data the masters hold can be inspected directly.
 //! assert_eq!(cluster[1].command(&["DBSIZE"])?, "0");
-//! # drop(redlock);
+//! # drop(urls);
 //! # Ok(())
 //! # }
 //! ```
@@ -55,7 +56,7 @@ pub use cluster::RedisCluster;
 pub use error::TestingError;
 pub use master::RedisMaster;
 pub use options::{MasterOptions, Persistence};
-pub use port::{listener_port, PORTS_VAR};
+pub use port::{free_port, listener_port, PORTS_VAR};
 pub use proxy::{Mode, Modes, Proxy};
 pub use resp::{query_port, Reply};
 

@@ -395,7 +395,8 @@ mod tests {
 
     /// An echo server standing in for a node.
     async fn echo() -> u16 {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = crate::listener_port().expect("a port");
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {

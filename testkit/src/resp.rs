@@ -1,15 +1,23 @@
-//! A tiny blocking RESP2 client: just enough to PING a server and run test commands, with the
-//! library's own encoder and parser ([`crate::transport::resp`]).
+//! A tiny blocking RESP2 client: just enough to PING a server and run test commands. The kit
+//! has its own reader rather than the library's (private) one: it does not depend on the
+//! library, whose unit tests use the kit.
 //!
 //! It never panics on what a server sends: odd type bytes, bad lengths, missing CRLFs, deep
 //! nesting and early EOF all become errors.
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use super::TestingError;
+
+/// Longest status, error or length line accepted, in bytes.
+const MAX_LINE: u64 = 64 * 1024;
+/// Largest bulk string accepted: Redis's own `proto-max-bulk-len` default.
+const MAX_BULK: i64 = 512 * 1024 * 1024;
+/// Deepest array nesting accepted; Redis replies nest two or three levels at most.
+const MAX_DEPTH: usize = 32;
 
 /// One RESP2 reply of a server, as returned by [`RedisMaster::query`](super::RedisMaster::query).
 ///
@@ -55,11 +63,15 @@ impl fmt::Display for Reply {
     }
 }
 
-/// Encodes a command as a RESP2 array of bulk strings (the library's own encoder).
+/// Encodes a command as a RESP2 array of bulk strings.
 pub(super) fn encode<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
-    let parts: Vec<&[u8]> = args.iter().map(AsRef::as_ref).collect();
-    let mut out = Vec::new();
-    crate::transport::resp::Command(&[&parts]).write(&mut out);
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        let arg = arg.as_ref();
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
     out
 }
 
@@ -78,44 +90,101 @@ impl From<io::Error> for ReadError {
     }
 }
 
-/// Reads one complete reply with the library's own parser: bytes from `r` are added to
-/// `buf` until it holds a whole reply, which is taken off its front.
-pub(super) fn read_reply<R: Read>(r: &mut R, buf: &mut Vec<u8>) -> Result<Reply, ReadError> {
-    let mut chunk = [0u8; 4096];
-    loop {
-        match crate::transport::resp::parse(buf) {
-            Ok(Some((reply, used))) => {
-                buf.drain(..used);
-                return Ok(Reply::from(reply));
+/// Reads one complete reply.
+pub(super) fn read_reply<R: BufRead>(r: &mut R) -> Result<Reply, ReadError> {
+    read_nested(r, 0)
+}
+
+fn read_nested<R: BufRead>(r: &mut R, depth: usize) -> Result<Reply, ReadError> {
+    let line = read_line(r)?;
+    let (kind, rest) = match line.split_first() {
+        Some((kind, rest)) => (*kind, rest),
+        None => return Err(ReadError::Protocol("empty reply line".into())),
+    };
+    let text = || String::from_utf8_lossy(rest).into_owned();
+    match kind {
+        b'+' => Ok(Reply::Status(text())),
+        b'-' => Ok(Reply::Error(text())),
+        b':' => parse_int(rest).map(Reply::Integer),
+        b'$' => match parse_int(rest)? {
+            -1 => Ok(Reply::Nil),
+            len if (0..=MAX_BULK).contains(&len) => read_bulk(r, len.unsigned_abs()),
+            len => Err(ReadError::Protocol(format!("bad bulk length {len}"))),
+        },
+        b'*' => match parse_int(rest)? {
+            -1 => Ok(Reply::Nil),
+            _ if depth >= MAX_DEPTH => Err(ReadError::Protocol(format!(
+                "arrays nested deeper than {MAX_DEPTH}"
+            ))),
+            len if len >= 0 => {
+                let len = len.unsigned_abs();
+                // Grow as elements arrive rather than trusting the announced length.
+                let mut items = Vec::with_capacity(len.min(64) as usize);
+                for _ in 0..len {
+                    items.push(read_nested(r, depth + 1)?);
+                }
+                Ok(Reply::Array(items))
             }
-            Ok(None) => {}
-            Err(crate::transport::resp::ProtocolError(detail)) => {
-                return Err(ReadError::Protocol(detail))
-            }
-        }
-        let n = r.read(&mut chunk)?;
-        if n == 0 {
-            return Err(ReadError::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed before a whole reply",
-            )));
-        }
-        buf.extend_from_slice(&chunk[..n]);
+            len => Err(ReadError::Protocol(format!("bad array length {len}"))),
+        },
+        other => Err(ReadError::Protocol(format!(
+            "unknown reply type byte {:?} in line {:?}",
+            char::from(other),
+            String::from_utf8_lossy(&line)
+        ))),
     }
 }
 
-impl From<crate::transport::resp::Reply> for Reply {
-    fn from(reply: crate::transport::resp::Reply) -> Self {
-        use crate::transport::resp::Reply as Wire;
-        match reply {
-            Wire::Status(s) => Self::Status(s),
-            Wire::Error(e) => Self::Error(e),
-            Wire::Int(n) => Self::Integer(n),
-            Wire::Bulk(b) => Self::Bulk(b),
-            Wire::Nil => Self::Nil,
-            Wire::Array(items) => Self::Array(items.into_iter().map(Self::from).collect()),
-        }
+/// Reads one CRLF-terminated line and returns it without the CRLF.
+fn read_line<R: BufRead>(r: &mut R) -> Result<Vec<u8>, ReadError> {
+    let mut line = Vec::new();
+    r.by_ref().take(MAX_LINE + 2).read_until(b'\n', &mut line)?;
+    if line.is_empty() {
+        return Err(ReadError::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed before a reply",
+        )));
     }
+    if !line.ends_with(b"\r\n") {
+        return Err(ReadError::Protocol(format!(
+            "reply line not terminated by CRLF: {:?}",
+            String::from_utf8_lossy(&line[..line.len().min(80)])
+        )));
+    }
+    line.truncate(line.len() - 2);
+    Ok(line)
+}
+
+fn parse_int(digits: &[u8]) -> Result<i64, ReadError> {
+    std::str::from_utf8(digits)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            ReadError::Protocol(format!(
+                "expected an integer, got {:?}",
+                String::from_utf8_lossy(digits)
+            ))
+        })
+}
+
+fn read_bulk<R: BufRead>(r: &mut R, len: u64) -> Result<Reply, ReadError> {
+    let mut data = Vec::new();
+    // `take` + `read_to_end` grows the buffer with the data actually received.
+    let got = r.by_ref().take(len).read_to_end(&mut data)?;
+    let mut crlf = [0u8; 2];
+    if got as u64 != len {
+        return Err(ReadError::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("connection closed after {got} of {len} bulk bytes"),
+        )));
+    }
+    r.read_exact(&mut crlf)?;
+    if &crlf != b"\r\n" {
+        return Err(ReadError::Protocol(
+            "bulk string not terminated by CRLF".into(),
+        ));
+    }
+    Ok(Reply::Bulk(data))
 }
 
 /// Runs one command on the server listening on `127.0.0.1:port`, over a connection of its
@@ -133,9 +202,7 @@ pub fn query_port(port: u16, args: &[&str], timeout: Duration) -> Result<Reply, 
 
 /// One blocking connection to a local server, every read and write bounded by a timeout.
 pub(super) struct Conn {
-    stream: TcpStream,
-    /// Bytes read but not yet parsed.
-    buf: Vec<u8>,
+    stream: BufReader<TcpStream>,
     port: u16,
 }
 
@@ -154,8 +221,7 @@ impl Conn {
             .and_then(|()| stream.set_nodelay(true))
             .map_err(|e| TestingError::io(context(), e))?;
         Ok(Self {
-            stream,
-            buf: Vec::new(),
+            stream: BufReader::new(stream),
             port,
         })
     }
@@ -168,9 +234,10 @@ impl Conn {
             .unwrap_or_default();
         let port = self.port;
         self.stream
+            .get_mut()
             .write_all(&encode(args))
             .map_err(|e| TestingError::io(format!("sending {name} to 127.0.0.1:{port}"), e))?;
-        read_reply(&mut self.stream, &mut self.buf).map_err(|e| match e {
+        read_reply(&mut self.stream).map_err(|e| match e {
             ReadError::Io(e) => TestingError::io(
                 format!("reading the reply to {name} from 127.0.0.1:{port}"),
                 e,
@@ -185,7 +252,7 @@ mod tests {
     use super::*;
 
     fn parse(bytes: &[u8]) -> Result<Reply, ReadError> {
-        read_reply(&mut io::Cursor::new(bytes), &mut Vec::new())
+        read_reply(&mut io::Cursor::new(bytes))
     }
 
     fn parses_to(bytes: &[u8], want: Reply) {
@@ -251,12 +318,12 @@ mod tests {
                 String::from_utf8_lossy(case)
             );
         }
-        let deep = "*1\r\n".repeat(crate::transport::resp::MAX_DEPTH + 1) + ":1\r\n";
+        let deep = "*1\r\n".repeat(MAX_DEPTH + 1) + ":1\r\n";
         assert!(matches!(
             parse(deep.as_bytes()),
             Err(ReadError::Protocol(_))
         ));
-        let long = vec![b'+'; 100 * 1024];
+        let long = vec![b'+'; (MAX_LINE + 10) as usize];
         assert!(parse(&long).is_err());
     }
 
