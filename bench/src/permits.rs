@@ -14,7 +14,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorumlock::testing::RedisCluster;
+use quorumlock_testkit::RedisCluster;
 use quorumlock::{LockError, Redlock};
 
 use crate::peers::TTL;

@@ -701,7 +701,7 @@ async fn a_vanished_writers_intent_blocks_readers_for_its_ttl_at_most() {
 /// short TTL, not its own: its intent is renewed while it waits, so it need not live long.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_writer_with_a_long_ttl_blocks_readers_for_seconds_only() {
-    use quorumlock::testing::proxy::{Mode, Modes, Proxy};
+    use quorumlock_testkit::{Mode, Modes, Proxy};
     let cluster = cluster(3);
     let proxy = Proxy::start(1, &cluster.ports()).await.expect("proxy");
     let readers = manager(&cluster);
