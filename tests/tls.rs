@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use quorumlock::testing::{MasterOptions, RedisMaster};
+use quorumlock::testing::{listener_port, MasterOptions, RedisMaster};
 use quorumlock::{LockError, NodeErrorKind, Redlock};
 use support::{patient_builder, wait_until, wait_until_async, PATIENCE};
 
@@ -87,13 +87,15 @@ fn certificates(dir: &Path, name: &str) {
     );
 }
 
-/// A free port on 127.0.0.1 (bound, then released for redis-server to take).
+/// A free port on 127.0.0.1 for a TLS port (from `QUORUMLOCK_TEST_PORTS` when it is set).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    match listener_port().expect("a free port") {
+        0 => std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("bind")
+            .port(),
+        port => port,
+    }
 }
 
 /// The certificates of this test binary: `trusted` (its CA in `SSL_CERT_FILE`) and `untrusted`,
@@ -212,6 +214,37 @@ async fn cleanups_queued_behind_a_stalled_tls_connection_are_still_sent() {
     wait_until_async("the master caught up", Duration::from_secs(30), probe).await;
     wait_until("every SET that ran was cleaned up", PATIENCE, || {
         masters[0].command(&["DBSIZE"]).expect("DBSIZE") == "0"
+    })
+    .await;
+}
+
+/// A request goes out once its future was first polled, even if that future is dropped before
+/// the connection's task ran: on a TLS connection too (an extension polled once, then dropped,
+/// still extends the key). A cleanup the node timeout drops relies on it.
+#[tokio::test]
+async fn a_request_polled_once_then_dropped_is_still_sent_over_tls() {
+    let (masters, urls) = tls_masters(certificate_dir(), "trusted", 1);
+    let locks = Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(PATIENCE)
+        .connections_per_node(1)
+        .build()
+        .expect("manager");
+    locks.connect().await.expect("connect");
+    let mut guard = locks
+        .try_lock("polled-once", Duration::from_secs(10))
+        .await
+        .expect("granted");
+
+    // On this single-threaded runtime the connection's task cannot run between the poll and
+    // the drop: only what the first poll queued can reach the master.
+    {
+        let mut extend = std::pin::pin!(guard.extend(Duration::from_secs(600)));
+        assert!(futures::poll!(&mut extend).is_pending());
+    }
+    let key = support::key("polled-once");
+    wait_until("the extension ran", PATIENCE, || {
+        support::pttl(&masters[0], &key) > 60_000
     })
     .await;
 }
