@@ -233,7 +233,7 @@ fn without_fragment(rest: &str) -> Result<&str, String> {
         Some((_, "insecure")) => {
             Err("#insecure is not supported: certificates are always verified".into())
         }
-        Some(_) => Err("unexpected #fragment (a password's # is written %23)".into()),
+        Some(_) => Err("unexpected #fragment (escape a # in a password as %23)".into()),
     }
 }
 
