@@ -1,6 +1,7 @@
 //! Feature `tls`: `rediss://` masters with a certificate the test generates (openssl). A trusted
-//! certificate gets the lock; an untrusted one gives a connect error naming the node. Cleanups
-//! queued behind a TLS connection that cannot write are still sent.
+//! certificate gets the lock; an untrusted one gives a connect error naming the node. A request
+//! is sent once first polled, and cleanups queued behind a TLS connection that cannot write are
+//! still sent: TLS runs under the same pipelined connection as plain TCP.
 #![cfg(feature = "tls")]
 
 mod support;
@@ -174,10 +175,10 @@ async fn trusted_certificates_work_and_untrusted_ones_are_named() {
     }
 }
 
-/// Regression: the `redis` crate's TLS connection drops a request whose future was dropped
-/// before its connection task took it. A cleanup queued behind a connection that could not
-/// write (its master paused, the socket full) timed out, was never sent, and the `SET` it
-/// cleaned up ran when the master resumed: the key stayed until its TTL.
+/// A cleanup queued behind a TLS connection that cannot write (its master paused, the socket
+/// full) times out, and is still sent when the master resumes, after the `SET` it cleans up:
+/// no key is left until its TTL. (A connection that skips a request whose caller went away
+/// before its task took it, as a general-purpose client's may, leaves the key.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanups_queued_behind_a_stalled_tls_connection_are_still_sent() {
     let (mut masters, urls) = tls_masters(certificate_dir(), "trusted", 1);
