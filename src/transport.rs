@@ -4,9 +4,9 @@
 //! the strict reading of what a master answers.
 //!
 //! * [`node`]: [`RedisNode`](node::RedisNode), the real [`Master`](crate::round::master::Master);
-//! * [`slot`]: one connection slot: opened lazily, kept across timeouts, replaced when broken;
+//! * [`pooled`]: one pooled connection: opened lazily, kept across timeouts, replaced when broken;
 //! * [`dial`]: opening a stream (TCP, Unix socket, TLS) and setting it up (`AUTH`, `SELECT`);
-//! * [`tls`]: TLS for `rediss://` masters (feature `tls`);
+//! * `tls`: TLS for `rediss://` masters (feature `tls`);
 //! * [`orphan`]: a replaced connection is closed on the master side first, so nothing it
 //!   buffered runs after a cleanup;
 //! * [`pipeline`]: quorumlock's own pipelined connection (requests batched, replies in order),
