@@ -210,3 +210,64 @@ impl AsyncWrite for Stream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the set-up of `url` against an in-memory master that expects `request` and answers
+    /// `answer`.
+    async fn set_up_against(
+        url: &str,
+        request: &'static [u8],
+        answer: &'static [u8],
+    ) -> Result<(), NodeErrorKind> {
+        let endpoint = Endpoint::parse(url).expect("valid");
+        let (client, mut master) = tokio::io::duplex(4096);
+        let serve = tokio::spawn(async move {
+            let mut got = vec![0u8; request.len()];
+            master.read_exact(&mut got).await.expect("read");
+            assert_eq!(got, request, "{}", String::from_utf8_lossy(&got));
+            master.write_all(answer).await.expect("write");
+            master
+        });
+        let mut stream = Stream::Test(client);
+        let result = set_up(&mut stream, &endpoint).await;
+        drop(serve.await.expect("the master's task"));
+        result
+    }
+
+    #[tokio::test]
+    async fn credentials_and_database_are_sent_together_and_checked() {
+        let both =
+            b"*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n$4\r\np@ss\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n";
+        let url = "redis://app:p%40ss@h:1/3";
+        assert_eq!(set_up_against(url, both, b"+OK\r\n+OK\r\n").await, Ok(()));
+        match set_up_against(
+            url,
+            both,
+            b"-WRONGPASS invalid username-password pair\r\n-NOAUTH x\r\n",
+        )
+        .await
+        {
+            Err(NodeErrorKind::Auth(text)) => {
+                assert!(text.starts_with("authenticating: WRONGPASS"))
+            }
+            other => panic!("{other:?}"),
+        }
+        match set_up_against(url, both, b"+OK\r\n-ERR DB index is out of range\r\n").await {
+            Err(NodeErrorKind::Connect(text)) => assert!(text.contains("selecting the database")),
+            other => panic!("{other:?}"),
+        }
+        // A reply for no request would be paired with the connection's first request.
+        match set_up_against(url, both, b"+OK\r\n+OK\r\n+OK\r\n").await {
+            Err(NodeErrorKind::Connect(text)) => assert!(text.contains("no request")),
+            other => panic!("{other:?}"),
+        }
+        let password_only = b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n";
+        assert_eq!(
+            set_up_against("redis://:pw@h", password_only, b"+OK\r\n").await,
+            Ok(())
+        );
+    }
+}
