@@ -108,8 +108,9 @@ impl Default for RedlockBuilder {
 
 impl RedlockBuilder {
     /// Adds one master by URL: `redis://[user:password@]host:port[/db]` or
-    /// `redis+unix:///path`, or `rediss://...` for TLS with the `tls` feature (rustls, trusting the
-    /// system's roots; `SSL_CERT_FILE` points at another bundle).
+    /// `redis+unix:///path[?db=N&user=U&pass=P]`, or `rediss://...` for TLS with the `tls`
+    /// feature (TLS 1.3 through rustls, trusting the system's roots; `SSL_CERT_FILE` points at
+    /// another bundle). A password is percent-decoded (write a `@` in it as `%40`).
     /// The masters must be independent (no replication between them). No nodes by default.
     pub fn node(mut self, url: impl Into<String>) -> Self {
         self.nodes.push(url.into());

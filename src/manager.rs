@@ -93,8 +93,11 @@ impl Redlock {
     }
 
     pub(crate) fn from_parts(nodes: Vec<Arc<RedisNode>>, config: Config) -> Self {
-        let clients = nodes.iter().map(|node| node.client().clone()).collect();
-        let wakes = WakeHub::new(clients, config.node_timeout, config.connect_timeout);
+        let endpoints = nodes
+            .iter()
+            .map(|node| Arc::clone(node.endpoint()))
+            .collect();
+        let wakes = WakeHub::new(endpoints, config.node_timeout, config.connect_timeout);
         Self {
             shared: Arc::new(Shared {
                 nodes: nodes.into(),

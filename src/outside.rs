@@ -9,7 +9,9 @@
 //! `sim` build behaves as a normal one (it costs a thread-local read per call).
 //!
 //! A connection's stream is anything `AsyncRead + AsyncWrite` ([`Socket`]): TLS, or any other
-//! layer, wraps it without caring where it came from.
+//! layer, wraps it without caring where it came from. Every connection to a master, the lock
+//! pipeline and the pub/sub connection of notified hand-offs alike, starts from [`connect`]
+//! (`crate::transport::dial`): a simulation gives a stream and gets every kind of connection.
 
 use std::io;
 use std::time::{Duration, SystemTime};
@@ -38,26 +40,6 @@ pub(crate) async fn connect(host: &str, port: u16) -> io::Result<Socket> {
     #[cfg(feature = "sim")]
     let stream = Box::new(stream);
     Ok(stream)
-}
-
-/// Opens a pub/sub connection to the master of `client` (notified hand-offs): the `redis`
-/// crate's own socket, or, in a simulation, its pub/sub protocol over the world's stream.
-///
-/// # Cancel safety
-///
-/// Cancel-safe: a dropped attempt leaves no connection behind.
-pub(crate) async fn pubsub(client: &redis::Client) -> redis::RedisResult<redis::aio::PubSub> {
-    #[cfg(feature = "sim")]
-    if sim::current().is_some() {
-        let info = client.get_connection_info();
-        let redis::ConnectionAddr::Tcp(host, port) = info.addr() else {
-            return Err(io::Error::other("a simulated master is reached over TCP only").into());
-        };
-        if let Some(connecting) = sim::connecting(host, *port) {
-            return redis::aio::PubSub::new(info.redis_settings(), connecting.await?).await;
-        }
-    }
-    client.get_async_pubsub().await
 }
 
 /// The time the machine spent suspended (see `crate::clock`), as `real` reads it.

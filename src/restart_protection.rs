@@ -41,7 +41,7 @@ use tokio::time::Instant;
 
 use crate::error::NodeErrorKind;
 use crate::scripts::{LuaScript, MASTER_LIFE};
-use crate::transport::connection::Connection;
+use crate::transport::pipeline::Pipeline;
 use crate::transport::reply::{shown, unexpected};
 use crate::transport::resp::{Command, Reply};
 
@@ -107,7 +107,7 @@ impl MasterLife {
     /// Only when the connection breaks; a master that does not answer as expected is treated
     /// as just restarted (and the reason traced), never as trusted.
     pub(crate) async fn read(
-        conn: &Connection,
+        conn: &Pipeline,
         check: &LifeCheck,
     ) -> Result<Arc<Self>, NodeErrorKind> {
         let node = &check.node;
@@ -155,7 +155,7 @@ fn least_uptime(seconds: u64) -> Duration {
 
 /// Whether the master cannot lose an acknowledged write: `appendonly yes` and
 /// `appendfsync always`. `false` when `CONFIG` is refused or renamed away.
-async fn durable(conn: &Connection) -> Result<bool, NodeErrorKind> {
+async fn durable(conn: &Pipeline) -> Result<bool, NodeErrorKind> {
     // One round trip: Redis 7 answers several parameters at once, as name/value pairs.
     let get: [&[u8]; 4] = [b"CONFIG", b"GET", b"appendonly", b"appendfsync"];
     Ok(durable_config(&conn.query(Command(&[&get])).await?))
@@ -192,7 +192,7 @@ fn text(reply: &Reply) -> Option<String> {
 
 /// Runs `script` (loaded at set-up) with `keys` and no arguments.
 async fn script(
-    conn: &Connection,
+    conn: &Pipeline,
     script: &LuaScript,
     keys: &[&[u8]],
 ) -> Result<Reply, NodeErrorKind> {

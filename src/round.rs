@@ -426,10 +426,10 @@ fn delete_requests<M: Master>(
 /// nothing can be sent, and the keys expire after their TTL).
 ///
 /// Why this cleans up even a `SET` that lands after the round: each delete goes on the connection
-/// its `SET` went on, behind it, and is written even if its node timeout fires first
-/// (`Connection::query_to_completion`). If that connection broke meanwhile, the delete goes on a
-/// new one, which first closes the old one on the master ([`crate::transport::orphan`]), so the
-/// `SET` either ran before the delete or never runs. Where the master refuses that, or a delete
+/// its `SET` went on, behind it, and is written even if its node timeout fires first (the
+/// pipeline queues a request when first polled, `crate::transport::pipeline`). If that connection
+/// broke meanwhile, the delete goes on a new one, which first closes the old one on the master
+/// ([`crate::transport::orphan`]), so the `SET` either ran before the delete or never runs. Where the master refuses that, or a delete
 /// cannot be delivered at all, the key lives at most one TTL (every `SET` carries `PX ttl`).
 pub(crate) fn release_in_background<M: Master>(
     nodes: Nodes<M>,

@@ -5,9 +5,6 @@
 use std::sync::LazyLock;
 
 /// A Lua script: its source, for `EVAL` and `SCRIPT LOAD`, and its SHA1, for `EVALSHA`.
-///
-/// The requests are built by hand rather than through `redis::Script`, whose loading path
-/// asserts (panics in debug builds) when a server answers `SCRIPT LOAD` with an unexpected hash.
 pub(crate) struct LuaScript {
     pub(crate) source: &'static str,
     sha: LazyLock<String>,
@@ -26,7 +23,7 @@ macro_rules! lua_script {
         $(#[$doc])*
         pub(crate) static $name: crate::scripts::LuaScript = crate::scripts::LuaScript {
             source: $source,
-            sha: ::std::sync::LazyLock::new(|| redis::Script::new($source).get_hash().to_owned()),
+            sha: ::std::sync::LazyLock::new(|| crate::scripts::sha1_hex($source)),
         };
     };
 }
@@ -65,6 +62,11 @@ pub(crate) use restart::{MASTER_LIFE, PROVISION};
 pub(crate) use slot_claim::{CLAIM_SLOTS, REVERT_SLOTS};
 pub(crate) use slot_finish::FINISH_SLOTS;
 pub(crate) use slot_status::SLOT_STATUS;
+
+/// The SHA1 of `source` in lowercase hex, as Redis names a script (`SCRIPT LOAD` answers it).
+pub(crate) fn sha1_hex(source: &str) -> String {
+    sha1_smol::Sha1::from(source).digest().to_string()
+}
 
 /// Every script, for loading them on a fresh connection so that `EVALSHA` finds them.
 pub(crate) fn all() -> [&'static LuaScript; 19] {
@@ -179,4 +181,20 @@ impl<'a, const K: usize, const A: usize> FixedCall<'a, K, A> {
 /// A number as a script argument.
 pub(crate) fn number<'a>(n: u64) -> std::borrow::Cow<'a, [u8]> {
     std::borrow::Cow::Owned(crate::transport::resp::Decimal::new(n).as_bytes().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each script's SHA1 is the one Redis gives it (as the reference client, a dev-dependency,
+    /// computes it), so that `EVALSHA` finds the script `SCRIPT LOAD` stored.
+    #[test]
+    fn script_hashes_are_redis_sha1s() {
+        assert_eq!(
+            super::sha1_hex("return 1"),
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+        for script in super::all() {
+            assert_eq!(script.sha(), redis::Script::new(script.source).get_hash());
+        }
+    }
 }

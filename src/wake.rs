@@ -45,6 +45,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::transport::endpoint::Endpoint;
+
 pub(crate) use line::WakeMode;
 use line::{Lines, Place};
 use subscriber::{Status, Subscriber};
@@ -84,7 +86,7 @@ pub(crate) struct Inner {
 }
 
 struct Master {
-    client: redis::Client,
+    endpoint: Arc<Endpoint>,
     status: Arc<Status>,
     started: std::sync::Once,
 }
@@ -116,18 +118,18 @@ impl Drop for Inner {
 }
 
 impl WakeHub {
-    /// A hub over the masters reached by `clients`, in the manager's order. Connects to
-    /// nothing until a waiter arrives.
+    /// A hub over the masters at `endpoints`, in the manager's order. Connects to nothing
+    /// until a waiter arrives.
     pub(crate) fn new(
-        clients: Vec<redis::Client>,
+        endpoints: Vec<Arc<Endpoint>>,
         node_timeout: Duration,
         connect_timeout: Duration,
     ) -> Self {
-        let quorum = clients.len() / 2 + 1;
-        let masters = clients
+        let quorum = endpoints.len() / 2 + 1;
+        let masters = endpoints
             .into_iter()
-            .map(|client| Master {
-                client,
+            .map(|endpoint| Master {
+                endpoint,
                 status: Arc::default(),
                 started: std::sync::Once::new(),
             })
@@ -183,7 +185,7 @@ impl WakeHub {
                     Subscriber {
                         hub: Arc::downgrade(&self.inner),
                         index,
-                        client: master.client.clone(),
+                        endpoint: Arc::clone(&master.endpoint),
                         status: Arc::clone(&master.status),
                         timeout: self.inner.connect_timeout,
                     }

@@ -1,6 +1,7 @@
 //! Feature `tls`: `rediss://` masters with a certificate the test generates (openssl). A trusted
-//! certificate gets the lock; an untrusted one gives a connect error naming the node. Cleanups
-//! queued behind a TLS connection that cannot write are still sent.
+//! certificate gets the lock; an untrusted one gives a connect error naming the node. A request
+//! is sent once first polled, and cleanups queued behind a TLS connection that cannot write are
+//! still sent: TLS runs under the same pipelined connection as plain TCP.
 #![cfg(feature = "tls")]
 
 mod support;
@@ -163,10 +164,10 @@ async fn trusted_certificates_work_and_untrusted_ones_are_named() {
     }
 }
 
-/// Regression: the `redis` crate's TLS connection drops a request whose future was dropped
-/// before its connection task took it. A cleanup queued behind a connection that could not
-/// write (its master paused, the socket full) timed out, was never sent, and the `SET` it
-/// cleaned up ran when the master resumed: the key stayed until its TTL.
+/// A cleanup queued behind a TLS connection that cannot write (its master paused, the socket
+/// full) times out, and is still sent when the master resumes, after the `SET` it cleans up:
+/// no key is left until its TTL. (A connection that skips a request whose caller went away
+/// before its task took it, as a general-purpose client's may, leaves the key.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanups_queued_behind_a_stalled_tls_connection_are_still_sent() {
     let (mut masters, urls) = tls_masters(certificate_dir(), "trusted", 1);
@@ -203,6 +204,37 @@ async fn cleanups_queued_behind_a_stalled_tls_connection_are_still_sent() {
     wait_until_async("the master caught up", Duration::from_secs(30), probe).await;
     wait_until("every SET that ran was cleaned up", PATIENCE, || {
         masters[0].command(&["DBSIZE"]).expect("DBSIZE") == "0"
+    })
+    .await;
+}
+
+/// A request goes out once its future was first polled, even if that future is dropped before
+/// the connection's task ran: on a TLS connection too (an extension polled once, then dropped,
+/// still extends the key). A cleanup the node timeout drops relies on it.
+#[tokio::test]
+async fn a_request_polled_once_then_dropped_is_still_sent_over_tls() {
+    let (masters, urls) = tls_masters(certificate_dir(), "trusted", 1);
+    let locks = Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(PATIENCE)
+        .connections_per_node(1)
+        .build()
+        .expect("manager");
+    locks.connect().await.expect("connect");
+    let mut guard = locks
+        .try_lock("polled-once", Duration::from_secs(10))
+        .await
+        .expect("granted");
+
+    // On this single-threaded runtime the connection's task cannot run between the poll and
+    // the drop: only what the first poll queued can reach the master.
+    {
+        let mut extend = std::pin::pin!(guard.extend(Duration::from_secs(600)));
+        assert!(futures::poll!(&mut extend).is_pending());
+    }
+    let key = support::key("polled-once");
+    wait_until("the extension ran", PATIENCE, || {
+        support::pttl(&masters[0], &key) > 60_000
     })
     .await;
 }

@@ -1,12 +1,15 @@
-//! Node URLs: parsing, duplicate detection and redaction of secrets for display.
+//! Node URLs: parsing ([`Endpoint`]), duplicate detection and redaction of secrets for display.
+
+use std::sync::Arc;
 
 use crate::error::ConfigError;
+use crate::transport::endpoint::Endpoint;
 
-/// A parsed master address: the `redis` client that connects to it, and the text that names it
-/// in errors and traces (with any password replaced by `***`).
+/// A parsed master address: what a connection to it needs, and the text that names it in
+/// errors and traces (with any password replaced by `***`).
 #[derive(Clone)]
 pub(crate) struct NodeAddress {
-    pub(crate) client: redis::Client,
+    pub(crate) endpoint: Arc<Endpoint>,
     pub(crate) display: String,
     /// `host:port` (or socket path) that identifies the server, for duplicate detection.
     pub(crate) identity: String,
@@ -22,25 +25,20 @@ impl NodeAddress {
     /// Parses one node URL without connecting.
     pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
         let display = redact(url);
-        let invalid = |reason: String| ConfigError::InvalidUrl {
+        if url.trim().is_empty() {
+            return Err(ConfigError::InvalidUrl {
+                url: display,
+                reason: "empty URL: expected redis://host:port".into(),
+            });
+        }
+        // The reason never quotes the URL, so it cannot let a password through.
+        let endpoint = Endpoint::parse(url).map_err(|reason| ConfigError::InvalidUrl {
             url: display.clone(),
             reason,
-        };
-        if url.trim().is_empty() {
-            return Err(invalid("empty URL: expected redis://host:port".into()));
-        }
-        if !url.contains("://") {
-            return Err(invalid(
-                "missing scheme: expected redis://host:port or redis+unix:///path".into(),
-            ));
-        }
-        let client = redis::Client::open(url).map_err(|e| {
-            // The redis crate's message may quote the URL: never let a password through.
-            invalid(e.to_string().replace(url, &display).to_lowercase())
         })?;
-        let identity = client.get_connection_info().addr().to_string();
+        let identity = endpoint.place.to_string();
         Ok(Self {
-            client,
+            endpoint: Arc::new(endpoint),
             display,
             identity,
         })

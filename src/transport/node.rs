@@ -25,7 +25,7 @@ use crate::round::master::{AcquireReply, AcquireRequest, Master};
 use crate::scripts::{self, LuaScript};
 use crate::scripts::{acquire_keys, acquire_reply, millis, AcquireNumbers};
 use crate::transport::address::NodeAddress;
-use crate::transport::connection::Connection;
+use crate::transport::endpoint::Endpoint;
 use crate::transport::pooled::PooledConnection;
 use crate::transport::reply::{flag_reply, set_nx_reply};
 use crate::transport::resp::{Command, Decimal, Reply};
@@ -94,7 +94,7 @@ impl RedisNode {
         let connections = (0..config.connections_per_node)
             .map(|_| {
                 PooledConnection::new(
-                    address.client.clone(),
+                    Arc::clone(&address.endpoint),
                     config.connect_timeout,
                     life_check.clone(),
                 )
@@ -118,10 +118,9 @@ impl RedisNode {
         &self.connections[connection_index(key, self.connections.len())]
     }
 
-    /// The client that opens connections to this master (for the pub/sub connection of
-    /// notified hand-offs).
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.address.client
+    /// How to reach this master (for the pub/sub connection of notified hand-offs).
+    pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.address.endpoint
     }
 
     /// How many requests to this master failed so far.
@@ -207,18 +206,18 @@ impl RedisNode {
             let pending = Unanswered::new(&pooled.backlog.unanswered);
             let reply = tokio::time::timeout_at(deadline, async {
                 match request {
-                    Request::Args(args) => query(&conn, Command(&[args]), cleanup).await,
+                    Request::Args(args) => conn.query(Command(&[args])).await,
                     Request::Script { script, keys, args } => {
                         let count = Decimal::new(keys.len() as u64);
                         let head: [&[u8]; 3] =
                             [b"EVALSHA", script.sha().as_bytes(), count.as_bytes()];
-                        match query(&conn, Command(&[&head, keys, args]), cleanup).await {
+                        match conn.query(Command(&[&head, keys, args])).await {
                             // The script cache was flushed (or the master restarted under this
                             // connection): run the source, in the same place in the order.
                             Ok(Reply::Error(error)) if error.starts_with("NOSCRIPT") => {
                                 let head: [&[u8]; 3] =
                                     [b"EVAL", script.source.as_bytes(), count.as_bytes()];
-                                query(&conn, Command(&[&head, keys, args]), cleanup).await
+                                conn.query(Command(&[&head, keys, args])).await
                             }
                             other => other,
                         }
@@ -417,20 +416,6 @@ impl Drop for Unanswered<'_> {
         if !self.answered {
             self.counter.fetch_add(1, Ordering::Relaxed);
         }
-    }
-}
-
-/// Sends `command` on `conn`. A cleanup is written even if this future is dropped first (the
-/// node timeout), so that it still runs behind whatever it cleans up.
-async fn query(
-    conn: &Connection,
-    command: Command<'_>,
-    cleanup: bool,
-) -> Result<Reply, NodeErrorKind> {
-    if cleanup {
-        conn.query_to_completion(command).await
-    } else {
-        conn.query(command).await
     }
 }
 

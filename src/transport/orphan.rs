@@ -26,7 +26,7 @@
 //! the TTL.
 
 use crate::error::NodeErrorKind;
-use crate::transport::connection::Connection;
+use crate::transport::pipeline::Pipeline;
 use crate::transport::reply::shown;
 use crate::transport::resp::{Command, Reply};
 
@@ -67,7 +67,7 @@ impl MasterSide {
 /// connection tries again). A master that refuses either command leaves the bound at one TTL
 /// (see the module docs), and the connection is used all the same.
 pub(crate) async fn replace(
-    conn: &Connection,
+    conn: &Pipeline,
     orphan: Option<&MasterSide>,
     node: &str,
 ) -> Result<Option<MasterSide>, NodeErrorKind> {
@@ -88,7 +88,7 @@ pub(crate) async fn replace(
 
 /// Closes `orphan` on the master behind `conn`, if there is one.
 async fn close(
-    conn: &Connection,
+    conn: &Pipeline,
     orphan: Option<&MasterSide>,
     node: &str,
 ) -> Result<(), NodeErrorKind> {

@@ -1,15 +1,17 @@
 //! quorumlock's own pipelined connection to a master: requests from every task are appended to
 //! one write buffer and written together, replies are paired with requests strictly in order.
 //!
-//! # Why not the `redis` crate's multiplexed connection
+//! # Why not a general-purpose client's multiplexed connection
 //!
-//! It is correct, but each request pays for a channel message to the connection's task, a
-//! boxed future, a reply channel and an owned [`redis::Value`]. A lock cycle sends a handful
-//! of tiny requests to every master, so that overhead is most of the client's CPU, and on a
-//! machine shared with the masters it caps throughput. Here a request is a few bytes appended
-//! to a buffer under a mutex, the connection's task is woken once for however many requests
-//! arrived meanwhile (one `write` for all of them, which also saves the master a `read` per
-//! command), and a reply wakes only the task that waits for it.
+//! One like the `redis` crate's is correct, but each request pays for a channel message to the
+//! connection's task, a boxed future, a reply channel and an owned reply value. A lock cycle
+//! sends a handful of tiny requests to every master, so that overhead is most of the client's
+//! CPU, and on a machine shared with the masters it caps throughput. Here a request is a few
+//! bytes appended to a buffer under a mutex, the connection's task is woken once for however
+//! many requests arrived meanwhile (one `write` for all of them, which also saves the master a
+//! `read` per command), and a reply wakes only the task that waits for it. Such a connection
+//! may also skip a request whose caller went away before its task took it; here a request is
+//! written once queued (below), on a TLS stream as on a plain one.
 //!
 //! # The ordering guarantee the lock relies on
 //!

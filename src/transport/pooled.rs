@@ -14,22 +14,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
-use redis::{AsyncConnectionConfig, ConnectionAddr};
 
 use crate::error::NodeErrorKind;
 use crate::restart_protection::{LifeCheck, MasterLife};
 use crate::scripts;
-use crate::transport::connection::{server_error_text, Connection};
+use crate::transport::dial::{dial, refused_or_connect};
+use crate::transport::endpoint::Endpoint;
 use crate::transport::orphan::{self, MasterSide};
 use crate::transport::pipeline::Pipeline;
-use crate::transport::reply::describe;
 use crate::transport::resp::{Command, Reply};
 
 /// An open connection, with the master's life as it saw it when it opened (under restart
 /// protection only).
 #[derive(Clone)]
 pub(crate) struct Opened {
-    pub(crate) conn: Connection,
+    pub(crate) conn: Arc<Pipeline>,
     pub(crate) life: Option<Arc<MasterLife>>,
     /// How the master knows this connection, to close its side there if it breaks.
     master_side: Option<MasterSide>,
@@ -66,7 +65,7 @@ pub(crate) struct Backlog {
 
 /// One pooled connection of a master.
 pub(crate) struct PooledConnection {
-    client: redis::Client,
+    endpoint: Arc<Endpoint>,
     connect_timeout: Duration,
     /// Set under restart protection.
     life_check: Option<LifeCheck>,
@@ -77,12 +76,12 @@ pub(crate) struct PooledConnection {
 
 impl PooledConnection {
     pub(crate) fn new(
-        client: redis::Client,
+        endpoint: Arc<Endpoint>,
         connect_timeout: Duration,
         life_check: Option<LifeCheck>,
     ) -> Self {
         Self {
-            client,
+            endpoint,
             connect_timeout,
             life_check,
             state: Mutex::new(State {
@@ -139,7 +138,7 @@ impl PooledConnection {
     }
 
     /// The open connection, if any, without opening one.
-    pub(crate) fn current(&self) -> Option<Connection> {
+    pub(crate) fn current(&self) -> Option<Arc<Pipeline>> {
         match &self.state().conn {
             Conn::Ready(_, opened) => Some(opened.conn.clone()),
             _ => None,
@@ -187,7 +186,7 @@ impl PooledConnection {
             NodeErrorKind::Connect("no tokio runtime: quorumlock must run inside one".into())
         })?;
         let task = runtime.spawn(open(
-            self.client.clone(),
+            Arc::clone(&self.endpoint),
             self.connect_timeout,
             self.life_check.clone(),
             orphan,
@@ -199,36 +198,6 @@ impl PooledConnection {
         }
         .boxed()
         .shared())
-    }
-}
-
-/// A failure to set up a connection: refused credentials apart (they do not go away by retrying),
-/// everything else a connect error.
-fn connect_error(error: &redis::RedisError, context: &str) -> NodeErrorKind {
-    if error.kind() == redis::ErrorKind::AuthenticationFailed {
-        return NodeErrorKind::Auth(format!("{context}{}", describe(error)));
-    }
-    // A server's error reply is judged the same way as on quorumlock's own connection.
-    match error.code() {
-        Some(_) => refused_or_connect(&server_error_text(error), context),
-        None => NodeErrorKind::Connect(format!("{context}{}", describe(error))),
-    }
-}
-
-/// An error reply during set-up: refused credentials are [`NodeErrorKind::Auth`] (they do not
-/// go away by retrying); anything else (`-ERR max number of clients reached`, a server still
-/// loading its data) is a connect error, which may.
-fn refused_or_connect(error: &str, context: &str) -> NodeErrorKind {
-    let text = format!("{context}{error}");
-    let refused = error.starts_with("NOAUTH")
-        || error.starts_with("WRONGPASS")
-        || error.contains("invalid password")
-        || error.contains("invalid username-password")
-        || error.contains("called without any password configured");
-    if refused {
-        NodeErrorKind::Auth(text)
-    } else {
-        NodeErrorKind::Connect(text)
     }
 }
 
@@ -247,13 +216,13 @@ fn during_setup(context: &str) -> impl Fn(NodeErrorKind) -> NodeErrorKind + '_ {
 /// (one that broke) first closes it on the master.
 /// A peer that does not speak Redis fails here, with a clear error.
 async fn open(
-    client: redis::Client,
+    endpoint: Arc<Endpoint>,
     connect_timeout: Duration,
     life_check: Option<LifeCheck>,
     orphan: Option<MasterSide>,
 ) -> Result<Opened, NodeErrorKind> {
     let setup = async {
-        let conn = connect(&client, connect_timeout).await?;
+        let conn = Arc::new(Pipeline::start(dial(&endpoint).await?));
         // Every load is queued at once (the pipeline writes them together and pairs the
         // replies in order): one round trip for all the scripts, not one each, so that a
         // connection to a master that just restarted is ready sooner.
@@ -290,7 +259,7 @@ async fn open(
         };
         // Last, once the peer is known to speak Redis: before this connection carries any
         // request, the one it replaces is closed on the master.
-        let node = client.get_connection_info().addr().to_string();
+        let node = endpoint.place.to_string();
         let master_side = orphan::replace(&conn, orphan.as_ref(), &node)
             .await
             .map_err(during_setup("closing the broken connection: "))?;
@@ -307,93 +276,4 @@ async fn open(
                 "timed out after {connect_timeout:?}"
             )))
         })
-}
-
-/// Opens the socket and authenticates: a [`Pipeline`] for TCP and Unix sockets, the `redis`
-/// crate's connection for TLS.
-async fn connect(
-    client: &redis::Client,
-    connect_timeout: Duration,
-) -> Result<Connection, NodeErrorKind> {
-    let info = client.get_connection_info();
-    let io_error = |e: std::io::Error| NodeErrorKind::Connect(e.to_string());
-    let pipeline = match info.addr() {
-        ConnectionAddr::Tcp(host, port) => Pipeline::start(
-            crate::outside::connect(host, *port)
-                .await
-                .map_err(io_error)?,
-        ),
-        #[cfg(unix)]
-        ConnectionAddr::Unix(path) => Pipeline::start(
-            tokio::net::UnixStream::connect(path)
-                .await
-                .map_err(io_error)?,
-        ),
-        _ => return multiplexed(client, connect_timeout).await,
-    };
-    let conn = Connection::Pipelined(Arc::new(pipeline));
-    let settings = info.redis_settings();
-    if let Some(password) = settings.password() {
-        // `AUTH password`, or `AUTH user password` for an ACL user.
-        let with_user: [&[u8]; 3] = [
-            b"AUTH",
-            settings.username().unwrap_or_default().as_bytes(),
-            password.as_bytes(),
-        ];
-        let auth = if settings.username().is_some() {
-            &with_user[..]
-        } else {
-            &[b"AUTH", password.as_bytes()][..]
-        };
-        expect_ok(&conn, auth, "authenticating: ", refused_or_connect).await?;
-    }
-    if settings.db() != 0 {
-        let db = settings.db().to_string();
-        expect_ok(
-            &conn,
-            &[b"SELECT", db.as_bytes()],
-            "selecting the database: ",
-            refused_or_connect,
-        )
-        .await?;
-    }
-    Ok(conn)
-}
-
-/// Sends a set-up command that must answer `OK`; an error reply becomes `refused(error,
-/// context)`.
-async fn expect_ok(
-    conn: &Connection,
-    args: &[&[u8]],
-    context: &str,
-    refused: impl Fn(&str, &str) -> NodeErrorKind,
-) -> Result<(), NodeErrorKind> {
-    match conn
-        .query(Command(&[args]))
-        .await
-        .map_err(during_setup(context))?
-    {
-        Reply::Status(ok) if ok == "OK" => Ok(()),
-        Reply::Error(error) => Err(refused(&error, context)),
-        other => Err(NodeErrorKind::Connect(format!(
-            "{context}expected OK, got {}",
-            crate::transport::reply::shown(&other)
-        ))),
-    }
-}
-
-/// The `redis` crate's multiplexed connection (it authenticates and selects the database).
-async fn multiplexed(
-    client: &redis::Client,
-    connect_timeout: Duration,
-) -> Result<Connection, NodeErrorKind> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        // Timeouts are per request and ours (see `RedisNode::request`).
-        .set_response_timeout(None);
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map(Connection::Multiplexed)
-        .map_err(|e| connect_error(&e, ""))
 }

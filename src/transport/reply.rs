@@ -1,8 +1,6 @@
 //! Reading what a master answers: strictly, so that anything unexpected becomes a typed error
 //! instead of a wrong vote (and never a panic).
 
-use redis::RedisError;
-
 use crate::error::NodeErrorKind;
 use crate::transport::resp::Reply;
 
@@ -44,31 +42,6 @@ pub(crate) fn shown(value: &Reply) -> String {
         text.push('…');
     }
     text
-}
-
-/// What a `redis` error means for the lock, and whether the connection it came from is broken.
-pub(crate) fn classify(error: &RedisError) -> (NodeErrorKind, bool) {
-    use redis::ErrorKind;
-    match error.kind() {
-        // The server answered with an error reply: the connection is fine.
-        ErrorKind::Server(_) | ErrorKind::Extension => {
-            (NodeErrorKind::Server(describe(error)), false)
-        }
-        // The reply stream could not be parsed: every later reply would be misread.
-        ErrorKind::Parse => (NodeErrorKind::UnexpectedReply(describe(error)), true),
-        ErrorKind::UnexpectedReturnType => (NodeErrorKind::UnexpectedReply(describe(error)), false),
-        _ => (NodeErrorKind::ConnectionLost(describe(error)), true),
-    }
-}
-
-/// A `redis` error as a lowercase message.
-pub(crate) fn describe(error: &RedisError) -> String {
-    let text = error.to_string();
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text,
-    }
 }
 
 #[cfg(test)]

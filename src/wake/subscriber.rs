@@ -10,10 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::Inner;
+use crate::error::NodeErrorKind;
+use crate::transport::endpoint::Endpoint;
+use crate::transport::pubsub::{Event, PubSub};
 
 /// The first wait before reconnecting a broken or refused connection, doubled up to
 /// [`MAX_BACKOFF`]: a master that is down costs a connection attempt now and then, nothing
@@ -36,17 +38,15 @@ pub(crate) struct Status {
 pub(crate) struct Subscriber {
     pub(crate) hub: Weak<Inner>,
     pub(crate) index: usize,
-    pub(crate) client: redis::Client,
+    pub(crate) endpoint: Arc<Endpoint>,
     pub(crate) status: Arc<Status>,
     pub(crate) timeout: Duration,
 }
 
-type Split = (redis::aio::PubSubSink, redis::aio::PubSubStream);
-
 impl Subscriber {
     /// Runs until the hub (the manager and every waiter) is gone.
     pub(crate) async fn run(self) {
-        let mut conn: Option<Split> = None;
+        let mut conn: Option<PubSub> = None;
         let mut actual: HashSet<Arc<str>> = HashSet::new();
         let mut backoff = FIRST_BACKOFF;
         // Whether a connection carrying subscriptions broke: releases may have been missed.
@@ -87,11 +87,12 @@ impl Subscriber {
                 self.progress();
             }
             match conn.as_mut() {
-                Some((_, stream)) => tokio::select! {
-                    message = stream.next() => match message {
-                        Some(message) => self.dispatch(&message),
-                        None => {
-                            tracing::debug!(node = self.index, "pub/sub connection closed; resubscribing");
+                // `next` keeps what it read when a poke cancels it.
+                Some(pubsub) => tokio::select! {
+                    event = pubsub.next() => match event {
+                        Ok(event) => self.dispatch(event),
+                        Err(error) => {
+                            tracing::debug!(node = self.index, %error, "pub/sub connection lost; resubscribing");
                             lost |= !actual.is_empty();
                             conn = None;
                             actual.clear();
@@ -104,26 +105,27 @@ impl Subscriber {
         }
     }
 
-    /// Makes the master's subscriptions match `wanted`, connecting first if needed.
+    /// Makes the master's subscriptions match `wanted`, connecting first if needed, and waits
+    /// until the master confirmed every change (dispatching the releases heard meanwhile). An
+    /// error leaves the connection unusable: the caller drops it.
     async fn sync(
         &self,
-        conn: &mut Option<Split>,
+        conn: &mut Option<PubSub>,
         actual: &mut HashSet<Arc<str>>,
         wanted: &HashSet<Arc<str>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), NodeErrorKind> {
         let bounded = |what: &'static str| {
             let timeout = self.timeout;
-            move |_| format!("{what} timed out after {timeout:?}")
+            move |_| NodeErrorKind::Connect(format!("{what} timed out after {timeout:?}"))
         };
         if conn.is_none() {
-            let pubsub = tokio::time::timeout(self.timeout, crate::outside::pubsub(&self.client))
+            let opened = tokio::time::timeout(self.timeout, PubSub::open(&self.endpoint))
                 .await
-                .map_err(bounded("connecting"))?
-                .map_err(|e| e.to_string())?;
-            *conn = Some(pubsub.split());
+                .map_err(bounded("connecting"))??;
+            *conn = Some(opened);
         }
-        let Some((sink, _)) = conn.as_mut() else {
-            return Err("no connection".into());
+        let Some(pubsub) = conn.as_mut() else {
+            return Err(NodeErrorKind::Connect("no connection".into()));
         };
         // Sorted: the same commands, byte for byte, whatever the hash order (a simulated run
         // replays exactly).
@@ -131,30 +133,36 @@ impl Subscriber {
         let mut remove: Vec<&str> = actual.difference(wanted).map(|c| &**c).collect();
         add.sort_unstable();
         remove.sort_unstable();
-        if !add.is_empty() {
-            tokio::time::timeout(self.timeout, sink.subscribe(&add))
-                .await
-                .map_err(bounded("subscribing"))?
-                .map_err(|e| e.to_string())?;
-        }
-        if !remove.is_empty() {
-            tokio::time::timeout(self.timeout, sink.unsubscribe(&remove))
-                .await
-                .map_err(bounded("unsubscribing"))?
-                .map_err(|e| e.to_string())?;
-        }
+        let confirmed = async {
+            pubsub.send(&add, &remove).await?;
+            // The master confirms each channel once, in order: the subscriptions first.
+            let (mut subscribed, mut unsubscribed) = (0, 0);
+            while subscribed < add.len() || unsubscribed < remove.len() {
+                match pubsub.next().await? {
+                    Event::Subscribed => subscribed += 1,
+                    Event::Unsubscribed => unsubscribed += 1,
+                    message @ Event::Message { .. } => self.dispatch(message),
+                }
+            }
+            Ok::<_, NodeErrorKind>(())
+        };
+        tokio::time::timeout(self.timeout, confirmed)
+            .await
+            .map_err(bounded("subscribing"))??;
         actual.clone_from(wanted);
         Ok(())
     }
 
-    fn dispatch(&self, message: &redis::Msg) {
-        if let Some(hub) = self.hub.upgrade() {
-            let channel = message.get_channel_name();
-            let woken = hub
-                .lines()
-                .released(channel, self.index, message.get_payload_bytes());
-            tracing::trace!(node = self.index, woken, "release heard");
-        }
+    fn dispatch(&self, event: Event) {
+        let Event::Message { channel, payload } = event else {
+            return;
+        };
+        // Our channels are lock keys, which are text: another name is no release of ours.
+        let (Some(hub), Ok(channel)) = (self.hub.upgrade(), std::str::from_utf8(&channel)) else {
+            return;
+        };
+        let woken = hub.lines().released(channel, self.index, &payload);
+        tracing::trace!(node = self.index, woken, "release heard");
     }
 
     fn progress(&self) {
