@@ -1,8 +1,10 @@
 //! The faults, all drawn from the seed, injected between simulation steps: links held (a
 //! partition: TCP keeps the bytes and delivers them when it heals, never loses them inside a
-//! connection), slow links, a master isolated, paused, crashed and restarted with all its data,
-//! none, or an older snapshot. Clock drift within the bound is set per master at the start
-//! (see `world`). At the stop time everything heals.
+//! connection), slow links, a master isolated, paused, crashed and restarted (at once or after
+//! a while) with all its data, none, or an older snapshot (on a durable master: a restored
+//! backup), and the clients' wall clocks jumping (they only propose fencing tokens: outside
+//! the lock's model, inside the tokens'). Clock drift within the bound is set per master at
+//! the start (see `world`). At the stop time everything heals.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use turmoil::Sim;
 
 use super::history::History;
 use super::host::Served;
+use super::seams::SimWorld;
 use crate::keyspace::Keyspace;
 use crate::seed::SeedRng;
 
@@ -23,6 +26,7 @@ enum Active {
     Isolated { master: usize },
     Slow { client: usize, master: usize },
     Down { master: usize, restart: Restart },
+    ClientClock { by_ms: i64 },
 }
 
 /// What a crashed master comes back with.
@@ -39,6 +43,7 @@ enum Restart {
 /// The nemesis of one run.
 pub struct Nemesis {
     rng: SeedRng,
+    world: Rc<SimWorld>,
     masters: Vec<Rc<Served>>,
     clients: usize,
     active: Vec<(Duration, Active)>,
@@ -50,10 +55,11 @@ pub struct Nemesis {
 
 impl Nemesis {
     /// A nemesis over `masters` and `clients` client hosts, drawing from `seed`.
-    pub fn new(seed: u64, masters: Vec<Rc<Served>>, clients: usize) -> Self {
+    pub fn new(seed: u64, world: Rc<SimWorld>, masters: Vec<Rc<Served>>, clients: usize) -> Self {
         let snapshots = masters.iter().map(|_| Keyspace::default()).collect();
         Self {
             rng: SeedRng::new(seed),
+            world,
             masters,
             clients,
             active: Vec::new(),
@@ -115,6 +121,7 @@ impl Nemesis {
         let master = self.below(self.masters.len() as u64) as usize;
         let client = self.below(self.clients as u64) as usize;
         let busy = self.active.iter().any(|(_, f)| match f {
+            Active::ClientClock { .. } => false,
             Active::Down { master: m, .. } | Active::Isolated { master: m } => *m == master,
             Active::Held {
                 client: c,
@@ -128,8 +135,8 @@ impl Nemesis {
         if busy {
             return;
         }
-        let lasts = self.millis(50, 2000);
-        let fault = match self.below(6) {
+        let mut lasts = self.millis(50, 2000);
+        let fault = match self.below(8) {
             0 => {
                 sim.hold(format!("c{client}"), format!("m{master}"));
                 Active::Held { client, master }
@@ -158,8 +165,27 @@ impl Nemesis {
                 );
                 return;
             }
+            4 => {
+                if self
+                    .active
+                    .iter()
+                    .any(|(_, f)| matches!(f, Active::ClientClock { .. }))
+                {
+                    return;
+                }
+                // Beyond the fencing lead and the masters' cap, either way.
+                let by_ms = i64::try_from(self.below(4000)).unwrap_or(0) + 1000;
+                let by_ms = if self.rng.one_in(2) { -by_ms } else { by_ms };
+                self.world.clock_offset_us.set(by_ms * 1000);
+                Active::ClientClock { by_ms }
+            }
             _ => {
                 sim.crash(format!("m{master}"));
+                // Half come back at once (a process restarted by its supervisor), while the
+                // claims their keys backed are still valid.
+                if self.rng.one_in(2) {
+                    lasts = self.millis(1, 30);
+                }
                 let restart = match self.below(3) {
                     0 => Restart::AllData,
                     1 => Restart::Empty,
@@ -209,6 +235,7 @@ impl Nemesis {
                 }
                 sim.bounce(format!("m{master}"));
             }
+            Active::ClientClock { .. } => self.world.clock_offset_us.set(0),
         }
         history.event(now, format_args!("nemesis lift {}", describe(&fault)));
     }
@@ -220,5 +247,6 @@ fn describe(fault: &Active) -> String {
         Active::Isolated { master } => format!("isolate m{master}"),
         Active::Slow { client, master } => format!("slow c{client}-m{master}"),
         Active::Down { master, restart } => format!("crash m{master} restart {restart:?}"),
+        Active::ClientClock { by_ms } => format!("client clocks {by_ms:+}ms"),
     }
 }
