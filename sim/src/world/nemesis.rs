@@ -1,6 +1,6 @@
 //! The faults, all drawn from the seed, injected between simulation steps: links held (a
 //! partition: TCP keeps the bytes and delivers them when it heals, never loses them inside a
-//! connection), slow links, a master isolated, paused, crashed and restarted (at once or after
+//! connection), slow links, a slow master, a master isolated, paused, crashed and restarted (at once or after
 //! a while) with all its data, none, or an older snapshot (on a durable master: a restored
 //! backup), and the clients' wall clocks jumping (they only propose fencing tokens: outside
 //! the lock's model, inside the tokens'). Clock drift within the bound is set per master at
@@ -25,6 +25,7 @@ enum Active {
     Held { client: usize, master: usize },
     Isolated { master: usize },
     Slow { client: usize, master: usize },
+    SlowMaster { master: usize },
     Down { master: usize, restart: Restart },
     ClientClock { by_ms: i64 },
 }
@@ -122,7 +123,9 @@ impl Nemesis {
         let client = self.below(self.clients as u64) as usize;
         let busy = self.active.iter().any(|(_, f)| match f {
             Active::ClientClock { .. } => false,
-            Active::Down { master: m, .. } | Active::Isolated { master: m } => *m == master,
+            Active::Down { master: m, .. }
+            | Active::Isolated { master: m }
+            | Active::SlowMaster { master: m } => *m == master,
             Active::Held {
                 client: c,
                 master: m,
@@ -136,7 +139,7 @@ impl Nemesis {
             return;
         }
         let mut lasts = self.millis(50, 2000);
-        let fault = match self.below(8) {
+        let fault = match self.below(9) {
             0 => {
                 sim.hold(format!("c{client}"), format!("m{master}"));
                 Active::Held { client, master }
@@ -164,6 +167,19 @@ impl Nemesis {
                     format_args!("nemesis pause m{master} for {}ms", lasts.as_millis()),
                 );
                 return;
+            }
+            8 => {
+                // Every link of one master slow, below the node timeout: rounds that need it
+                // for their quorum take long, and short claims win too late.
+                let latency = self.millis(10, 45);
+                for c in 0..self.clients {
+                    sim.set_link_max_message_latency(
+                        format!("c{c}"),
+                        format!("m{master}"),
+                        latency,
+                    );
+                }
+                Active::SlowMaster { master }
             }
             4 => {
                 if self
@@ -235,6 +251,15 @@ impl Nemesis {
                 }
                 sim.bounce(format!("m{master}"));
             }
+            Active::SlowMaster { master } => {
+                for c in 0..self.clients {
+                    sim.set_link_max_message_latency(
+                        format!("c{c}"),
+                        format!("m{master}"),
+                        BASE_LATENCY,
+                    );
+                }
+            }
             Active::ClientClock { .. } => self.world.clock_offset_us.set(0),
         }
         history.event(now, format_args!("nemesis lift {}", describe(&fault)));
@@ -248,5 +273,6 @@ fn describe(fault: &Active) -> String {
         Active::Slow { client, master } => format!("slow c{client}-m{master}"),
         Active::Down { master, restart } => format!("crash m{master} restart {restart:?}"),
         Active::ClientClock { by_ms } => format!("client clocks {by_ms:+}ms"),
+        Active::SlowMaster { master } => format!("slow m{master}"),
     }
 }

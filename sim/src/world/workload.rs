@@ -118,7 +118,7 @@ impl Client {
         while now() < self.stop_at {
             // Mostly 100 ms - 1 s; one in eight short, so that a slow round can outlive it.
             let ttl = match rng.one_in(8) {
-                true => Duration::from_millis(20 + rng.below(40)),
+                true => Duration::from_millis(10 + rng.below(40)),
                 false => Duration::from_millis(100 + rng.below(900)),
             };
             let pick = rng.below(100);
