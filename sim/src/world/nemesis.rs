@@ -22,12 +22,36 @@ const BASE_LATENCY: Duration = Duration::from_millis(2);
 
 /// A fault in force, and when it ends.
 enum Active {
-    Held { client: usize, master: usize },
-    Isolated { master: usize },
-    Slow { client: usize, master: usize },
-    SlowMaster { master: usize },
-    Down { master: usize, restart: Restart },
-    ClientClock { by_ms: i64 },
+    Held {
+        client: usize,
+        master: usize,
+    },
+    Isolated {
+        master: usize,
+    },
+    Slow {
+        client: usize,
+        master: usize,
+    },
+    SlowMaster {
+        master: usize,
+    },
+    Down {
+        master: usize,
+        restart: Restart,
+    },
+    ClientClock {
+        by_ms: i64,
+    },
+    /// One master cut from every client while the others grant; then one of those (durable
+    /// if any is) crashes and is restored from a backup taken when the cut began, and the cut
+    /// heals: a quorum that forgot the claims granted meanwhile, unless the restored master
+    /// is quarantined.
+    QuorumRestore {
+        cut: usize,
+        restored: usize,
+        backup: Keyspace,
+    },
 }
 
 /// What a crashed master comes back with.
@@ -110,7 +134,8 @@ impl Nemesis {
         if now >= self.next_snapshot {
             let m = self.below(self.masters.len() as u64) as usize;
             self.snapshots[m] = self.masters[m].master.borrow_mut().keyspace().clone();
-            self.next_snapshot = now + self.millis(500, 3000);
+            // Often, so that a restart from one loses recent claims that are still valid.
+            self.next_snapshot = now + self.millis(50, 1000);
         }
         if now >= self.next_fault {
             self.next_fault = now + self.millis(100, 1500);
@@ -123,6 +148,7 @@ impl Nemesis {
         let client = self.below(self.clients as u64) as usize;
         let busy = self.active.iter().any(|(_, f)| match f {
             Active::ClientClock { .. } => false,
+            Active::QuorumRestore { cut, restored, .. } => *cut == master || *restored == master,
             Active::Down { master: m, .. }
             | Active::Isolated { master: m }
             | Active::SlowMaster { master: m } => *m == master,
@@ -139,7 +165,7 @@ impl Nemesis {
             return;
         }
         let mut lasts = self.millis(50, 2000);
-        let fault = match self.below(9) {
+        let fault = match self.below(10) {
             0 => {
                 sim.hold(format!("c{client}"), format!("m{master}"));
                 Active::Held { client, master }
@@ -167,6 +193,46 @@ impl Nemesis {
                     format_args!("nemesis pause m{master} for {}ms", lasts.as_millis()),
                 );
                 return;
+            }
+            9 => {
+                let others: Vec<usize> = (0..self.masters.len()).filter(|&m| m != master).collect();
+                let durable: Vec<usize> = others
+                    .iter()
+                    .copied()
+                    .filter(|&m| self.masters[m].master.borrow().is_durable())
+                    .collect();
+                let pool = if durable.is_empty() {
+                    &others
+                } else {
+                    &durable
+                };
+                let Some(&restored) = pool.get(self.below(pool.len() as u64) as usize) else {
+                    return;
+                };
+                if self.active.iter().any(|(_, f)| match f {
+                    Active::Down { master: m, .. }
+                    | Active::Isolated { master: m }
+                    | Active::SlowMaster { master: m } => *m == restored,
+                    Active::QuorumRestore {
+                        cut, restored: r, ..
+                    } => *cut == restored || *r == restored,
+                    _ => false,
+                }) {
+                    return;
+                }
+                for c in 0..self.clients {
+                    sim.hold(format!("c{c}"), format!("m{master}"));
+                }
+                let backup = self.masters[restored]
+                    .master
+                    .borrow_mut()
+                    .keyspace()
+                    .clone();
+                Active::QuorumRestore {
+                    cut: master,
+                    restored,
+                    backup,
+                }
             }
             8 => {
                 // Every link of one master slow, below the node timeout: rounds that need it
@@ -261,6 +327,21 @@ impl Nemesis {
                 }
             }
             Active::ClientClock { .. } => self.world.clock_offset_us.set(0),
+            Active::QuorumRestore {
+                cut,
+                restored,
+                backup,
+            } => {
+                sim.crash(format!("m{restored}"));
+                let served = &self.masters[*restored];
+                if let Err(error) = served.master.borrow_mut().restart(backup.clone()) {
+                    history.event(now, format_args!("m{restored} failed to restart: {error}"));
+                }
+                sim.bounce(format!("m{restored}"));
+                for c in 0..self.clients {
+                    sim.release(format!("c{c}"), format!("m{cut}"));
+                }
+            }
         }
         history.event(now, format_args!("nemesis lift {}", describe(&fault)));
     }
@@ -274,5 +355,8 @@ fn describe(fault: &Active) -> String {
         Active::Down { master, restart } => format!("crash m{master} restart {restart:?}"),
         Active::ClientClock { by_ms } => format!("client clocks {by_ms:+}ms"),
         Active::SlowMaster { master } => format!("slow m{master}"),
+        Active::QuorumRestore { cut, restored, .. } => {
+            format!("cut m{cut}, then restore m{restored} from a backup")
+        }
     }
 }
