@@ -65,7 +65,8 @@ const TAIL: usize = 40;
 pub struct History {
     /// Every hold, in the order granted.
     pub holds: Vec<Hold>,
-    /// Grants: acquisitions that succeeded (a set's counts once, extensions do not).
+    /// Grants: acquisitions and slot claims that succeeded (a set's counts once, extensions do
+    /// not).
     pub grants: u64,
     /// Clients that could not get a lock within the liveness bound after the heal.
     pub dead: Vec<usize>,
@@ -112,8 +113,9 @@ impl History {
         }
     }
 
-    /// Records a slot run.
+    /// Records a slot run (a grant: its claim).
     pub fn slot_run(&mut self, run: SlotRun) {
+        self.grants += 1;
         self.event(
             run.ended,
             format_args!(
