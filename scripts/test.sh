@@ -73,3 +73,14 @@ else
     phase "(the composed runs are left to scripts/test.sh --full)"
 fi
 phase "jepsen-lite verdicts all as expected"
+
+phase "simulation: a fixed budget of seeds on the real library (no violation), then one mutant per checker, each caught"
+scripts/sim.sh --seeds 3 --seconds 10
+# name:seeds, the seeds it takes to be caught (sim/README.md, the mutant table): one mutant per
+# checker, the defects fixed before among them.
+for mutant in minority-quorum:1 rw-reader-misses-writer:1 zero-drift:1 late-extend:1 \
+    grant-exhausted:2 quarantine-ignored:1 skip-write-back:4 slot-record-not-renewed:2 \
+    trust-durable-restarts:3 set-cleanup-announces:2; do
+    scripts/sim.sh --mutant "${mutant%:*}" --seeds "${mutant#*:}" --seconds 10
+done
+phase "simulation as expected"
