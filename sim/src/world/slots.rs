@@ -65,7 +65,10 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
                     _ => rng.below(50),
                 };
                 let lease = run.lease();
+                // Biased: tokio picks among ready branches at random otherwise, from a seed of
+                // its own, and a seed must replay.
                 tokio::select! {
+                    biased;
                     () = tokio::time::sleep(Duration::from_millis(lasts)) => {}
                     _ = lease.lost() => {}
                 }
