@@ -73,3 +73,14 @@ else
     phase "(the composed runs are left to scripts/test.sh --full)"
 fi
 phase "jepsen-lite verdicts all as expected"
+
+phase "simulation: a fixed budget of seeds on the real library (no violation), then one mutant per checker, each caught"
+scripts/sim.sh --seeds 3 --seconds 10
+# One mutant per checker, the defects fixed before among them, each given a few more seeds than
+# the mutant table says it takes (a run stops at the first seed that catches it).
+for mutant in minority-quorum:3 rw-reader-misses-writer:3 zero-drift:3 late-extend:3 \
+    grant-exhausted:4 quarantine-ignored:3 skip-write-back:6 slot-record-not-renewed:4 \
+    trust-durable-restarts:5 set-cleanup-announces:4; do
+    scripts/sim.sh --mutant "${mutant%:*}" --seeds "${mutant#*:}" --seconds 10
+done
+phase "simulation as expected"

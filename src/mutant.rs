@@ -61,6 +61,18 @@ pub enum Mutant {
     /// A writer of a read-write lock locks only the first half of the read permits (at least
     /// one): a reader on another permit holds beside it.
     ReaderMissesWriter,
+    /// Restart protection trusts a master restarted with durable persistence (`appendonly` with
+    /// `appendfsync always`) at once, as if `trust_durable_restarts` were on: a master restored
+    /// from an older backup counts at once with the keys it lost.
+    TrustDurableRestarts,
+    /// A won slot claim's undo is disarmed before its fencing token is written back: a claim
+    /// future dropped during the write-back leaves the claim in place, nobody runs the slot,
+    /// and once the claim expires the slot reads abandoned (under at-most-once: never run).
+    ClaimUndoDisarmedEarly,
+    /// A failed round's cleanup of a set announces a release, as a held set's release does:
+    /// when its keys landed on a quorum (quarantined masters grant without counting), the
+    /// announcement wakes the caller's own waiter straight into the next round, which spins.
+    SetCleanupAnnounces,
 }
 
 /// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error

@@ -252,6 +252,14 @@ async fn hand_over(
 ) -> Result<SlotClaim, LockError> {
     let nodes = &shared.nodes;
     let undo = UndoClaim::new(nodes, &keys, &route, &won);
+    // The mutant disarms the undo before the write-back, as the code once did.
+    let undo = match shared.config.mutant {
+        Some(crate::mutant::Mutant::ClaimUndoDisarmedEarly) => {
+            undo.disarm();
+            None
+        }
+        _ => Some(undo),
+    };
     let terms = round_terms(&shared.config, opts.ttl)?;
     let token = crate::fencing::pending_write_back(won.token, won.token_on_quorum, &terms);
     if let (Some(fence), Some(token)) = (&keys.fence, token) {
@@ -260,7 +268,9 @@ async fn hand_over(
         let valid_until = won.valid_until;
         crate::fencing::write_back(nodes, &resource, fence, token, &terms, valid_until).await?;
     }
-    undo.disarm();
+    if let Some(undo) = undo {
+        undo.disarm();
+    }
     let value = won.ownership.value.clone();
     let may_hold = Arc::clone(&won.holders.may_hold);
     let attempt = won.attempt;

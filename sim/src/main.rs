@@ -1,4 +1,5 @@
-//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME]`:
+//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME]
+//! [--short-permit-ttls]`:
 //! runs seeds of the deterministic simulation, one line per seed (grants, violations by checker,
 //! the trace hash), then a summary with grants per CPU-minute. Exits non-zero on any violation,
 //! or, with `--mutant`, when no seed caught the mutant. `scripts/sim.sh` builds and runs it.
@@ -25,6 +26,7 @@ fn parse() -> Result<Args, String> {
         workers: 8,
         faulty_for: Duration::from_secs(20),
         mutant: None,
+        short_permit_ttls: false,
     };
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -44,6 +46,7 @@ fn parse() -> Result<Args, String> {
             "--masters" => config.masters = number(value()?)? as usize,
             "--clients" => config.clients = number(value()?)? as usize,
             "--workers" => config.workers = number(value()?)? as usize,
+            "--short-permit-ttls" => config.short_permit_ttls = true,
             "--mutant" => {
                 let name = value()?;
                 world::mutants::by_name(&name)?;
@@ -137,6 +140,9 @@ fn main() -> ExitCode {
         );
         if !outcome.violations.is_empty() || outcome.error.is_some() {
             failing += 1;
+            for line in &outcome.first_violations {
+                println!("  {line}");
+            }
             if args.config.mutant.is_none() {
                 println!("  last events of seed {seed} (replay: scripts/sim.sh --seed {seed}):");
                 for line in &outcome.tail {

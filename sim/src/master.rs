@@ -119,6 +119,13 @@ impl SimMaster {
         self.state.config.insert(name.into(), value.into());
     }
 
+    /// Whether its persistence cannot lose an acknowledged write (`appendonly yes`,
+    /// `appendfsync always`): a restart of it is one from a backup if it lost anything.
+    pub fn is_durable(&self) -> bool {
+        let get = |name: &str| self.state.config.get(name).map(String::as_str);
+        get("appendonly") == Some("yes") && get("appendfsync") == Some("always")
+    }
+
     /// A restart: every client is disconnected, scripts are forgotten, a new `run_id` and
     /// uptime begin, and the data is `data` (what the persistence kept: nothing, an older
     /// snapshot, everything).

@@ -13,6 +13,8 @@ pub mod host;
 pub mod mutants;
 pub mod nemesis;
 pub mod seams;
+pub mod slots;
+pub mod waiter;
 pub mod workload;
 
 use std::cell::RefCell;
@@ -44,6 +46,9 @@ pub struct Config {
     pub faulty_for: Duration,
     /// The library mutant every client runs, by name (see [`mutants`]).
     pub mutant: Option<String>,
+    /// Whether semaphore permits and read locks are taken with TTLs below
+    /// [`workload::PERMIT_TTL_FLOOR`] too (see there).
+    pub short_permit_ttls: bool,
 }
 
 /// What one run found.
@@ -59,6 +64,8 @@ pub struct Outcome {
     pub trace_lines: u64,
     /// The last lines of the trace, for a failing seed.
     pub tail: Vec<String>,
+    /// The first violations seen as they happened, as trace lines.
+    pub first_violations: Vec<String>,
     /// Simulated time the run took.
     pub simulated: Duration,
     /// Why the simulation itself stopped early, if it did.
@@ -74,7 +81,8 @@ const DRIFT_PPM: u64 = 5_000;
 /// Runs one seed.
 pub fn run(config: &Config) -> Outcome {
     let mut rng = SeedRng::new(config.seed);
-    let _world = quorumlock::sim::enter(Rc::new(seams::SimWorld::new(rng.next_u64())));
+    let world = Rc::new(seams::SimWorld::new(rng.next_u64()));
+    let _world = quorumlock::sim::enter(Rc::clone(&world) as Rc<dyn quorumlock::sim::World>);
     let mut sim = turmoil::Builder::new()
         .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECS))
         .simulation_duration(Duration::from_secs(24 * 3600))
@@ -93,6 +101,13 @@ pub fn run(config: &Config) -> Outcome {
             let served = Rc::new(Served::new(master, EPOCH_SECS * 1_000_000));
             let drift = i64::try_from(rng.next_u64() % (2 * DRIFT_PPM + 1)).unwrap_or(0);
             served.drift_ppm.set(drift - DRIFT_PPM as i64);
+            if rng.one_in(2) {
+                // Durable: restart protection must still quarantine it, since a restart may
+                // be a restore from an older backup.
+                let mut master = served.master.borrow_mut();
+                master.set_config("appendonly", "yes");
+                master.set_config("appendfsync", "always");
+            }
             let software = Rc::clone(&served);
             sim.host(format!("m{m}"), move || host::serve(Rc::clone(&software)));
             served
@@ -103,15 +118,17 @@ pub fn run(config: &Config) -> Outcome {
         let client = Client {
             index: c,
             masters: config.masters,
+            served: masters.clone(),
             workers: config.workers,
             stop_at,
             mutant: config.mutant.clone(),
+            short_permit_ttls: config.short_permit_ttls,
             seed: rng.next_u64(),
             history: Rc::clone(&history),
         };
         sim.client(format!("c{c}"), client.run());
     }
-    let mut nemesis = Nemesis::new(rng.next_u64(), masters, config.clients);
+    let mut nemesis = Nemesis::new(rng.next_u64(), world, masters, config.clients);
     let mut error = None;
     loop {
         let now = sim.elapsed();
@@ -133,6 +150,10 @@ pub fn run(config: &Config) -> Outcome {
         readers: quorumlock::defaults::RW_READERS,
     };
     let mut violations = checker::check(&history.holds, limits);
+    checker::slots_at_most_once(&history.slot_runs, slots::RETENTION, &mut violations);
+    for (checker, n) in &history.seen {
+        *violations.entry(checker).or_default() += n;
+    }
     if !history.dead.is_empty() {
         violations.insert(workload::LIVENESS, history.dead.len() as u64);
     }
@@ -142,6 +163,7 @@ pub fn run(config: &Config) -> Outcome {
         trace_hash: history.trace_hash(),
         trace_lines: history.lines(),
         tail: history.tail().map(str::to_owned).collect(),
+        first_violations: history.first_violations.clone(),
         simulated,
         error,
     }

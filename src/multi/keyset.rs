@@ -236,7 +236,9 @@ impl Master for SetNode {
         _key: &str,
         ownership: &Ownership,
     ) -> Result<bool, NodeErrorKind> {
-        self.delete(ownership, false).await
+        // The mutant's cleanup announces, as it once did: a waiter wakes itself.
+        let announce = self.node.mutant() == Some(crate::mutant::Mutant::SetCleanupAnnounces);
+        self.delete(ownership, announce).await
     }
 
     async fn release_and_announce(

@@ -89,7 +89,8 @@ impl RedisNode {
         let life_check = config.restart_protection.then(|| LifeCheck {
             record_key: record_key(&config.key_prefix),
             node: Arc::from(address.display.as_str()),
-            trust_durable: config.trust_durable_restarts,
+            trust_durable: config.trust_durable_restarts
+                || config.mutant == Some(Mutant::TrustDurableRestarts),
         });
         let connections = (0..config.connections_per_node)
             .map(|_| {
@@ -121,6 +122,11 @@ impl RedisNode {
     /// How to reach this master (for the pub/sub connection of notified hand-offs).
     pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
         &self.address.endpoint
+    }
+
+    /// The mutant this master's requests run, if any (jepsen-lite and the simulation only).
+    pub(crate) fn mutant(&self) -> Option<Mutant> {
+        self.mutant
     }
 
     /// How many requests to this master failed so far.

@@ -1,12 +1,14 @@
 //! The checkers, over the holds as their clients believed them, in simulated real time:
 //! mutual exclusion (locks, every resource of a set), at most K holders of a semaphore, no
-//! reader beside a writer (and at most R readers), and token order. Liveness after heal is
-//! judged by the clients themselves (see `workload`).
+//! reader beside a writer (and at most R readers), and token order. Each grant is also checked
+//! as it is made ([`grant`]): no validity past what the model allows, none already over, no
+//! extension of a claim that had lapsed. Liveness after heal is judged by the clients
+//! themselves (see `workload`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::history::{Hold, Kind};
+use super::history::{Hold, Kind, SlotRun};
 
 /// Violations found, by checker.
 pub type Violations = BTreeMap<&'static str, u64>;
@@ -32,6 +34,75 @@ pub fn check(holds: &[Hold], limits: Limits) -> Violations {
         token_order(group, &mut violations);
     }
     violations
+}
+
+/// Slots run at most once: a run granted while an earlier run of its slot was still going, or
+/// within `retention` after it stopped (less the masters' drift: its record is kept that
+/// long), is a second run. Later, the record may have expired, and a late host may run the
+/// slot again: the retention is the user's bound. A run that stopped when its lease was lost
+/// is seen to stop up to a renewal round after its claim ran out: 100 ms less.
+pub fn slots_at_most_once(runs: &[SlotRun], retention: Duration, violations: &mut Violations) {
+    let mut by_slot: BTreeMap<&str, Vec<&SlotRun>> = BTreeMap::new();
+    for run in runs {
+        by_slot.entry(&run.slot).or_default().push(run);
+    }
+    let remembered = retention
+        .mul_f64(1.0 - quorumlock::defaults::DRIFT_FACTOR)
+        .saturating_sub(Duration::from_millis(100));
+    for runs in by_slot.values_mut() {
+        runs.sort_by_key(|r| r.granted);
+        for (i, later) in runs.iter().enumerate() {
+            if runs[..i]
+                .iter()
+                .any(|r| later.granted < r.ended + remembered)
+            {
+                *violations.entry("slot-at-most-once").or_default() += 1;
+            }
+        }
+    }
+}
+
+/// The library's drift allowance for `ttl` at its default drift factor: `ttl × factor + 2 ms`
+/// (the rule is the library's, `round/timing.rs`; written again here so that a mutant that
+/// changes the library's cannot change the checker's).
+pub fn drift(ttl: Duration) -> Duration {
+    let proportional = ttl.as_secs_f64() * quorumlock::defaults::DRIFT_FACTOR;
+    Duration::try_from_secs_f64(proportional).unwrap_or(ttl) + Duration::from_millis(2)
+}
+
+/// One grant or extension as the client got it, in simulated time.
+#[derive(Debug, Clone, Copy)]
+pub struct Granted {
+    /// When the call was made: no round of it starts earlier.
+    pub asked: Duration,
+    /// When it returned.
+    pub granted: Duration,
+    /// The TTL asked for.
+    pub ttl: Duration,
+    /// The validity the library reported on return.
+    pub remaining: Duration,
+    /// For an extension: when the validity it extends ran out.
+    pub extends_until: Option<Duration>,
+    /// Whether the call makes one round (a `try_lock`, an extension): then that round started
+    /// at `asked`. A semaphore or read-write lock tries permit after permit, a waiter round
+    /// after round: their validity counts from a later round's start, unknown here.
+    pub one_round: bool,
+}
+
+/// The checker a grant breaks, if any. The model lets a grant count on `ttl − drift` from the
+/// start of its round, at most (the key lives `ttl` on each master, whose clock may run
+/// `drift` fast); a grant must leave some validity (one that arrives expired was never
+/// held); an extension counts only if it completed while the claim it extends was valid
+/// (once the validity ran out, another client may hold the resource).
+pub fn grant(g: Granted) -> Option<&'static str> {
+    if g.remaining.is_zero() {
+        return Some("expired-on-arrival");
+    }
+    if g.extends_until.is_some_and(|until| g.granted >= until) {
+        return Some("lapsed-extension");
+    }
+    let bound = (g.asked + g.ttl).saturating_sub(drift(g.ttl));
+    (g.one_round && g.granted + g.remaining > bound).then_some("validity")
 }
 
 /// Sweeps a group's holds in time order and counts each grant that made the group's holders
@@ -143,6 +214,35 @@ mod tests {
         assert!(check(&readers, LIMITS).is_empty());
         let writer = [&readers[..], &[hold(Kind::Write, 5, 20, None)]].concat();
         assert_eq!(check(&writer, LIMITS).get("read-write"), Some(&1));
+    }
+
+    fn granted(asked: u64, granted: u64, remaining: u64) -> Granted {
+        Granted {
+            asked: Duration::from_millis(asked),
+            granted: Duration::from_millis(granted),
+            ttl: Duration::from_millis(1000),
+            remaining: Duration::from_millis(remaining),
+            extends_until: None,
+            one_round: true,
+        }
+    }
+
+    #[test]
+    fn a_grant_counts_on_ttl_less_drift_from_its_call_and_no_more() {
+        // TTL 1 s: drift 12 ms, so at most until 988 ms after the call.
+        assert_eq!(grant(granted(100, 110, 978)), None);
+        assert_eq!(grant(granted(100, 110, 979)), Some("validity"));
+        assert_eq!(grant(granted(100, 110, 0)), Some("expired-on-arrival"));
+        let late = Granted {
+            extends_until: Some(Duration::from_millis(110)),
+            ..granted(100, 110, 900)
+        };
+        assert_eq!(grant(late), Some("lapsed-extension"));
+        let in_time = Granted {
+            extends_until: Some(Duration::from_millis(111)),
+            ..late
+        };
+        assert_eq!(grant(in_time), None);
     }
 
     #[test]

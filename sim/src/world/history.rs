@@ -40,6 +40,23 @@ pub struct Hold {
     pub token: Option<u64>,
 }
 
+/// One run of a slot, as its runner had it: from the claim's grant until it stopped (its time
+/// was up, or its lease was lost), before it completed or abandoned the slot.
+#[derive(Debug, Clone)]
+pub struct SlotRun {
+    /// The client host.
+    pub client: usize,
+    /// The slot.
+    pub slot: String,
+    /// When the claim returned.
+    pub granted: Duration,
+    /// When the run stopped.
+    pub ended: Duration,
+}
+
+/// How many violations seen as they happened a failing seed prints.
+const FIRST_VIOLATIONS: usize = 10;
+
 /// How many trace lines a failing seed prints.
 const TAIL: usize = 40;
 
@@ -48,10 +65,20 @@ const TAIL: usize = 40;
 pub struct History {
     /// Every hold, in the order granted.
     pub holds: Vec<Hold>,
-    /// Grants: acquisitions that succeeded (a set's counts once, extensions do not).
+    /// Grants: acquisitions and slot claims that succeeded (a set's counts once, extensions do
+    /// not).
     pub grants: u64,
     /// Clients that could not get a lock within the liveness bound after the heal.
     pub dead: Vec<usize>,
+    /// Every slot run, in the order they ended.
+    pub slot_runs: Vec<SlotRun>,
+    /// The runner names of slot claims dropped before they returned.
+    pub dropped_claims: std::collections::BTreeSet<String>,
+    /// The first violations seen as they happened, as trace lines.
+    pub first_violations: Vec<String>,
+    /// Violations seen at the moment they happened (a grant's validity, an extension), by
+    /// checker; the interval checkers run over `holds` at the end.
+    pub seen: super::checker::Violations,
     trace: sha1_smol::Sha1,
     tail: VecDeque<String>,
     lines: u64,
@@ -83,6 +110,35 @@ impl History {
             hold.until = hold.until.min(at);
             let line = format!("c{} release {} {}", hold.client, hold.group, index);
             self.event(at, format_args!("{line}"));
+        }
+    }
+
+    /// Records a slot run (a grant: its claim).
+    pub fn slot_run(&mut self, run: SlotRun) {
+        self.grants += 1;
+        self.event(
+            run.ended,
+            format_args!(
+                "c{} ran slot {} from {}",
+                run.client,
+                run.slot,
+                run.granted.as_micros()
+            ),
+        );
+        self.slot_runs.push(run);
+    }
+
+    /// A violation of `checker` seen at `at`, with what it was.
+    pub fn violation(
+        &mut self,
+        at: Duration,
+        checker: &'static str,
+        what: std::fmt::Arguments<'_>,
+    ) {
+        *self.seen.entry(checker).or_default() += 1;
+        self.event(at, format_args!("VIOLATION {checker}: {what}"));
+        if self.first_violations.len() < FIRST_VIOLATIONS {
+            self.first_violations.extend(self.tail.back().cloned());
         }
     }
 

@@ -22,6 +22,11 @@ pub fn by_name(name: &str) -> Result<quorumlock::Mutant, String> {
         "extend-from-quorum" => ExtendFromQuorum,
         "grant-exhausted" => GrantExhausted,
         "no-cleanup-when-degraded" => NoCleanupWhenDegraded,
+        "semaphore-extra-permit" => SemaphoreExtraPermit,
+        "rw-reader-misses-writer" => ReaderMissesWriter,
+        "trust-durable-restarts" => TrustDurableRestarts,
+        "claim-undo-disarmed-early" => ClaimUndoDisarmedEarly,
+        "set-cleanup-announces" => SetCleanupAnnounces,
         _ => return Err(format!("no mutant called {name:?}")),
     })
 }

@@ -1,8 +1,10 @@
 //! The faults, all drawn from the seed, injected between simulation steps: links held (a
 //! partition: TCP keeps the bytes and delivers them when it heals, never loses them inside a
-//! connection), slow links, a master isolated, paused, crashed and restarted with all its data,
-//! none, or an older snapshot. Clock drift within the bound is set per master at the start
-//! (see `world`). At the stop time everything heals.
+//! connection), slow links, a slow master, a master isolated, paused, crashed and restarted (at once or after
+//! a while) with all its data, none, or an older snapshot (on a durable master: a restored
+//! backup), and the clients' wall clocks jumping (they only propose fencing tokens: outside
+//! the lock's model, inside the tokens'). Clock drift within the bound is set per master at
+//! the start (see `world`). At the stop time everything heals.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use turmoil::Sim;
 
 use super::history::History;
 use super::host::Served;
+use super::seams::SimWorld;
 use crate::keyspace::Keyspace;
 use crate::seed::SeedRng;
 
@@ -19,10 +22,36 @@ const BASE_LATENCY: Duration = Duration::from_millis(2);
 
 /// A fault in force, and when it ends.
 enum Active {
-    Held { client: usize, master: usize },
-    Isolated { master: usize },
-    Slow { client: usize, master: usize },
-    Down { master: usize, restart: Restart },
+    Held {
+        client: usize,
+        master: usize,
+    },
+    Isolated {
+        master: usize,
+    },
+    Slow {
+        client: usize,
+        master: usize,
+    },
+    SlowMaster {
+        master: usize,
+    },
+    Down {
+        master: usize,
+        restart: Restart,
+    },
+    ClientClock {
+        by_ms: i64,
+    },
+    /// One master cut from every client while the others grant; then one of those (durable
+    /// if any is) crashes and is restored from a backup taken when the cut began, and the cut
+    /// heals: a quorum that forgot the claims granted meanwhile, unless the restored master
+    /// is quarantined.
+    QuorumRestore {
+        cut: usize,
+        restored: usize,
+        backup: Keyspace,
+    },
 }
 
 /// What a crashed master comes back with.
@@ -39,6 +68,7 @@ enum Restart {
 /// The nemesis of one run.
 pub struct Nemesis {
     rng: SeedRng,
+    world: Rc<SimWorld>,
     masters: Vec<Rc<Served>>,
     clients: usize,
     active: Vec<(Duration, Active)>,
@@ -50,10 +80,11 @@ pub struct Nemesis {
 
 impl Nemesis {
     /// A nemesis over `masters` and `clients` client hosts, drawing from `seed`.
-    pub fn new(seed: u64, masters: Vec<Rc<Served>>, clients: usize) -> Self {
+    pub fn new(seed: u64, world: Rc<SimWorld>, masters: Vec<Rc<Served>>, clients: usize) -> Self {
         let snapshots = masters.iter().map(|_| Keyspace::default()).collect();
         Self {
             rng: SeedRng::new(seed),
+            world,
             masters,
             clients,
             active: Vec::new(),
@@ -103,7 +134,8 @@ impl Nemesis {
         if now >= self.next_snapshot {
             let m = self.below(self.masters.len() as u64) as usize;
             self.snapshots[m] = self.masters[m].master.borrow_mut().keyspace().clone();
-            self.next_snapshot = now + self.millis(500, 3000);
+            // Often, so that a restart from one loses recent claims that are still valid.
+            self.next_snapshot = now + self.millis(50, 1000);
         }
         if now >= self.next_fault {
             self.next_fault = now + self.millis(100, 1500);
@@ -115,7 +147,11 @@ impl Nemesis {
         let master = self.below(self.masters.len() as u64) as usize;
         let client = self.below(self.clients as u64) as usize;
         let busy = self.active.iter().any(|(_, f)| match f {
-            Active::Down { master: m, .. } | Active::Isolated { master: m } => *m == master,
+            Active::ClientClock { .. } => false,
+            Active::QuorumRestore { cut, restored, .. } => *cut == master || *restored == master,
+            Active::Down { master: m, .. }
+            | Active::Isolated { master: m }
+            | Active::SlowMaster { master: m } => *m == master,
             Active::Held {
                 client: c,
                 master: m,
@@ -128,8 +164,8 @@ impl Nemesis {
         if busy {
             return;
         }
-        let lasts = self.millis(50, 2000);
-        let fault = match self.below(6) {
+        let mut lasts = self.millis(50, 2000);
+        let fault = match self.below(10) {
             0 => {
                 sim.hold(format!("c{client}"), format!("m{master}"));
                 Active::Held { client, master }
@@ -158,8 +194,80 @@ impl Nemesis {
                 );
                 return;
             }
+            9 => {
+                let others: Vec<usize> = (0..self.masters.len()).filter(|&m| m != master).collect();
+                let durable: Vec<usize> = others
+                    .iter()
+                    .copied()
+                    .filter(|&m| self.masters[m].master.borrow().is_durable())
+                    .collect();
+                let pool = if durable.is_empty() {
+                    &others
+                } else {
+                    &durable
+                };
+                let Some(&restored) = pool.get(self.below(pool.len() as u64) as usize) else {
+                    return;
+                };
+                if self.active.iter().any(|(_, f)| match f {
+                    Active::Down { master: m, .. }
+                    | Active::Isolated { master: m }
+                    | Active::SlowMaster { master: m } => *m == restored,
+                    Active::QuorumRestore {
+                        cut, restored: r, ..
+                    } => *cut == restored || *r == restored,
+                    _ => false,
+                }) {
+                    return;
+                }
+                for c in 0..self.clients {
+                    sim.hold(format!("c{c}"), format!("m{master}"));
+                }
+                let backup = self.masters[restored]
+                    .master
+                    .borrow_mut()
+                    .keyspace()
+                    .clone();
+                Active::QuorumRestore {
+                    cut: master,
+                    restored,
+                    backup,
+                }
+            }
+            8 => {
+                // Every link of one master slow, below the node timeout: rounds that need it
+                // for their quorum take long, and short claims win too late.
+                let latency = self.millis(10, 45);
+                for c in 0..self.clients {
+                    sim.set_link_max_message_latency(
+                        format!("c{c}"),
+                        format!("m{master}"),
+                        latency,
+                    );
+                }
+                Active::SlowMaster { master }
+            }
+            4 => {
+                if self
+                    .active
+                    .iter()
+                    .any(|(_, f)| matches!(f, Active::ClientClock { .. }))
+                {
+                    return;
+                }
+                // Beyond the fencing lead and the masters' cap, either way.
+                let by_ms = i64::try_from(self.below(4000)).unwrap_or(0) + 1000;
+                let by_ms = if self.rng.one_in(2) { -by_ms } else { by_ms };
+                self.world.clock_offset_us.set(by_ms * 1000);
+                Active::ClientClock { by_ms }
+            }
             _ => {
                 sim.crash(format!("m{master}"));
+                // Half come back at once (a process restarted by its supervisor), while the
+                // claims their keys backed are still valid.
+                if self.rng.one_in(2) {
+                    lasts = self.millis(1, 30);
+                }
                 let restart = match self.below(3) {
                     0 => Restart::AllData,
                     1 => Restart::Empty,
@@ -209,6 +317,31 @@ impl Nemesis {
                 }
                 sim.bounce(format!("m{master}"));
             }
+            Active::SlowMaster { master } => {
+                for c in 0..self.clients {
+                    sim.set_link_max_message_latency(
+                        format!("c{c}"),
+                        format!("m{master}"),
+                        BASE_LATENCY,
+                    );
+                }
+            }
+            Active::ClientClock { .. } => self.world.clock_offset_us.set(0),
+            Active::QuorumRestore {
+                cut,
+                restored,
+                backup,
+            } => {
+                sim.crash(format!("m{restored}"));
+                let served = &self.masters[*restored];
+                if let Err(error) = served.master.borrow_mut().restart(backup.clone()) {
+                    history.event(now, format_args!("m{restored} failed to restart: {error}"));
+                }
+                sim.bounce(format!("m{restored}"));
+                for c in 0..self.clients {
+                    sim.release(format!("c{c}"), format!("m{cut}"));
+                }
+            }
         }
         history.event(now, format_args!("nemesis lift {}", describe(&fault)));
     }
@@ -220,5 +353,10 @@ fn describe(fault: &Active) -> String {
         Active::Isolated { master } => format!("isolate m{master}"),
         Active::Slow { client, master } => format!("slow c{client}-m{master}"),
         Active::Down { master, restart } => format!("crash m{master} restart {restart:?}"),
+        Active::ClientClock { by_ms } => format!("client clocks {by_ms:+}ms"),
+        Active::SlowMaster { master } => format!("slow m{master}"),
+        Active::QuorumRestore { cut, restored, .. } => {
+            format!("cut m{cut}, then restore m{restored} from a backup")
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The library's outside world, simulated: its sockets are turmoil's, its wall clock is the
-//! simulation's, it is never suspended, and its randomness comes from the seed.
+//! simulation's (off by what the nemesis says: the clients' clocks jump), it is never suspended,
+//! and its randomness comes from the seed.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quorumlock::sim::{Connecting, Stream, World};
@@ -11,6 +12,8 @@ use crate::seed::SeedRng;
 /// What every client of one simulation takes from outside the library.
 pub struct SimWorld {
     rng: RefCell<SeedRng>,
+    /// How far the clients' wall clocks are off true time, in µs (the nemesis moves it).
+    pub clock_offset_us: Cell<i64>,
 }
 
 impl SimWorld {
@@ -18,6 +21,7 @@ impl SimWorld {
     pub fn new(seed: u64) -> Self {
         Self {
             rng: RefCell::new(SeedRng::new(seed)),
+            clock_offset_us: Cell::new(0),
         }
     }
 }
@@ -36,7 +40,13 @@ impl World for SimWorld {
     }
 
     fn wall_clock(&self) -> SystemTime {
-        UNIX_EPOCH + turmoil::since_epoch().unwrap_or_default()
+        let true_time = UNIX_EPOCH + turmoil::since_epoch().unwrap_or_default();
+        let offset = self.clock_offset_us.get();
+        let by = Duration::from_micros(offset.unsigned_abs());
+        match offset < 0 {
+            true => true_time - by,
+            false => true_time + by,
+        }
     }
 
     fn random_u64(&self) -> u64 {

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use quorumlock::{LockError, Redlock};
 
+use super::checker::{self, drift, Granted};
 use super::history::{History, Hold, Kind};
-use super::host::{now, PORT};
+use super::host::{now, Served, PORT};
+use super::{slots, waiter};
 use crate::seed::SeedRng;
 
 /// How many resources the workers lock one at a time, and as sets of two.
@@ -24,18 +26,33 @@ pub const MAX_TTL: Duration = Duration::from_secs(2);
 /// just before the heal, its drift, then a few retries).
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(6);
 
+/// The shortest TTL of a semaphore permit or a read lock, unless asked otherwise: a try for
+/// one waits (up to a node timeout) for the cleanup of a permit refused before the one it won,
+/// so that a won permit of a TTL shorter than that wait plus its round comes back with its
+/// validity already over (the `expired-on-arrival` checker sees it). A library defect, left
+/// out of the default workload so that the other checkers and the mutants are judged on a
+/// clean baseline; `--short-permit-ttls` brings it back.
+pub const PERMIT_TTL_FLOOR: Duration = Duration::from_millis(200);
+
+/// Slot workers per client, beside the workers.
+const SLOT_WORKERS: u64 = 2;
+
 /// One client's part of the run.
 pub struct Client {
     /// Its index (host `c{index}`).
     pub index: usize,
     /// How many masters there are (hosts `m0`, `m1`, ...).
     pub masters: usize,
+    /// The masters themselves, for checkers that read their data.
+    pub served: Vec<Rc<Served>>,
     /// Concurrent workers.
     pub workers: usize,
     /// When the workers stop and the nemesis heals.
     pub stop_at: Duration,
     /// The library mutant the client runs, by name, if any.
     pub mutant: Option<String>,
+    /// Whether permits and read locks may have TTLs below [`PERMIT_TTL_FLOOR`].
+    pub short_permit_ttls: bool,
     /// The seed of its workload.
     pub seed: u64,
     /// Where holds and events go.
@@ -57,13 +74,19 @@ impl Client {
         } else {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        let waiting = self.manager()?;
         let me = Rc::new(self);
-        let workers: Vec<_> = (0..me.workers)
-            .map(|w| {
-                let rng = SeedRng::new(me.seed ^ (w as u64).wrapping_mul(0x9E37_79B9));
-                tokio::task::spawn_local(Rc::clone(&me).worker(locks.clone(), rng))
-            })
+        let rng = |w: u64| SeedRng::new(me.seed ^ w.wrapping_mul(0x9E37_79B9));
+        let mut workers: Vec<_> = (0..me.workers as u64)
+            .map(|w| tokio::task::spawn_local(Rc::clone(&me).worker(locks.clone(), rng(w))))
             .collect();
+        for s in 0..SLOT_WORKERS {
+            let name = format!("c{}s{s}", me.index);
+            let slots = slots::worker(Rc::clone(&me), locks.clone(), rng(1000 + s), name);
+            workers.push(tokio::task::spawn_local(slots));
+        }
+        let waiter = waiter::waiter(Rc::clone(&me), waiting, rng(2000));
+        workers.push(tokio::task::spawn_local(waiter));
         for worker in workers {
             worker.await?;
         }
@@ -93,13 +116,28 @@ impl Client {
 
     async fn worker(self: Rc<Self>, locks: Redlock, mut rng: SeedRng) {
         while now() < self.stop_at {
-            let ttl = Duration::from_millis(100 + rng.below(900));
+            // Mostly 100 ms - 1 s; one in eight short, so that a slow round can outlive it.
+            let ttl = match rng.one_in(8) {
+                true => Duration::from_millis(10 + rng.below(40)),
+                false => Duration::from_millis(100 + rng.below(900)),
+            };
             let pick = rng.below(100);
+            let ttl = match pick {
+                50.. if !self.short_permit_ttls => ttl.max(PERMIT_TTL_FLOOR),
+                _ => ttl,
+            };
             // Some acquisitions are dropped at an await point (a cancelled caller).
             let cancel_after = rng
                 .one_in(10)
                 .then(|| Duration::from_micros(rng.below(20_000)));
-            let asked = now();
+            let asked = Granted {
+                asked: now(),
+                granted: Duration::ZERO,
+                ttl,
+                remaining: Duration::ZERO,
+                extends_until: None,
+                one_round: true,
+            };
             match pick {
                 0..35 => {
                     let resource = format!("l{}", rng.below(LOCKS));
@@ -111,25 +149,41 @@ impl Client {
                     let holds = self.granted(
                         Kind::Lock,
                         &[resource],
-                        asked,
-                        guard.remaining(),
+                        grant_of(asked, guard.remaining()),
                         guard.fence(),
                     );
-                    self.hold_for(&mut rng, ttl).await;
                     if rng.one_in(4) {
-                        let asked = now();
+                        // Extended: after a while, or at the last moment (just before or just
+                        // after its validity runs out, while its keys may still be there).
+                        match rng.one_in(3) {
+                            true => {
+                                let ms = drift(ttl).as_millis() as u64;
+                                let validity = guard.remaining().as_millis() as u64;
+                                let at = (validity + rng.below(2 * ms + 1)).saturating_sub(ms);
+                                tokio::time::sleep(Duration::from_millis(at)).await;
+                            }
+                            false => self.hold_for(&mut rng, ttl).await,
+                        }
+                        let extends_until = self.history.borrow().holds[holds[0]].until;
+                        let extend_asked = now();
                         let extended = guard.extend(ttl).await;
                         self.history.borrow_mut().release(holds[0], now());
                         if extended.is_ok() {
                             let again = self.granted_again(
                                 Kind::Lock,
                                 guard.resource(),
-                                asked,
-                                guard.remaining(),
+                                Granted {
+                                    asked: extend_asked,
+                                    remaining: guard.remaining(),
+                                    extends_until: Some(extends_until),
+                                    ..asked
+                                },
                             );
                             self.hold_for(&mut rng, ttl).await;
                             self.end(&[again]);
                         }
+                    } else {
+                        self.hold_for(&mut rng, ttl).await;
                     }
                     self.end(&holds);
                     let _ = guard.release().await;
@@ -146,8 +200,7 @@ impl Client {
                     let holds = self.granted(
                         Kind::Set,
                         &resources,
-                        asked,
-                        guard.remaining(),
+                        grant_of(asked, guard.remaining()),
                         guard.fence(),
                     );
                     self.hold_for(&mut rng, ttl).await;
@@ -164,8 +217,7 @@ impl Client {
                     let holds = self.granted(
                         Kind::Permit,
                         &["sem".into()],
-                        asked,
-                        guard.remaining(),
+                        rounds_of(asked, guard.remaining()),
                         None,
                     );
                     self.hold_for(&mut rng, ttl).await;
@@ -178,8 +230,12 @@ impl Client {
                         Self::back_off(&mut rng).await;
                         continue;
                     };
-                    let holds =
-                        self.granted(Kind::Read, &["rw".into()], asked, guard.remaining(), None);
+                    let holds = self.granted(
+                        Kind::Read,
+                        &["rw".into()],
+                        rounds_of(asked, guard.remaining()),
+                        None,
+                    );
                     self.hold_for(&mut rng, ttl).await;
                     self.end(&holds);
                     let _ = guard.release().await;
@@ -190,8 +246,12 @@ impl Client {
                         Self::back_off(&mut rng).await;
                         continue;
                     };
-                    let holds =
-                        self.granted(Kind::Write, &["rw".into()], asked, guard.remaining(), None);
+                    let holds = self.granted(
+                        Kind::Write,
+                        &["rw".into()],
+                        rounds_of(asked, guard.remaining()),
+                        None,
+                    );
                     self.hold_for(&mut rng, ttl).await;
                     self.end(&holds);
                     let _ = guard.release().await;
@@ -218,17 +278,18 @@ impl Client {
         tokio::time::sleep(Duration::from_millis(1 + rng.below(20))).await;
     }
 
-    fn granted(
+    /// A grant of `resources` (one hold each), checked as it is made; the holds' indices.
+    pub(super) fn granted(
         &self,
         kind: Kind,
         resources: &[String],
-        asked: Duration,
-        remaining: Duration,
+        mut grant: Granted,
         token: Option<u64>,
     ) -> Vec<usize> {
-        let granted = now();
+        grant.granted = now();
         let mut history = self.history.borrow_mut();
         history.grants += 1;
+        self.check(&mut history, kind, &resources[0], grant);
         resources
             .iter()
             .map(|group| {
@@ -236,36 +297,50 @@ impl Client {
                     client: self.index,
                     kind,
                     group: group.clone(),
-                    asked,
-                    granted,
-                    until: granted + remaining,
+                    asked: grant.asked,
+                    granted: grant.granted,
+                    until: grant.granted + grant.remaining,
                     token,
                 })
             })
             .collect()
     }
 
-    /// An extension: a new hold (without a token), its index.
-    fn granted_again(
-        &self,
-        kind: Kind,
-        resource: &str,
-        asked: Duration,
-        remaining: Duration,
-    ) -> usize {
-        let granted = now();
-        self.history.borrow_mut().hold(Hold {
+    /// An extension: a new hold (without a token), checked as it is made; its index.
+    fn granted_again(&self, kind: Kind, resource: &str, mut grant: Granted) -> usize {
+        grant.granted = now();
+        let mut history = self.history.borrow_mut();
+        self.check(&mut history, kind, resource, grant);
+        history.hold(Hold {
             client: self.index,
             kind,
             group: resource.to_owned(),
-            asked,
-            granted,
-            until: granted + remaining,
+            asked: grant.asked,
+            granted: grant.granted,
+            until: grant.granted + grant.remaining,
             token: None,
         })
     }
 
-    fn end(&self, holds: &[usize]) {
+    fn check(&self, history: &mut History, kind: Kind, resource: &str, grant: Granted) {
+        if let Some(broken) = checker::grant(grant) {
+            history.violation(
+                grant.granted,
+                broken,
+                format_args!(
+                    "c{} {kind:?} {resource} asked={} ttl={} remaining={} extends_until={:?}",
+                    self.index,
+                    grant.asked.as_micros(),
+                    grant.ttl.as_millis(),
+                    grant.remaining.as_micros(),
+                    grant.extends_until.map(|u| u.as_micros()),
+                ),
+            );
+        }
+    }
+
+    /// The holds `holds` end now.
+    pub(super) fn end(&self, holds: &[usize]) {
         let at = now();
         let mut history = self.history.borrow_mut();
         for &hold in holds {
@@ -304,8 +379,22 @@ impl Client {
     }
 }
 
+/// `asked` with the validity its call returned.
+fn grant_of(asked: Granted, remaining: Duration) -> Granted {
+    Granted { remaining, ..asked }
+}
+
+/// `asked` with the validity a call of several rounds returned.
+fn rounds_of(asked: Granted, remaining: Duration) -> Granted {
+    Granted {
+        remaining,
+        one_round: false,
+        ..asked
+    }
+}
+
 /// `future`, dropped after `after` if it has not finished by then: `None`.
-async fn cancellable<F: std::future::Future>(
+pub(super) async fn cancellable<F: std::future::Future>(
     after: Option<Duration>,
     future: F,
 ) -> Option<F::Output> {
