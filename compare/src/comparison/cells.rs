@@ -112,7 +112,7 @@ pub fn expectation(subject: SubjectKind, fault: Fault) -> Option<(Expect, &'stat
         Fault::ServerCrash => match subject {
             S::RedisSingle | S::Redlock3 | S::Redlock5 => (
                 Expect::Hold,
-                "the restarted master is quarantined for a TTL; its data survives SIGKILL",
+                "its data survives SIGKILL, and restart protection keeps it out for a TTL",
             ),
             S::Etcd | S::Zookeeper => (
                 Expect::Hold,

@@ -106,7 +106,7 @@ pub(super) async fn strike(
                 // rejoin is the subject's answer, noted on the page.
                 Err(e) => (
                     (format!("{name} loses its data"), Ok(pids)),
-                    Some(format!("the member did not rejoin: {}", first_line(&e))),
+                    Some(format!("the member did not rejoin: {}", gist(&e))),
                 ),
             }
         }
@@ -120,6 +120,19 @@ pub(super) async fn strike(
     }
 }
 
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or(text)
+/// The first line of a server's error and the last line of its log tail, shortened.
+fn gist(text: &str) -> String {
+    let first = text.lines().next().unwrap_or(text);
+    let last: String = text
+        .lines()
+        .last()
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect();
+    if last == first {
+        first.to_owned()
+    } else {
+        format!("{first} … {last}")
+    }
 }

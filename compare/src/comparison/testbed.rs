@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorumlock::testing::{Mode, Modes, Proxy, RedisCluster};
+use quorumlock::testing::{MasterOptions, Mode, Modes, Persistence, Proxy, RedisCluster};
 use quorumlock::Redlock;
 
 use super::servers::Servers;
@@ -89,6 +89,9 @@ impl Testbed {
         let servers = tokio::task::spawn_blocking(move || Servers::start(kind))
             .await
             .map_err(|e| format!("starting the servers: {e}"))??;
+        if let Servers::Redis(cluster) = &servers {
+            provision(cluster, ttl).await?;
+        }
         let proxy = Proxy::start(clients, &servers.ports())
             .await
             .map_err(|e| format!("starting the proxy: {e}"))?;
@@ -119,10 +122,7 @@ impl Testbed {
         let ttl = self.ttl;
         Ok(match self.kind {
             SubjectKind::RedisSingle | SubjectKind::Redlock3 | SubjectKind::Redlock5 => {
-                let redlock = Redlock::builder()
-                    .nodes(self.links.proxy.urls(row))
-                    .node_timeout(REDIS_NODE_TIMEOUT)
-                    .build()
+                let redlock = redlock(self.links.proxy.urls(row), ttl)
                     .map_err(|e| SubjectError::InvalidArgument(e.to_string()))?;
                 Arc::new(RedlockSubject::new(redlock, ttl).fenced())
             }
@@ -146,7 +146,32 @@ impl Testbed {
     }
 }
 
-/// Starts a redis cluster of `n` masters.
+/// Starts a redis cluster of `n` masters, deployed as the README advises: an append-only file
+/// synced every second (a killed master keeps what it acknowledged, as the page cache does).
 pub(super) fn redis(n: usize) -> Result<RedisCluster, String> {
-    RedisCluster::start(n).map_err(|e| format!("starting {n} redis masters: {e}"))
+    RedisCluster::start_with(
+        n,
+        MasterOptions::new().persistence(Persistence::AofEverySec),
+    )
+    .map_err(|e| format!("starting {n} redis masters: {e}"))
+}
+
+/// A quorumlock client as the README deploys it: restart protection on, so that a master that
+/// restarted stays out of quorums for one TTL.
+fn redlock(urls: Vec<String>, ttl: Duration) -> Result<Redlock, quorumlock::ConfigError> {
+    Redlock::builder()
+        .nodes(urls)
+        .node_timeout(REDIS_NODE_TIMEOUT)
+        .max_ttl(ttl)
+        .restart_protection(true)
+        .build()
+}
+
+/// Vouches for brand-new masters, which restart protection would otherwise keep out for a TTL.
+async fn provision(cluster: &RedisCluster, ttl: Duration) -> Result<(), String> {
+    let manager = redlock(cluster.urls(), ttl).map_err(|e| e.to_string())?;
+    manager
+        .provision()
+        .await
+        .map_err(|e| format!("provisioning the masters: {e}"))
 }

@@ -193,3 +193,25 @@ async fn a_paused_server_stalls_then_resumes() {
         .expect("granted after the resume");
     granted.release().await.expect("release");
 }
+
+/// A server killed with many sessions open starts again at once: its killed backends have let
+/// go of the old shared memory before the new postmaster looks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_with_many_sessions_open_restarts() {
+    let mut server = server();
+    let a = advisory(&server, PgAdvisoryOptions::new()).await;
+    let mut grants = Vec::new();
+    for i in 0..64 {
+        let resource = format!("session-{i}");
+        grants.push(
+            a.try_acquire(&resource)
+                .await
+                .expect("a grant on its own session"),
+        );
+    }
+    for round in 0..3 {
+        tokio::task::block_in_place(|| server.restart())
+            .unwrap_or_else(|e| panic!("restart {round} after a crash with 64 sessions: {e}"));
+    }
+    drop(grants);
+}
