@@ -175,7 +175,7 @@ async fn run(choice: &Choice) -> Result<bool, String> {
     println!("{}", cell_table(&rows));
     let ok = rows.iter().all(|r| r.verdict == "pass");
     let mut results = Results::load(&path)?;
-    results.cells = rows;
+    results.merge_cells(rows);
     results.run = Some(Provenance {
         command: command_line(),
         quick: choice.quick,

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::cells::Fault;
+use super::subjects::SubjectKind;
+
 /// The whole file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Results {
@@ -147,6 +150,23 @@ impl Results {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
             Err(e) => Err(format!("reading {}: {e}", path.display())),
         }
+    }
+
+    /// Puts `rows` in place of the cells of the same subject and fault, keeping the others (a
+    /// run narrowed by `--subject` or `--fault` updates only its cells), in the page's order.
+    pub fn merge_cells(&mut self, rows: Vec<CellRow>) {
+        self.cells.retain(|old| {
+            !rows
+                .iter()
+                .any(|new| new.subject == old.subject && new.fault == old.fault)
+        });
+        self.cells.extend(rows);
+        let place = |c: &CellRow| {
+            let subject = SubjectKind::ALL.iter().position(|s| s.label() == c.subject);
+            let fault = Fault::ALL.iter().position(|f| f.label() == c.fault);
+            (subject.unwrap_or(usize::MAX), fault.unwrap_or(usize::MAX))
+        };
+        self.cells.sort_by_key(place);
     }
 
     /// Writes the file.

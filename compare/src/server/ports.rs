@@ -11,8 +11,25 @@ use super::ServerError;
 /// its probe listener closes, and servers of parallel tests must not be given the same one.
 static ISSUED: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 
+/// How many times a server is started on fresh ports when one was taken meanwhile.
+const START_ATTEMPTS: u32 = 3;
+
 /// How many kernel offers to look at before giving up.
 const MAX_PROBES: usize = 64;
+
+/// Runs `start` (which takes fresh ports each time) again when another process won the race
+/// for one of its ports, up to [`START_ATTEMPTS`] times in all.
+pub(crate) fn on_fresh_ports<T>(
+    mut start: impl FnMut() -> Result<T, ServerError>,
+) -> Result<T, ServerError> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(e) if e.is_addr_in_use() && attempt < START_ATTEMPTS => attempt += 1,
+            other => return other,
+        }
+    }
+}
 
 /// A port on 127.0.0.1 nothing listened on a moment ago, never handed out before by this
 /// process.

@@ -215,3 +215,30 @@ async fn a_crash_with_many_sessions_open_restarts() {
     }
     drop(grants);
 }
+
+/// A lease granted after its validity ran out on the client's clock (the server was paused
+/// past the TTL while the request waited) is not handed out as held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_granted_after_its_validity_is_not_handed_out() {
+    let mut server = server();
+    let ttl = Duration::from_millis(800);
+    let a = lease(&server, ttl).await;
+    a.try_acquire("warm-up")
+        .await
+        .expect("a first lease")
+        .release()
+        .await
+        .expect("release");
+    server.process_mut().pause().expect("pause");
+    let (late, ()) = tokio::join!(a.try_acquire("late"), async {
+        tokio::time::sleep(ttl * 2).await;
+        tokio::task::block_in_place(|| server.process_mut().resume()).expect("resume");
+    });
+    if let Ok(held) = late {
+        let left = held.remaining();
+        assert!(
+            left.is_some_and(|left| !left.is_zero()),
+            "handed out a lease with {left:?} left"
+        );
+    }
+}
