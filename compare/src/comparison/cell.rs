@@ -14,7 +14,7 @@ use jepsen_lite::history::{self, Kind};
 use jepsen_lite::outcome::Verdict;
 use jepsen_lite::resource;
 use jepsen_lite::scenario::{Expect, Minimum};
-use jepsen_lite::verdict::{judge, ClaimsCheck};
+use jepsen_lite::verdict::{fenced_observation, judge, ClaimsCheck};
 
 use super::cells::{Cell, Fault};
 use super::nemesis::strike;
@@ -225,39 +225,14 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
     Ok(())
 }
 
-/// Hold, break or caught, as jepsen-lite's runner reads a fenced scenario: the fenced
-/// register caught the break if it rejected stale accesses and lost nothing.
+/// Hold, break or caught, as jepsen-lite's runner reads a run with or without tokens.
 fn observe(report: &Report, fences: bool) -> (Expect, String) {
-    let broke = report.broke();
-    if !fences {
-        return if broke {
-            (Expect::Break, "break (no token to fence with)".to_owned())
-        } else {
-            (Expect::Hold, "hold".to_owned())
-        };
-    }
-    let rejected = report.effects_fenced.rejections;
-    let tokens_ok = report.tokens.order_violations.is_empty() && report.tokens.with_token > 0;
-    if report.lost_fenced.lost_any() || !report.effects_fenced.overlaps.is_empty() {
-        let lost = report.lost_fenced.lost_increments;
-        (
-            Expect::Break,
-            format!("break: fencing missed ({lost} lost)"),
-        )
-    } else if !tokens_ok {
-        (
-            Expect::Break,
-            "break: tokens missing or not increasing".to_owned(),
-        )
-    } else if rejected > 0 {
-        (Expect::Caught, format!("caught ({rejected} rejected)"))
-    } else if !broke {
-        (Expect::Hold, "hold".to_owned())
+    if fences {
+        fenced_observation(report)
+    } else if report.broke() {
+        (Expect::Break, "break (no token to fence with)".to_owned())
     } else {
-        (
-            Expect::Break,
-            "break (nothing stale reached the fenced register)".to_owned(),
-        )
+        (Expect::Hold, "hold".to_owned())
     }
 }
 
