@@ -26,8 +26,11 @@
 //! * `etcd/`, `zookeeper/`, `postgres/`, `redlock.rs`: one subject each.
 //! * `server/`: the server processes (start, pause, kill, restart, data loss, leader).
 //! * `cleanup.rs`: the drop guard that removes what a dropped acquisition queued.
+//! * `comparison/`: the comparison itself (cells, benchmark, page), run by the
+//!   `quorumlock-compare` binary (`main.rs`).
 
 mod cleanup;
+pub mod comparison;
 mod error;
 mod etcd;
 mod postgres;

@@ -27,7 +27,8 @@ use crate::resource::Access;
 use crate::scenario::{Scenario, Script};
 use crate::verdict;
 
-fn esc(s: &str) -> String {
+/// `s` escaped for HTML text and attribute values.
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -35,7 +36,7 @@ fn esc(s: &str) -> String {
 }
 
 /// The background of a verdict's row.
-fn verdict_colour(v: Verdict) -> &'static str {
+pub fn verdict_colour(v: Verdict) -> &'static str {
     match v {
         Verdict::Pass => "#cfc",
         Verdict::Fail => "#fcc",

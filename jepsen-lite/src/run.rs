@@ -17,7 +17,8 @@ use crate::nemesis::iptables;
 use crate::outcome::{Outcome, Verdict};
 use crate::scenario::{Expect, RandomFault, Scenario, Script};
 use crate::verdict::{
-    composed_observation, judge, orphans_outlived_cleanup, overall_lifetime, pivot, ClaimsCheck,
+    composed_observation, fenced_observation, judge, orphans_outlived_cleanup, overall_lifetime,
+    pivot, ClaimsCheck,
 };
 use crate::{random, scenario};
 
@@ -157,29 +158,7 @@ async fn finish(
         violations = by_checker;
         (observed, text)
     } else if sc.fenced {
-        let rejected = report.effects_fenced.rejections;
-        let tokens_ok = report.tokens.order_violations.is_empty() && report.tokens.with_token > 0;
-        if report.lost_fenced.lost_any() || !report.effects_fenced.overlaps.is_empty() {
-            let lost = report.lost_fenced.lost_increments;
-            (
-                Expect::Break,
-                format!("break: fencing missed ({lost} lost)"),
-            )
-        } else if !tokens_ok {
-            (
-                Expect::Break,
-                "break: tokens missing or not increasing".to_string(),
-            )
-        } else if rejected > 0 {
-            (Expect::Caught, format!("caught ({rejected} rejected)"))
-        } else if report.claims.overlaps.is_empty() {
-            (Expect::Hold, "hold".to_string())
-        } else {
-            (
-                Expect::Break,
-                "break (nothing stale reached the resource)".to_string(),
-            )
-        }
+        fenced_observation(&report)
     } else if broke {
         (Expect::Break, "break".to_string())
     } else {

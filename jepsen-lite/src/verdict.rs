@@ -580,6 +580,36 @@ pub fn composed_observation(
     }
 }
 
+/// What a run whose clients write the fenced register with their tokens observed: **caught**
+/// when the register rejected stale accesses and lost nothing with tokens that grew; **hold**
+/// when no claims overlapped and nothing was rejected; **break** otherwise (fencing missed,
+/// tokens missing or not increasing, or overlapping claims that nothing stale came of).
+pub fn fenced_observation(report: &Report) -> (Expect, String) {
+    let rejected = report.effects_fenced.rejections;
+    let tokens_ok = report.tokens.order_violations.is_empty() && report.tokens.with_token > 0;
+    if report.lost_fenced.lost_any() || !report.effects_fenced.overlaps.is_empty() {
+        let lost = report.lost_fenced.lost_increments;
+        (
+            Expect::Break,
+            format!("break: fencing missed ({lost} lost)"),
+        )
+    } else if !tokens_ok {
+        (
+            Expect::Break,
+            "break: tokens missing or not increasing".to_string(),
+        )
+    } else if rejected > 0 {
+        (Expect::Caught, format!("caught ({rejected} rejected)"))
+    } else if report.claims.overlaps.is_empty() {
+        (Expect::Hold, "hold".to_string())
+    } else {
+        (
+            Expect::Break,
+            "break (nothing stale reached the resource)".to_string(),
+        )
+    }
+}
+
 /// A verdict and, when it is not a pass, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Judgement {

@@ -200,21 +200,31 @@ impl PgLeaseLock {
     ) -> Result<Held, SubjectError> {
         validate_resource(resource)?;
         loop {
-            if let Some((token, valid_until)) = self.try_once(resource).await? {
-                let release = LeaseRelease {
-                    lock: self.clone(),
-                    token,
-                    resource: resource.to_owned(),
-                };
-                return Ok(Held::new(
-                    resource,
-                    Some(token),
-                    Some(valid_until),
-                    Box::new(release),
-                ));
-            }
+            let granted = self.try_once(resource).await?;
+            let refusal = match granted {
+                Some((token, valid_until)) => {
+                    let release = Box::new(LeaseRelease {
+                        lock: self.clone(),
+                        token,
+                        resource: resource.to_owned(),
+                    });
+                    if Instant::now() < valid_until {
+                        let held = Held::new(resource, Some(token), Some(valid_until), release);
+                        return Ok(held);
+                    }
+                    // The answer came after the lease's validity on this clock (a server or a
+                    // network that stalled the reply): the client cannot use it, and handing
+                    // it out would let a caller act on a lease it cannot bound. Given back.
+                    let _ = release.release().await;
+                    SubjectError::unavailable(
+                        LABEL,
+                        format!("the lease on {resource:?} was granted after its validity ended"),
+                    )
+                }
+                None => SubjectError::contended(LABEL, resource),
+            };
             let Some(deadline) = deadline else {
-                return Err(SubjectError::contended(LABEL, resource));
+                return Err(refusal);
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

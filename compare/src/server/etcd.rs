@@ -9,6 +9,7 @@ use nix::sys::signal::Signal;
 use quorumlock_testkit::free_port;
 use tempfile::TempDir;
 
+use super::ports::on_fresh_ports;
 use super::process::{locate, ServerProcess, Spec};
 use super::{probe, ServerError};
 
@@ -17,8 +18,6 @@ use super::{probe, ServerError};
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Socket timeout of one health or status probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-/// How many times a cluster is started on fresh ports when a port was taken meanwhile.
-const START_ATTEMPTS: u32 = 3;
 
 /// `n` etcd members forming one cluster.
 ///
@@ -51,13 +50,7 @@ impl EtcdCluster {
     /// [`ServerError::NotReady`] (with the log's tail) when a member does not come up in 30 s.
     pub fn start(n: usize) -> Result<Self, ServerError> {
         let binary = locate("etcd", "QUORUMLOCK_ETCD", &["etcd"], &["/usr/bin/etcd"])?;
-        let mut attempt = 1;
-        loop {
-            match Self::start_once(&binary, n) {
-                Err(e) if e.is_addr_in_use() && attempt < START_ATTEMPTS => attempt += 1,
-                other => return other,
-            }
-        }
+        on_fresh_ports(|| Self::start_once(&binary, n))
     }
 
     fn start_once(binary: &Path, n: usize) -> Result<Self, ServerError> {

@@ -16,13 +16,12 @@ use nix::unistd::{Uid, User};
 use quorumlock_testkit::free_port;
 use tempfile::TempDir;
 
+use super::ports::on_fresh_ports;
 use super::process::{locate, RunAs, ServerProcess, Spec};
 use super::ServerError;
 
 /// How long starting waits for the server to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
-/// How many times a server is started on a fresh port when its port was taken meanwhile.
-const START_ATTEMPTS: u32 = 3;
 /// The database user the clients log in as (`initdb -U`), with `trust` authentication.
 pub const PG_USER: &str = "postgres";
 
@@ -54,13 +53,7 @@ impl PgServer {
         let bin = bin_dir()?;
         let run_as = run_as()?;
         let template = template(&bin, run_as)?;
-        let mut attempt = 1;
-        loop {
-            match Self::start_once(&bin, run_as, &template) {
-                Err(e) if e.is_addr_in_use() && attempt < START_ATTEMPTS => attempt += 1,
-                other => return other,
-            }
-        }
+        on_fresh_ports(|| Self::start_once(&bin, run_as, &template))
     }
 
     fn start_once(bin: &Path, run_as: Option<RunAs>, template: &Path) -> Result<Self, ServerError> {

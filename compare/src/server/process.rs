@@ -146,13 +146,14 @@ impl ServerProcess {
         Ok(())
     }
 
-    /// Kills the whole group with `SIGKILL` (a crash) and reaps the leader. Does nothing when
-    /// no process runs.
+    /// Kills the whole group with `SIGKILL` (a crash), reaps the leader and waits until its
+    /// children have exited. Does nothing when no process runs.
     pub fn kill(&mut self) -> Result<(), ServerError> {
         let Some(mut running) = self.slot().take() else {
             return Ok(());
         };
         let pid = running.child.id();
+        let children = descendants(i32::try_from(pid).unwrap_or(i32::MAX));
         if running.child.try_wait().ok().flatten().is_none() {
             // SIGKILL before SIGCONT: a resumed server would first answer what queued up.
             self.signal_group(pid, Signal::SIGKILL)?;
@@ -164,6 +165,11 @@ impl ServerProcess {
             .child
             .wait()
             .map_err(|e| ServerError::io(format!("reaping {}", self.spec.what), e))?;
+        // The leader's children die after it: PostgreSQL refuses to start while a killed
+        // backend still holds the old server's shared memory.
+        for child in children {
+            wait_exited(u32::try_from(child).unwrap_or(u32::MAX), STOP_TIMEOUT);
+        }
         Ok(())
     }
 
@@ -324,6 +330,17 @@ fn descendants(root: i32) -> Vec<i32> {
 
 /// Waits until `/proc` reports `pid` stopped (best effort: returns at once without `/proc`).
 fn wait_stopped(pid: u32, timeout: Duration) {
+    wait_state(pid, timeout, |state| matches!(state, Some('T') | None));
+}
+
+/// Waits until process `pid` has exited (a zombie or gone), at most `timeout`.
+fn wait_exited(pid: u32, timeout: Duration) {
+    wait_state(pid, timeout, |state| matches!(state, Some('Z') | None));
+}
+
+/// Waits until `reached` accepts the state letter of process `pid` (`None`: the process is
+/// gone), at most `timeout`.
+fn wait_state(pid: u32, timeout: Duration, reached: fn(Option<char>) -> bool) {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -333,7 +350,7 @@ fn wait_stopped(pid: u32, timeout: Duration) {
         let state = stat
             .rfind(')')
             .and_then(|end| stat[end + 1..].trim_start().chars().next());
-        if matches!(state, Some('T') | None) {
+        if reached(state) {
             return;
         }
         std::thread::sleep(Duration::from_millis(2));

@@ -10,6 +10,7 @@ use nix::sys::signal::Signal;
 use quorumlock_testkit::free_port;
 use tempfile::TempDir;
 
+use super::ports::on_fresh_ports;
 use super::process::{locate, ServerProcess, Spec};
 use super::{probe, ServerError};
 
@@ -21,8 +22,6 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// tests can ask for sessions from 400 ms up to a minute.
 const TICK: Duration = Duration::from_millis(200);
 const MAX_SESSION_TICKS: u32 = 300;
-/// How many times an ensemble is started on fresh ports when a port was taken meanwhile.
-const START_ATTEMPTS: u32 = 3;
 /// Where Debian's packages put the jars (the server's jar lists its dependencies).
 const JARS: &[&str] = &["/usr/share/java/zookeeper.jar"];
 /// Logs to stderr (our log file) when present; without a binding ZooKeeper logs nothing.
@@ -61,13 +60,7 @@ impl ZkEnsemble {
     pub fn start(n: usize) -> Result<Self, ServerError> {
         let java = locate("java", "QUORUMLOCK_JAVA", &["java"], &["/usr/bin/java"])?;
         let jar = locate("zookeeper", "QUORUMLOCK_ZOOKEEPER_JAR", &[], JARS)?;
-        let mut attempt = 1;
-        loop {
-            match Self::start_once(&java, &jar, n) {
-                Err(e) if e.is_addr_in_use() && attempt < START_ATTEMPTS => attempt += 1,
-                other => return other,
-            }
-        }
+        on_fresh_ports(|| Self::start_once(&java, &jar, n))
     }
 
     fn start_once(java: &Path, jar: &Path, n: usize) -> Result<Self, ServerError> {

@@ -193,3 +193,52 @@ async fn a_paused_server_stalls_then_resumes() {
         .expect("granted after the resume");
     granted.release().await.expect("release");
 }
+
+/// A server killed with many sessions open starts again at once: its killed backends have let
+/// go of the old shared memory before the new postmaster looks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_with_many_sessions_open_restarts() {
+    let mut server = server();
+    let a = advisory(&server, PgAdvisoryOptions::new()).await;
+    let mut grants = Vec::new();
+    for i in 0..64 {
+        let resource = format!("session-{i}");
+        grants.push(
+            a.try_acquire(&resource)
+                .await
+                .expect("a grant on its own session"),
+        );
+    }
+    for round in 0..3 {
+        tokio::task::block_in_place(|| server.restart())
+            .unwrap_or_else(|e| panic!("restart {round} after a crash with 64 sessions: {e}"));
+    }
+    drop(grants);
+}
+
+/// A lease granted after its validity ran out on the client's clock (the server was paused
+/// past the TTL while the request waited) is not handed out as held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_granted_after_its_validity_is_not_handed_out() {
+    let mut server = server();
+    let ttl = Duration::from_millis(800);
+    let a = lease(&server, ttl).await;
+    a.try_acquire("warm-up")
+        .await
+        .expect("a first lease")
+        .release()
+        .await
+        .expect("release");
+    server.process_mut().pause().expect("pause");
+    let (late, ()) = tokio::join!(a.try_acquire("late"), async {
+        tokio::time::sleep(ttl * 2).await;
+        tokio::task::block_in_place(|| server.process_mut().resume()).expect("resume");
+    });
+    if let Ok(held) = late {
+        let left = held.remaining();
+        assert!(
+            left.is_some_and(|left| !left.is_zero()),
+            "handed out a lease with {left:?} left"
+        );
+    }
+}
