@@ -1,0 +1,241 @@
+//! Attacks on the read-write lock and the semaphore that the other files leave out: a writer
+//! whose intent is lost while it waits, a writer waiting through many intent TTLs, a permit's
+//! lease losing masters one by one, and keys of another type at a read permit's fence counter.
+
+use crate::support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorumlock::defaults::KEY_PREFIX;
+use quorumlock::{LeaseOptions, LockError};
+use support::{cluster, manager, pttl, wait_until, wait_until_async, warm_up, PATIENCE};
+
+/// Long against every wait here: nothing expires by itself during a test.
+const TTL: Duration = Duration::from_secs(30);
+
+/// The writer intent key of read-write lock `name`.
+fn intent_key(name: &str) -> String {
+    format!("{KEY_PREFIX}\u{1f}write-intent:{name}")
+}
+
+/// Whether `master` holds `key`.
+fn exists(master: &quorumlock_testkit::RedisMaster, key: &str) -> bool {
+    pttl(master, key) != -2
+}
+
+/// A stream of readers with no gap between them: each next reader is taken before the one
+/// before it leaves, so a writer can only get in if new readers are refused (by its intent).
+/// A reader refused for `patience` lets the one it would have replaced go. Returns the task
+/// and how many readers got in.
+fn reader_stream(
+    locks: quorumlock::Redlock,
+    name: &'static str,
+    stop: Arc<AtomicBool>,
+    patience: Duration,
+) -> (tokio::task::JoinHandle<()>, Arc<AtomicUsize>) {
+    let grants = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&grants);
+    let task = tokio::spawn(async move {
+        let rw = locks.rw_lock(name).max_readers(4);
+        let mut current = None;
+        while !stop.load(Ordering::SeqCst) {
+            match rw.read_until(TTL, Instant::now() + patience).await {
+                Ok(next) => {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    if let Some(previous) = current.replace(next) {
+                        let _: Result<(), LockError> = previous.release().await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_) => {
+                    if let Some(previous) = current.take() {
+                        let _ = previous.release().await;
+                    }
+                }
+            }
+        }
+        if let Some(previous) = current {
+            let _ = previous.release().await;
+        }
+    });
+    (task, grants)
+}
+
+/// A waiting writer whose intent vanished from the masters (its renewals stalled past the
+/// intent's few seconds, or the masters holding it restarted empty) takes it again: new readers
+/// are held off again and the writer gets in, though readers arrive with no gap between them.
+/// Without that the writer waits behind the stream until its deadline: starved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_whose_intent_vanished_still_goes_before_a_stream_of_readers() {
+    let cluster = cluster(3);
+    let readers = manager(&cluster);
+    let writers = manager(&cluster);
+    warm_up(&readers, &cluster).await;
+    warm_up(&writers, &cluster).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stream, grants) = reader_stream(readers, "stream", Arc::clone(&stop), PATIENCE);
+    wait_until("the readers stream", PATIENCE, || {
+        grants.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    let writer = tokio::spawn(async move {
+        let started = Instant::now();
+        let result = writers
+            .rw_lock("stream")
+            .max_readers(4)
+            .write_until(TTL, Instant::now() + Duration::from_secs(20))
+            .await;
+        let waited = started.elapsed();
+        match result {
+            Ok(guard) => (waited, guard.release().await),
+            Err(error) => (waited, Err(error)),
+        }
+    });
+    wait_until("the writer's intent is up", PATIENCE, || {
+        cluster
+            .iter()
+            .filter(|m| exists(m, &intent_key("stream")))
+            .count()
+            >= 2
+    })
+    .await;
+    // The intent disappears from every master; the writer still waits (a reader holds).
+    for master in cluster.iter() {
+        master
+            .command(&["DEL", &intent_key("stream")])
+            .expect("DEL the intent");
+    }
+    let (waited, result) = writer.await.expect("writer task");
+    stop.store(true, Ordering::SeqCst);
+    stream.await.expect("reader stream");
+    result.unwrap_or_else(|e| panic!("the writer starved behind the readers ({waited:?}): {e}"));
+    assert!(
+        waited < Duration::from_secs(15),
+        "the writer waited {waited:?}"
+    );
+}
+
+/// A writer that waits far longer than its intent's TTL keeps new readers out all along: its
+/// lease renews the intent, and it gets in first once the reader inside leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_waiting_many_intent_ttls_keeps_new_readers_out() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let writers = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    warm_up(&writers, &cluster).await;
+    let rw = locks.rw_lock("long-wait").max_readers(3);
+    let inside = rw
+        .try_read(TTL)
+        .await
+        .expect("a reader inside")
+        .keep_alive(LeaseOptions::new())
+        .expect("lease");
+    let writer = tokio::spawn(async move {
+        writers
+            .rw_lock("long-wait")
+            .max_readers(3)
+            .write_until(TTL, Instant::now() + TTL)
+            .await
+            .map(|g| g.resources().len())
+    });
+    wait_until_async("a new reader is refused", PATIENCE, || async {
+        match rw.try_read(TTL).await {
+            Ok(extra) => {
+                extra.release().await.expect("release");
+                false
+            }
+            Err(error) => error.is_contended(),
+        }
+    })
+    .await;
+    // More than two intent TTLs (3 s each): every newcomer is refused.
+    let until = Instant::now() + Duration::from_secs(8);
+    let mut tries = 0;
+    while Instant::now() < until {
+        match rw.try_read(TTL).await {
+            Ok(extra) => panic!(
+                "a new reader got in {:?} before the end of the wait: {}",
+                until.saturating_duration_since(Instant::now()),
+                extra.resource()
+            ),
+            Err(error) => assert!(
+                error.is_contended() || support::transient(&error),
+                "{error}"
+            ),
+        }
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(tries > 10, "only {tries} tries");
+    inside.release().await.expect("release");
+    let held = writer.await.expect("writer").expect("the writer first");
+    assert_eq!(held, quorumlock::limits::MAX_PERMITS);
+}
+
+/// A permit kept by a lease survives one of three masters stopping, and the loss is reported
+/// once a second one stops (no quorum for a renewal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_permit_survives_one_master_and_reports_losing_two() {
+    let mut cluster = cluster(3);
+    let locks = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    let ttl = Duration::from_secs(1);
+    let sem = locks.semaphore("leased", 2);
+    let lease = sem
+        .try_acquire(ttl)
+        .await
+        .expect("permit")
+        .keep_alive(LeaseOptions::new().ttl(ttl))
+        .expect("lease");
+    cluster.get_mut(0).expect("master").stop().expect("stop");
+    tokio::time::sleep(ttl * 3).await;
+    assert!(lease.is_held(), "lost with two masters of three up");
+    // The other permit is still free, and only it.
+    let other = sem.try_acquire(TTL).await.expect("the other permit");
+    assert!(sem.try_acquire(TTL).await.expect_err("full").is_contended());
+    other.release().await.expect("release");
+    cluster.get_mut(1).expect("master").stop().expect("stop");
+    let lost = tokio::time::timeout(ttl * 3, lease.lost())
+        .await
+        .expect("the loss is reported within the TTL");
+    assert!(!lease.is_held(), "{lost}");
+}
+
+/// A read permit's fence counter of another type on every master: a fenced writer (which
+/// writes its token to every counter) and a fenced reader get errors, never a panic and never
+/// a grant; with the counter fixed, both work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_counter_of_another_type_fails_cleanly() {
+    let cluster = cluster(3);
+    let locks = support::patient_builder(&cluster.urls())
+        .build()
+        .expect("build manager")
+        .fenced();
+    warm_up(&locks, &cluster).await;
+    let counter = support::fence_key("\u{1f}read:0:typed");
+    for master in cluster.iter() {
+        master.command(&["LPUSH", &counter, "x"]).expect("LPUSH");
+    }
+    let rw = locks.rw_lock("typed").max_readers(1);
+    let error = rw.try_write(TTL).await.expect_err("a list in the way");
+    println!("writer: {error}");
+    let error = rw.try_read(TTL).await.expect_err("a list in the way");
+    println!("reader: {error}");
+    for master in cluster.iter() {
+        master.command(&["DEL", &counter]).expect("DEL");
+    }
+    wait_until_async("a reader and a writer once fixed", PATIENCE, || async {
+        let Ok(reader) = rw.try_read(TTL).await else {
+            return false;
+        };
+        reader.release().await.expect("release");
+        match rw.try_write(TTL).await {
+            Ok(writer) => writer.release().await.is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
+}
