@@ -1,6 +1,9 @@
 //! Attacks on the read-write lock and the semaphore that the other files leave out: a writer
-//! whose intent is lost while it waits, a writer waiting through many intent TTLs, a permit's
-//! lease losing masters one by one, and keys of another type at a read permit's fence counter.
+//! whose intent is lost while it waits (and dropped after taking it again), writers behind a
+//! gapless stream of readers (one waiting through many intent TTLs, two at once, one with a
+//! short TTL), a permit's lease losing masters one by one, token order across masters restarted
+//! empty, garbage and keys of another type at fence counters, and bad input on the waiting
+//! calls.
 
 use crate::support;
 
@@ -23,6 +26,26 @@ fn intent_key(name: &str) -> String {
 /// Whether `master` holds `key`.
 fn exists(master: &quorumlock_testkit::RedisMaster, key: &str) -> bool {
     pttl(master, key) != -2
+}
+
+/// Tries `attempt` until it grants (the first tries may meet restarted masters' closed
+/// connections), for up to [`PATIENCE`].
+async fn granted_within<T, F, Fut>(what: &str, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, LockError>>,
+{
+    let start = Instant::now();
+    loop {
+        match attempt().await {
+            Ok(granted) => return granted,
+            Err(error) => assert!(
+                start.elapsed() < PATIENCE,
+                "timed out waiting for {what}: {error}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A stream of readers with no gap between them: each next reader is taken before the one
@@ -238,4 +261,258 @@ async fn a_fence_counter_of_another_type_fails_cleanly() {
         }
     })
     .await;
+}
+
+/// Two writers behind a gapless stream of readers: the second waits in the intent's line while
+/// the first waits for the readers, takes the intent as the first gets in, and so gets in next,
+/// before the stream's readers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_both_go_before_a_stream_of_readers() {
+    let cluster = cluster(3);
+    let readers = manager(&cluster);
+    warm_up(&readers, &cluster).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stream, grants) = reader_stream(readers, "two", Arc::clone(&stop), PATIENCE);
+    wait_until("the readers stream", PATIENCE, || {
+        grants.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    let mut writers = Vec::new();
+    for _ in 0..2 {
+        let locks = manager(&cluster);
+        writers.push(tokio::spawn(async move {
+            let rw = locks.rw_lock("two").max_readers(4);
+            let writer = rw
+                .write_until(TTL, Instant::now() + Duration::from_secs(20))
+                .await?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            writer.release().await
+        }));
+    }
+    for writer in writers {
+        writer
+            .await
+            .expect("writer task")
+            .unwrap_or_else(|e| panic!("a writer starved: {e}"));
+    }
+    stop.store(true, Ordering::SeqCst);
+    stream.await.expect("reader stream");
+}
+
+/// A writer with a short TTL (its intent's TTL is the writer's, renewed three times as often)
+/// still goes before a gapless stream of readers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_ttl_writer_goes_before_a_stream_of_readers() {
+    let cluster = cluster(3);
+    let readers = manager(&cluster);
+    let writers = manager(&cluster);
+    warm_up(&readers, &cluster).await;
+    warm_up(&writers, &cluster).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stream, grants) = reader_stream(readers, "short", Arc::clone(&stop), PATIENCE);
+    wait_until("the readers stream", PATIENCE, || {
+        grants.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    let rw = writers.rw_lock("short").max_readers(4);
+    let result = rw
+        .write_until(
+            Duration::from_millis(300),
+            Instant::now() + Duration::from_secs(20),
+        )
+        .await;
+    stop.store(true, Ordering::SeqCst);
+    stream.await.expect("reader stream");
+    // Its validity may be spent by the time it is looked at: granted is what counts.
+    let _writer = result.unwrap_or_else(|e| panic!("the short writer starved: {e}"));
+}
+
+/// A writer's token is above an earlier reader's, and the next reader's above the writer's,
+/// although two masters of three restarted empty in between (their fence counters lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_their_order_across_masters_restarted_empty() {
+    let mut cluster = cluster(3);
+    let locks = manager(&cluster).fenced();
+    warm_up(&locks, &cluster).await;
+    let rw = locks.rw_lock("restarts").max_readers(2);
+    let reader = rw.try_read(TTL).await.expect("reader");
+    let read_token = reader.fence().expect("token");
+    reader.release().await.expect("release");
+    for i in [0, 1] {
+        cluster
+            .get_mut(i)
+            .expect("master")
+            .restart_empty()
+            .expect("restart");
+    }
+    let writer = granted_within("a writer after the restarts", || rw.try_write(TTL)).await;
+    let write_token = writer.fence().expect("token");
+    writer.release().await.expect("release");
+    assert!(
+        write_token > read_token,
+        "writer {write_token} after reader {read_token}"
+    );
+    for i in [1, 2] {
+        cluster
+            .get_mut(i)
+            .expect("master")
+            .restart_empty()
+            .expect("restart");
+    }
+    let next = granted_within("a reader after the restarts", || rw.try_read(TTL)).await;
+    let next_token = next.fence().expect("token");
+    next.release().await.expect("release");
+    assert!(
+        next_token > write_token,
+        "reader {next_token} after writer {write_token}"
+    );
+}
+
+/// Bad input on every waiting call of both kinds (deadlines included, one already past): an
+/// argument error before any master is asked, never a panic.
+#[tokio::test]
+async fn bad_input_on_the_waiting_calls_is_an_argument_error() {
+    let locks = support::builder(&["redis://127.0.0.1:1"])
+        .build()
+        .expect("build");
+    let past = Instant::now();
+    let soon = Instant::now() + Duration::from_secs(1);
+    let invalid = |e: &LockError| matches!(e, LockError::InvalidArgument(_));
+    for (name, readers) in [("", 2), ("r", 0), ("r", usize::MAX), ("\u{1f}x", 2)] {
+        let rw = locks.rw_lock(name).max_readers(readers);
+        for error in [
+            rw.read_until(TTL, soon).await.expect_err("refused"),
+            rw.read_until(TTL, past).await.expect_err("refused"),
+            rw.write_until(TTL, soon).await.expect_err("refused"),
+            rw.write_until(TTL, past).await.expect_err("refused"),
+            rw.read(TTL).await.expect_err("refused"),
+            rw.write(TTL).await.expect_err("refused"),
+        ] {
+            assert!(invalid(&error), "{name:?} {readers}: {error}");
+        }
+    }
+    for (name, permits) in [("", 2), ("s", 0), ("s", usize::MAX), ("\u{1f}x", 2)] {
+        let sem = locks.semaphore(name, permits);
+        for error in [
+            sem.acquire_until(TTL, soon).await.expect_err("refused"),
+            sem.acquire_until(TTL, past).await.expect_err("refused"),
+            sem.acquire(TTL).await.expect_err("refused"),
+        ] {
+            assert!(invalid(&error), "{name:?} {permits}: {error}");
+        }
+    }
+    let rw = locks.rw_lock("r");
+    for ttl in [Duration::from_micros(999), Duration::from_millis(1)] {
+        let error = rw.write_until(ttl, soon).await.expect_err("refused");
+        assert!(invalid(&error), "{ttl:?}: {error}");
+    }
+}
+
+/// Fence counters of read permits and of a semaphore's permit holding garbage (not a number,
+/// numbers beyond every token or beyond a double's exact integers, a negative one) on every
+/// master: fenced readers, writers and permit holders get a token or an error, never a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_fence_counters_give_tokens_or_errors_never_a_panic() {
+    let cluster = cluster(3);
+    let locks = support::patient_builder(&cluster.urls())
+        .build()
+        .expect("build manager")
+        .fenced();
+    warm_up(&locks, &cluster).await;
+    for (i, garbage) in [
+        "abc",
+        "18446744073709551615",
+        "1e30",
+        "-5",
+        "9007199254740993",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("garbage-{i}");
+        for counter in [
+            support::fence_key(&format!("\u{1f}read:0:{name}")),
+            support::fence_key(&format!("\u{1f}permit:0:{name}")),
+        ] {
+            for master in cluster.iter() {
+                master.command(&["SET", &counter, garbage]).expect("SET");
+            }
+        }
+        let rw = locks.rw_lock(&name).max_readers(1);
+        match rw.try_read(TTL).await {
+            Ok(reader) => {
+                println!("{garbage}: reader token {:?}", reader.fence());
+                reader.release().await.expect("release");
+            }
+            Err(error) => println!("{garbage}: reader {error}"),
+        }
+        match rw.try_write(TTL).await {
+            Ok(writer) => {
+                println!("{garbage}: writer token {:?}", writer.fence());
+                writer.release().await.expect("release");
+            }
+            Err(error) => println!("{garbage}: writer {error}"),
+        }
+        match locks.semaphore(&name, 1).try_acquire(TTL).await {
+            Ok(permit) => {
+                println!("{garbage}: permit token {:?}", permit.fence());
+                permit.release().await.expect("release");
+            }
+            Err(error) => println!("{garbage}: permit {error}"),
+        }
+    }
+}
+
+/// A writer that took its intent again after losing it, dropped while it waits: the retaken
+/// intent's lease stops with it, and the intent goes (a lease left running would renew it for
+/// good, keeping readers out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_dropped_after_retaking_its_intent_leaves_nothing_running() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let writers = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    warm_up(&writers, &cluster).await;
+    let rw = locks.rw_lock("retaken").max_readers(2);
+    let inside = rw
+        .try_read(TTL)
+        .await
+        .expect("a reader inside")
+        .keep_alive(LeaseOptions::new())
+        .expect("lease");
+    let writer = tokio::spawn(async move {
+        let _ = writers
+            .rw_lock("retaken")
+            .max_readers(2)
+            .write_until(TTL, Instant::now() + TTL)
+            .await;
+    });
+    let up = |cluster: &quorumlock_testkit::RedisCluster| {
+        cluster
+            .iter()
+            .filter(|m| exists(m, &intent_key("retaken")))
+            .count()
+            >= 2
+    };
+    wait_until("the intent is up", PATIENCE, || up(&cluster)).await;
+    for master in cluster.iter() {
+        master
+            .command(&["DEL", &intent_key("retaken")])
+            .expect("DEL");
+    }
+    // Lost at the next renewal (a second or so), then taken again.
+    wait_until("the intent is taken again", PATIENCE * 2, || up(&cluster)).await;
+    writer.abort();
+    let _ = writer.await;
+    wait_until("the retaken intent is gone", PATIENCE, || {
+        cluster.iter().all(|m| !exists(m, &intent_key("retaken")))
+    })
+    .await;
+    rw.try_read(TTL)
+        .await
+        .expect("a new reader once the writer is gone")
+        .release()
+        .await
+        .expect("release");
+    inside.release().await.expect("release");
 }
