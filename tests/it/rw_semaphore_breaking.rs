@@ -516,3 +516,77 @@ async fn a_writer_dropped_after_retaking_its_intent_leaves_nothing_running() {
         .expect("release");
     inside.release().await.expect("release");
 }
+
+/// Five masters, two permits: with one master stopped and another paused, the three left (a
+/// majority) grant both permits and refuse a third; once the stopped master is back (empty)
+/// and the paused one resumed, a third holder is still refused while the two hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_permits_stay_two_across_a_stopped_and_a_paused_master() {
+    let mut cluster = cluster(5);
+    let locks = manager(&cluster);
+    let other = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    warm_up(&other, &cluster).await;
+    cluster.get_mut(0).expect("master").stop().expect("stop");
+    cluster.get_mut(1).expect("master").pause().expect("pause");
+    let sem = locks.semaphore("five", 2);
+    let a = granted_within("a first permit on three masters", || sem.try_acquire(TTL)).await;
+    let b = granted_within("a second permit on three masters", || sem.try_acquire(TTL)).await;
+    let third = other.semaphore("five", 2).try_acquire(TTL).await;
+    assert!(third.is_err(), "a third holder of two permits");
+    cluster
+        .get_mut(1)
+        .expect("master")
+        .resume()
+        .expect("resume");
+    cluster
+        .get_mut(0)
+        .expect("master")
+        .restart()
+        .expect("restart");
+    // Tried for a while, on connections that come back: never granted while both hold.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        let third = other.semaphore("five", 2).try_acquire(TTL).await;
+        assert!(a.is_valid() && b.is_valid(), "the holders are still valid");
+        assert!(third.is_err(), "a third holder of two permits");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.release().await.expect("release");
+    let third = granted_within("a permit once one is released", || {
+        other.semaphore("five", 2).try_acquire(TTL)
+    })
+    .await;
+    third.release().await.expect("release");
+    b.release().await.expect("release");
+}
+
+/// A writer kept by a lease survives one master of three stopping, and reports the loss once
+/// a second stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_writer_survives_one_master_and_reports_losing_two() {
+    let mut cluster = cluster(3);
+    let locks = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    let ttl = Duration::from_secs(1);
+    let rw = locks.rw_lock("leased-writer").max_readers(2);
+    let lease = rw
+        .try_write(ttl)
+        .await
+        .expect("writer")
+        .keep_alive(LeaseOptions::new().ttl(ttl))
+        .expect("lease");
+    cluster.get_mut(2).expect("master").stop().expect("stop");
+    tokio::time::sleep(ttl * 3).await;
+    assert!(lease.is_held(), "lost with two masters of three up");
+    assert!(rw
+        .try_read(TTL)
+        .await
+        .expect_err("beside the writer")
+        .is_contended());
+    cluster.get_mut(1).expect("master").stop().expect("stop");
+    let lost = tokio::time::timeout(ttl * 3, lease.lost())
+        .await
+        .expect("the loss is reported within the TTL");
+    assert!(!lease.is_held(), "{lost}");
+}
