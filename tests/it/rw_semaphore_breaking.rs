@@ -590,3 +590,68 @@ async fn a_leased_writer_survives_one_master_and_reports_losing_two() {
         .expect("the loss is reported within the TTL");
     assert!(!lease.is_held(), "{lost}");
 }
+
+/// A waiting writer's intent expires while one master is paused and another stopped (its lease
+/// cannot renew on a majority for longer than the intent's TTL). Once they are back, the writer
+/// takes its intent again: new readers are refused, and the writer gets in when the reader
+/// inside leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_retakes_its_intent_after_masters_come_back() {
+    let mut cluster = cluster(3);
+    let locks = manager(&cluster);
+    let writers = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    warm_up(&writers, &cluster).await;
+    let rw = locks.rw_lock("outage").max_readers(3);
+    let inside = rw
+        .try_read(TTL)
+        .await
+        .expect("a reader inside")
+        .keep_alive(LeaseOptions::new())
+        .expect("lease");
+    let writer = tokio::spawn(async move {
+        writers
+            .rw_lock("outage")
+            .max_readers(3)
+            .write_until(TTL, Instant::now() + TTL)
+            .await
+            .map(|g| g.resources().len())
+    });
+    wait_until("the intent is up everywhere", PATIENCE, || {
+        cluster.iter().all(|m| exists(m, &intent_key("outage")))
+    })
+    .await;
+    cluster.get_mut(0).expect("master").pause().expect("pause");
+    cluster.get_mut(2).expect("master").stop().expect("stop");
+    // The intent's TTL is 3 s: it expires on the master left, unrenewed.
+    wait_until(
+        "the intent expired on the master left",
+        PATIENCE * 2,
+        || !exists(&cluster[1], &intent_key("outage")),
+    )
+    .await;
+    cluster
+        .get_mut(0)
+        .expect("master")
+        .resume()
+        .expect("resume");
+    cluster
+        .get_mut(2)
+        .expect("master")
+        .restart()
+        .expect("restart");
+    wait_until_async("new readers refused again", PATIENCE * 2, || async {
+        match rw.try_read(TTL).await {
+            Ok(extra) => {
+                extra.release().await.expect("release");
+                false
+            }
+            Err(error) => error.is_contended(),
+        }
+    })
+    .await;
+    assert!(inside.is_held(), "the reader inside lost its permit");
+    inside.release().await.expect("release");
+    let held = writer.await.expect("writer").expect("the writer");
+    assert_eq!(held, quorumlock::limits::MAX_PERMITS);
+}
