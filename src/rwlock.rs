@@ -18,7 +18,9 @@
 //! read permit is refused on a master while the intent exists there ([`LockKeys::blocker`]).
 //! Readers already in keep
 //! their permits; new ones wait; the writer gets every permit once the readers in leave, then
-//! drops the intent. The intent only decides who waits: the exclusion never depends on it.
+//! drops the intent. A waiting writer whose intent is lost (renewals failed for longer than its
+//! TTL, masters restarted empty) takes it again. The intent only decides who waits: the
+//! exclusion never depends on it.
 //!
 //! # Tokens
 //!
@@ -196,7 +198,8 @@ impl<'a> RwLock<'a> {
     /// Like [`try_write`](Self::try_write), with up to
     /// [`retry_count`](crate::RedlockBuilder::retry_count) more tries for the writer intent,
     /// and as many for the read permits once the intent is held: new readers then wait, and
-    /// the writer is woken (with notified hand-offs) by each reader's release.
+    /// the writer is woken (with notified hand-offs) by each reader's release. An intent lost
+    /// while the writer waits is taken again, at most `retry_count` times.
     ///
     /// # Errors
     ///
@@ -211,7 +214,7 @@ impl<'a> RwLock<'a> {
     }
 
     /// Like [`write`](Self::write), retrying until `deadline` (the intent and then the read
-    /// permits).
+    /// permits; an intent lost while the writer waits is taken again).
     ///
     /// # Errors
     ///
@@ -251,7 +254,11 @@ impl<'a> RwLock<'a> {
     }
 
     /// [`write`](Self::write) and [`write_until`](Self::write_until): the writer intent, kept
-    /// alive while the readers leave, then every read permit at once.
+    /// alive while the readers leave, then every read permit at once. An intent lost while the
+    /// writer waits (its renewals failed on a majority for longer than its TTL, or the masters
+    /// holding it restarted empty) is taken again: without it, readers arriving with no gap
+    /// between them would starve the writer. With retries, it is taken again at most as many
+    /// times, so that the call still ends.
     async fn write_with(
         self,
         ttl: Duration,
@@ -262,21 +269,35 @@ impl<'a> RwLock<'a> {
         let poll = PollDelay::below(self.locks.config().retry_delay);
         let shared = self.locks.shared();
         let intent_terms = writing.intent_terms;
-        let intent = Acquisition::new(shared, self.name, intent_terms.ttl)
-            .retrying(patience, Line::One(&writing.intent.lock), poll, |waiting| {
-                self.locks
-                    .acquire_round(self.name, &writing.intent, intent_terms, waiting)
-            })
-            .await?;
-        // Dropped (released in the background) once the permits are held, or if this future
-        // is dropped first.
-        let _intent = hold(intent, intent_terms.ttl);
         let label = writing.set.label();
-        Acquisition::new(shared, &label, writing.terms.ttl)
-            .retrying(patience, Line::All(writing.set.locks()), poll, |_| {
-                self.locks.acquire_set_round(&writing.set, &label, terms)
-            })
-            .await
+        let mut retakes = match patience {
+            Patience::Retries(retries) => retries,
+            Patience::Until(_) => u32::MAX,
+        };
+        loop {
+            let intent = Acquisition::new(shared, self.name, intent_terms.ttl)
+                .retrying(patience, Line::One(&writing.intent.lock), poll, |waiting| {
+                    self.locks
+                        .acquire_round(self.name, &writing.intent, intent_terms, waiting)
+                })
+                .await?;
+            // Dropped (released in the background) once the permits are held, if it is lost,
+            // or if this future is dropped first.
+            let intent = hold(intent, intent_terms.ttl);
+            let acquisition = Acquisition::new(shared, &label, writing.terms.ttl);
+            let permits =
+                acquisition.retrying(patience, Line::All(writing.set.locks()), poll, |_| {
+                    self.locks.acquire_set_round(&writing.set, &label, terms)
+                });
+            if retakes == 0 {
+                return permits.await;
+            }
+            tokio::select! {
+                biased;
+                granted = permits => return granted,
+                () = intent.lost() => retakes -= 1,
+            }
+        }
     }
 
     /// What a writer takes: the intent's keys and the set of every read permit.
@@ -349,20 +370,36 @@ pub(crate) struct Writing {
 /// its TTL) while the writer waits, so it need not live as long as the writer's TTL; a writer
 /// that crashes while it waits then holds new readers off for this long at most, not for its
 /// own TTL. It decides only who waits, never who holds: renewals that fail let readers back in
-/// and the writer waits longer, nothing else.
+/// until the writer takes the intent again.
 pub(crate) const INTENT_TTL: Duration = Duration::from_secs(3);
 
 /// The writer intent while the writer waits for the readers: kept alive by a lease if its TTL
 /// allows one, else held for its TTL (readers may then come back in after it: the writer waits
 /// longer, nothing else).
 enum Intent {
-    Leased { _lease: Lease },
+    Leased { lease: Lease },
     Held { _guard: LockGuard },
+}
+
+impl Intent {
+    /// Resolves once a leased intent is lost; never for one held for its TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    async fn lost(&self) {
+        match self {
+            Self::Leased { lease } => {
+                lease.lost().await;
+            }
+            Self::Held { .. } => std::future::pending().await,
+        }
+    }
 }
 
 fn hold(intent: LockGuard, ttl: Duration) -> Intent {
     match intent.keep_alive(LeaseOptions::new().ttl(ttl)) {
-        Ok(lease) => Intent::Leased { _lease: lease },
+        Ok(lease) => Intent::Leased { lease },
         Err(refused) => Intent::Held {
             _guard: refused.into_guard(),
         },

@@ -40,6 +40,7 @@ mod restart_protection;
 mod restarted_master;
 mod retries;
 mod rw_lock;
+mod rw_semaphore_breaking;
 mod semaphore;
 mod semaphore_rw_attacks;
 mod slot_batches;
