@@ -11,6 +11,7 @@
 //!
 //! Exit codes are in the `exit` module, in `--help` and in docs/cli.md.
 
+mod aliases;
 mod args;
 mod clear;
 mod duration;
@@ -112,6 +113,9 @@ fn manager(conn: &Connection) -> Result<Redlock, String> {
         builder = builder.max_ttl(max_ttl).restart_protection(true);
     }
     let locks = builder.build().map_err(|e| e.to_string())?;
+    // After the library's checks, so that a malformed URL gets its own message first.
+    let urls: Vec<&str> = conn.nodes.iter().map(|n| n.trim()).collect();
+    aliases::check(&urls, redact)?;
     if locks.node_count() == 2 {
         eprintln!(
             "quorumlock: warning: 2 masters give no fault tolerance (a quorum needs both, so \

@@ -86,3 +86,23 @@ fn a_key_of_another_type_is_misconfigured() {
         "answering masters called unreachable: {out}"
     );
 }
+
+/// One master listed twice under two names (`127.0.0.1` and `localhost`, the same port) would
+/// count twice towards a quorum: a "quorum" of one real master. It is refused (64) like a
+/// master listed twice verbatim, naming both entries, and nothing is sent.
+#[test]
+fn one_master_under_two_names_is_refused() {
+    let cluster = cluster(3);
+    let ports = cluster.ports();
+    let urls = vec![
+        format!("redis://127.0.0.1:{}", ports[0]),
+        format!("redis://localhost:{}", ports[0]),
+        format!("redis://127.0.0.1:{}", ports[1]),
+    ];
+    let (code, _, err) = run(quorumlock_at(&urls).args(["exec", "-r", "alias", "--", "true"]));
+    assert_eq!(code, Some(support::USAGE), "{err}");
+    assert!(
+        err.contains(&urls[0]) && err.contains(&urls[1]),
+        "both names of the master: {err}"
+    );
+}
