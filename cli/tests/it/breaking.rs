@@ -4,9 +4,13 @@
 
 use crate::support;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
-use support::{cluster, run, MISCONFIGURED};
+use nix::sys::signal::Signal;
+use support::{
+    cluster, lines, quorumlock, run, signal, wait, wait_until, Reaped, LOCK_LOST, MISCONFIGURED,
+    UNAVAILABLE,
+};
 
 /// `quorumlock --nodes <urls>` for URLs of the test's own choosing.
 fn quorumlock_at(urls: &[String]) -> Command {
@@ -105,4 +109,157 @@ fn one_master_under_two_names_is_refused() {
         err.contains(&urls[0]) && err.contains(&urls[1]),
         "both names of the master: {err}"
     );
+}
+
+/// `clear --force` under a live `exec`: the holder finds the lock gone at its next renewal,
+/// sends SIGTERM to its command and exits 76 (it does not go on running beside the next one).
+#[test]
+fn a_cleared_holder_terminates_its_command() {
+    let cluster = cluster(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("log");
+    let script = format!(
+        "trap 'echo term >> {log}; exit 0' TERM; echo started >> {log}; sleep 60 & wait",
+        log = log.display()
+    );
+    let mut holder = Reaped(
+        quorumlock(&cluster)
+            .args([
+                "exec", "-r", "live", "--ttl", "3s", "--", "sh", "-c", &script,
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the holder"),
+    );
+    wait_until("the command runs", || lines(&log) == ["started"]);
+    let (code, _, err) = run(quorumlock(&cluster).args(["clear", "-r", "live", "--force"]));
+    assert_eq!(code, Some(0), "{err}");
+    let status = wait(&mut holder.0);
+    assert_eq!(status.code(), Some(LOCK_LOST), "{status}");
+    assert_eq!(lines(&log), ["started", "term"]);
+}
+
+/// SIGINT to a waiting `exec` ends the wait with 130 (128 + SIGINT); the command never runs.
+#[test]
+fn sigint_while_waiting_is_130_and_runs_nothing() {
+    let cluster = cluster(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = dir.path().join("started");
+    let ran = dir.path().join("ran");
+    let waiter_err = dir.path().join("waiter.err");
+    let hold = format!("touch {}; sleep 60", started.display());
+    let _holder = Reaped(
+        quorumlock(&cluster)
+            .args(["exec", "-r", "w", "--", "sh", "-c", &hold])
+            .spawn()
+            .expect("spawn the holder"),
+    );
+    wait_until("the holder runs", || started.exists());
+    let mut waiter = Reaped(
+        quorumlock(&cluster)
+            .args(["exec", "-r", "w", "--", "touch"])
+            .arg(&ran)
+            .stderr(std::fs::File::create(&waiter_err).expect("stderr file"))
+            .spawn()
+            .expect("spawn the waiter"),
+    );
+    // The first progress line: the waiter is in its wait, its handlers installed.
+    wait_until("a progress line", || {
+        lines(&waiter_err).iter().any(|l| l.contains("waiting"))
+    });
+    signal(&waiter.0, Signal::SIGINT);
+    let status = wait(&mut waiter.0);
+    assert_eq!(status.code(), Some(130), "{status}");
+    assert!(!ran.exists(), "the command ran");
+}
+
+/// A command killed by a signal: 128 + N, as in a shell.
+#[test]
+fn a_command_killed_by_a_signal_is_128_plus_n() {
+    let cluster = cluster(3);
+    let (code, _, err) =
+        run(quorumlock(&cluster).args(["exec", "-r", "k", "--", "sh", "-c", "kill -9 $$"]));
+    assert_eq!(code, Some(128 + 9), "{err}");
+}
+
+/// Two of three masters paused (SIGSTOP: connections open, no answer): the wait prints a line
+/// naming both and ends with 69 after `--max-unavailable`; the command does not run.
+#[test]
+fn paused_masters_end_the_wait_with_69() {
+    let mut cluster = cluster(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ran = dir.path().join("ran");
+    let ports = cluster.ports();
+    for master in cluster.iter_mut().skip(1) {
+        master.pause().expect("pause a master");
+    }
+    let (code, _, err) = run(quorumlock(&cluster)
+        .args(["exec", "-r", "p", "--max-unavailable", "2s", "--", "touch"])
+        .arg(&ran));
+    assert_eq!(code, Some(UNAVAILABLE), "{err}");
+    assert!(err.contains("waiting"), "no progress line: {err}");
+    names_every_master(&err, &ports);
+    assert!(!ran.exists(), "the command ran");
+    for master in cluster.iter_mut() {
+        master.resume().expect("resume");
+    }
+}
+
+/// Bad numbers are usage errors (64), never a panic: a zero or enormous TTL or permit count,
+/// `--readers 0`.
+#[test]
+fn bad_numbers_are_usage_errors() {
+    let cluster = cluster(1);
+    let cases: [&[&str]; 6] = [
+        &["exec", "-r", "x", "--ttl", "0s", "--", "true"],
+        &["exec", "-r", "x", "--ttl", "300000000y", "--", "true"],
+        &["exec", "-r", "x", "--ttl", "1ms", "--", "true"],
+        &["exec", "-r", "x", "--permits", "0", "--", "true"],
+        &[
+            "exec",
+            "-r",
+            "x",
+            "--permits",
+            "99999999999999999999",
+            "--",
+            "true",
+        ],
+        &[
+            "exec",
+            "-r",
+            "x",
+            "--shared",
+            "--readers",
+            "0",
+            "--",
+            "true",
+        ],
+    ];
+    for args in cases {
+        let (code, _, err) = run(quorumlock(&cluster).args(args));
+        assert_eq!(code, Some(support::USAGE), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// `rediss://` to a plain server: a clear error, bounded in time, exit 69 naming the node.
+#[test]
+fn tls_to_a_plain_server_fails_fast() {
+    let cluster = cluster(3);
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replace("redis://", "rediss://"))
+        .collect();
+    let (code, _, err) = run(quorumlock_at(&urls).args([
+        "exec",
+        "-r",
+        "t",
+        "--max-unavailable",
+        "2s",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, Some(UNAVAILABLE), "{err}");
+    names_every_master(&err, &cluster.ports());
 }
