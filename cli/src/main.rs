@@ -74,6 +74,11 @@ fn main() -> ExitCode {
     // At most a few seconds, whatever the node timeout (`--node-timeout 100y` means none): a
     // delete that has not arrived by then leaves the lock to expire after its TTL.
     let straggler_time = cli.conn.node_timeout.min(MAX_STRAGGLER_TIME);
+    // Only a command that releases a lock leaves deletes travelling: the others answer and go.
+    let straggler_time = match cli.command {
+        Command::Exec(_) | Command::Elect(_) => straggler_time,
+        _ => Duration::ZERO,
+    };
     let code = runtime.block_on(async move {
         let code = match cli.command {
             Command::Exec(args) => exec::run(&locks, &cli.conn, args).await,

@@ -263,3 +263,17 @@ fn tls_to_a_plain_server_fails_fast() {
     assert_eq!(code, Some(UNAVAILABLE), "{err}");
     names_every_master(&err, &cluster.ports());
 }
+
+/// `status` sends no delete, so it has no straggler to wait for on its way out: with
+/// `--node-timeout 5s` it returns as soon as it has read the masters, not 5 s later.
+#[test]
+fn status_does_not_linger_on_its_way_out() {
+    let cluster = cluster(3);
+    let started = std::time::Instant::now();
+    let (code, out, err) =
+        run(quorumlock(&cluster).args(["--node-timeout", "5s", "status", "-r", "quiet"]));
+    assert_eq!(code, Some(0), "{out}{err}");
+    // Reading three local masters takes milliseconds; the straggler wait would take 5 s.
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(4), "took {took:?}");
+}
