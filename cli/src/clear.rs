@@ -71,7 +71,8 @@ fn slot_state(status: &SlotStatus) -> String {
     format!("{state} (by {runner:?}, attempt {})", record.attempts)
 }
 
-/// Prints what each master removed; the exit code: 0, or 69 if a master could not be cleared.
+/// Prints what each master removed; the exit code: 0, 78 if a master refused the configuration,
+/// or 69 if a master could not be cleared.
 fn print(cleared: &[Cleared]) -> u8 {
     let mut code = 0;
     for node in cleared {
@@ -86,9 +87,15 @@ fn print(cleared: &[Cleared]) -> u8 {
                     );
                 }
             }
+            Err(error) if crate::survey::is_refusal(error) => {
+                eprintln!("quorumlock: {error}; fix the configuration and clear again");
+                code = exit::MISCONFIGURED;
+            }
             Err(error) => {
                 eprintln!("quorumlock: {error}; clear again once it answers");
-                code = exit::UNAVAILABLE;
+                if code == 0 {
+                    code = exit::UNAVAILABLE;
+                }
             }
         }
     }

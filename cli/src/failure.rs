@@ -45,12 +45,17 @@ pub(crate) async fn report(
     what: &str,
     error: &LockError,
 ) -> u8 {
-    let code = code(error);
+    let mut code = code(error);
     if let LockError::InvalidArgument(invalid) = error {
         eprintln!("quorumlock: {}", invalid_argument(invalid));
         return code;
     }
     let survey = survey(locks, conn, resource).await;
+    // A key of another type makes `SET NX` fail as if the lock were held: the survey's reads
+    // tell the refusal apart.
+    if survey.is_misconfigured() {
+        code = exit::MISCONFIGURED;
+    }
     let why = match code {
         exit::NOT_ACQUIRED => format!(
             "held on {} of {} masters by {}",
@@ -86,8 +91,16 @@ pub(crate) fn plain(what: &str, error: &LockError) -> u8 {
     code
 }
 
-/// Prints why waiting stopped: no quorum answered for `for_how_long`. Returns the exit code.
+/// Prints why waiting stopped: no quorum answered for `for_how_long`, or too many masters
+/// refused the configuration. Returns the exit code.
 pub(crate) fn unavailable(what: &str, survey: &Survey, for_how_long: std::time::Duration) -> u8 {
+    if survey.is_misconfigured() {
+        eprintln!(
+            "quorumlock: {what}: the masters refused the configuration (retrying cannot help)"
+        );
+        print_nodes(survey);
+        return exit::MISCONFIGURED;
+    }
     eprintln!(
         "quorumlock: {what}: unavailable: only {} of {} masters answered for {}, a quorum needs {} (see --max-unavailable)",
         survey.answered(),

@@ -11,6 +11,7 @@
 //!
 //! Exit codes are in the `exit` module, in `--help` and in docs/cli.md.
 
+mod aliases;
 mod args;
 mod clear;
 mod duration;
@@ -73,6 +74,11 @@ fn main() -> ExitCode {
     // At most a few seconds, whatever the node timeout (`--node-timeout 100y` means none): a
     // delete that has not arrived by then leaves the lock to expire after its TTL.
     let straggler_time = cli.conn.node_timeout.min(MAX_STRAGGLER_TIME);
+    // Only a command that releases a lock leaves deletes travelling: the others answer and go.
+    let straggler_time = match cli.command {
+        Command::Exec(_) | Command::Elect(_) => straggler_time,
+        _ => Duration::ZERO,
+    };
     let code = runtime.block_on(async move {
         let code = match cli.command {
             Command::Exec(args) => exec::run(&locks, &cli.conn, args).await,
@@ -112,6 +118,9 @@ fn manager(conn: &Connection) -> Result<Redlock, String> {
         builder = builder.max_ttl(max_ttl).restart_protection(true);
     }
     let locks = builder.build().map_err(|e| e.to_string())?;
+    // After the library's checks, so that a malformed URL gets its own message first.
+    let urls: Vec<&str> = conn.nodes.iter().map(|n| n.trim()).collect();
+    aliases::check(&urls, redact)?;
     if locks.node_count() == 2 {
         eprintln!(
             "quorumlock: warning: 2 masters give no fault tolerance (a quorum needs both, so \

@@ -52,7 +52,7 @@ pub(crate) async fn watched<T>(wait: impl Future<Output = T>, watch: &Watch<'_>)
 }
 
 /// Reads the masters now and then, printing a line each time; returns only when no quorum
-/// answered for `max_unavailable`.
+/// answered for `max_unavailable`, or at once when too many refuse the configuration.
 async fn monitor(watch: &Watch<'_>) -> (Survey, Duration) {
     let started = Instant::now();
     let mut gap = FIRST_LINE;
@@ -66,6 +66,10 @@ async fn monitor(watch: &Watch<'_>) -> (Survey, Duration) {
         tokio::time::sleep_until(next_read).await;
         let survey = survey(watch.locks, watch.conn, watch.resource).await;
         let now = Instant::now();
+        if survey.is_misconfigured() {
+            // Refused credentials or a key of another type: no wait ends that.
+            return (survey, now.duration_since(started));
+        }
         if survey.has_quorum() {
             down_since = None;
         } else {

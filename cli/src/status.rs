@@ -66,7 +66,10 @@ pub(crate) async fn run(locks: &quorumlock::Redlock, conn: &Connection, args: St
     } else {
         print_table(&report);
     }
-    if survey.has_quorum() {
+    if survey.is_misconfigured() {
+        eprintln!("quorumlock: the masters refused the configuration (retrying cannot help)");
+        exit::MISCONFIGURED
+    } else if survey.has_quorum() {
         0
     } else {
         eprintln!(
@@ -146,7 +149,7 @@ fn print_table(report: &Report<'_>) {
         .map(|n| match &n.error {
             Some(error) => [
                 n.node.clone(),
-                "unreachable".into(),
+                if n.refused { "refused" } else { "unreachable" }.into(),
                 "-".into(),
                 "-".into(),
                 error.clone(),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{EpochMarker, Inspection};
+use quorumlock::{EpochMarker, Inspection, NodeError, NodeErrorKind};
 use serde::Serialize;
 
 use crate::args::Connection;
@@ -30,6 +30,10 @@ pub(crate) struct NodeReport {
     pub(crate) node: String,
     /// Why the node could not be read; all other fields are `null` then.
     pub(crate) error: Option<String>,
+    /// Whether the node answered with an error no retry fixes (refused credentials, a key of
+    /// another type): it is up, but unusable until the configuration changes.
+    #[serde(skip)]
+    pub(crate) refused: bool,
     /// Round-trip time of one `PING`, in milliseconds.
     pub(crate) rtt_ms: Option<f64>,
     /// Whether the lock key exists.
@@ -83,6 +87,13 @@ impl Survey {
     /// How many nodes hold the key.
     pub(crate) fn held_on(&self) -> usize {
         self.nodes.iter().filter(|n| n.held == Some(true)).count()
+    }
+
+    /// Whether the nodes that refused the configuration leave too few others for a quorum:
+    /// waiting cannot help, only a change of configuration (or of the key) can.
+    pub(crate) fn is_misconfigured(&self) -> bool {
+        let refused = self.nodes.iter().filter(|n| n.refused).count();
+        refused > 0 && self.nodes.len() - refused < self.quorum
     }
 
     /// Whether a quorum answered.
@@ -147,6 +158,7 @@ impl NodeReport {
     /// What the node holds, or why it could not be read, in words.
     pub(crate) fn describe(&self) -> String {
         let what = match (&self.error, self.held) {
+            (Some(error), _) if self.refused => format!("refused: {error}"),
             (Some(error), _) => format!("unreachable: {error}"),
             (None, Some(true)) => {
                 let by = match &self.identity {
@@ -183,9 +195,22 @@ fn report(inspection: &Inspection) -> NodeReport {
             report.epoch = Some(epoch);
             report.epoch_age_ms = age;
         }
-        Err(error) => report.error = Some(error.to_string().to_lowercase()),
+        Err(error) => {
+            report.error = Some(error.to_string().to_lowercase());
+            report.refused = is_refusal(error);
+        }
     }
     report
+}
+
+/// Whether `error` is one that no retry fixes: credentials refused, or a server error such as
+/// `WRONGTYPE` (the criterion `failure::code` applies to a whole round).
+pub(crate) fn is_refusal(error: &NodeError) -> bool {
+    match error.kind() {
+        NodeErrorKind::Auth(_) => true,
+        NodeErrorKind::Server(_) => !error.is_retryable(),
+        _ => false,
+    }
 }
 
 /// A node that could not be read, and why.
@@ -193,6 +218,7 @@ fn failed(node: String, error: String) -> NodeReport {
     NodeReport {
         node,
         error: Some(error),
+        refused: false,
         rtt_ms: None,
         held: None,
         ttl_ms: None,
@@ -236,6 +262,7 @@ mod tests {
         NodeReport {
             node: "n".into(),
             error: error.then(|| "down".into()),
+            refused: false,
             rtt_ms: None,
             held: (!error).then_some(held),
             ttl_ms: None,

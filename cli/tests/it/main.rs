@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod breaking;
 mod clear;
 mod diagnostics;
 mod elect;
