@@ -14,8 +14,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorumlock_testkit::RedisCluster;
 use quorumlock::{LockError, Redlock};
+use quorumlock_testkit::RedisCluster;
 
 use crate::peers::TTL;
 use crate::report::{num, Results};

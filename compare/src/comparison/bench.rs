@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use jepsen_lite::report::latency::quantile;
+use quorumlock_scheduler::nearest_rank;
 use quorumlock_testkit::Mode;
 
 use super::results::BenchRow;
@@ -88,8 +88,8 @@ pub async fn bench(kind: SubjectKind, sizes: Sizes) -> BenchRow {
     match uncontended(&*client, sizes.cycles).await {
         Ok(mut samples) => {
             samples.sort_by(f64::total_cmp);
-            row.uncontended_p50_ms = quantile(&samples, 0.5);
-            row.uncontended_p99_ms = quantile(&samples, 0.99);
+            row.uncontended_p50_ms = nearest_rank(&samples, 0.5);
+            row.uncontended_p99_ms = nearest_rank(&samples, 0.99);
         }
         Err(e) => row.notes.push(format!("uncontended: {e}")),
     }
@@ -102,8 +102,8 @@ pub async fn bench(kind: SubjectKind, sizes: Sizes) -> BenchRow {
             samples.sort_by(f64::total_cmp);
             row.notes
                 .push(format!("hand-off: {} samples", samples.len()));
-            row.handoff_p50_ms = quantile(&samples, 0.5);
-            row.handoff_p99_ms = quantile(&samples, 0.99);
+            row.handoff_p50_ms = nearest_rank(&samples, 0.5);
+            row.handoff_p99_ms = nearest_rank(&samples, 0.99);
         }
         Err(e) => row.notes.push(format!("hand-off: {e}")),
     }
@@ -117,7 +117,7 @@ pub async fn bench(kind: SubjectKind, sizes: Sizes) -> BenchRow {
     if !crashes.is_empty() {
         crashes.sort_by(f64::total_cmp);
         row.notes.push(format!("holder crashes: {crashes:.0?} ms"));
-        row.holder_crash_ms = quantile(&crashes, 0.5);
+        row.holder_crash_ms = nearest_rank(&crashes, 0.5);
     }
     match server_crash(&mut testbed, &*client).await {
         Ok((ms, note)) => {

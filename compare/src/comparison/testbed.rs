@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorumlock_testkit::{MasterOptions, Mode, Modes, Persistence, Proxy, RedisCluster};
 use quorumlock::Redlock;
+use quorumlock_testkit::{MasterOptions, Mode, Modes, Persistence, Proxy, RedisCluster};
 
 use super::servers::Servers;
 use super::subjects::SubjectKind;

@@ -10,6 +10,7 @@
 
 mod error;
 mod etcd;
+mod ports;
 mod postgres;
 mod probe;
 mod process;
