@@ -277,3 +277,39 @@ fn status_does_not_linger_on_its_way_out() {
     let took = started.elapsed();
     assert!(took < std::time::Duration::from_secs(4), "took {took:?}");
 }
+
+/// A plain `redis://` URL for a TLS-only port: a clear error naming the node, bounded in time
+/// (no hang on a handshake that never comes), exit 69.
+#[test]
+fn plain_url_to_a_tls_port_fails_fast() {
+    use quorumlock_testkit::{free_port, MasterOptions, RedisMaster};
+    let dir = tempfile::tempdir().expect("tempdir");
+    crate::tls::certificates(dir.path());
+    let tls_port = free_port().expect("a free port").to_string();
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let _master = RedisMaster::start(MasterOptions::new().args([
+        "--tls-port".to_string(),
+        tls_port.clone(),
+        "--tls-cert-file".into(),
+        file("server.pem"),
+        "--tls-key-file".into(),
+        file("server.key"),
+        "--tls-ca-cert-file".into(),
+        file("ca.pem"),
+        "--tls-auth-clients".into(),
+        "no".into(),
+    ]))
+    .expect("start a redis-server with TLS");
+    let urls = vec![format!("redis://127.0.0.1:{tls_port}")];
+    let (code, _, err) = run(quorumlock_at(&urls).args([
+        "exec",
+        "-r",
+        "plain",
+        "--max-unavailable",
+        "2s",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, Some(UNAVAILABLE), "{err}");
+    assert!(err.contains(&tls_port), "{err}");
+}

@@ -20,7 +20,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 /// A test CA and a certificate for 127.0.0.1 signed by it, in `dir`.
-fn certificates(dir: &Path) {
+pub(crate) fn certificates(dir: &Path) {
     openssl(
         dir,
         &[
