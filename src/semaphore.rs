@@ -155,7 +155,8 @@ impl Permits {
 
 /// One try over `count` permits (at least one): `attempt(i)` on each in turn from a random
 /// one, until one is granted. A refused permit's cleanup is waited for (`node_timeout` at most)
-/// before the next, and the try's refusal says when the soonest of the holders' keys expire.
+/// before the next permit or an error, never before a grant, and the try's refusal says when
+/// the soonest of the holders' keys expire.
 /// The first error other than a refusal ends the try. Generic over what a grant is, so that
 /// the property tests walk the permits of fake masters with the same code.
 pub(crate) async fn first_granted<G, F, Fut>(
@@ -176,9 +177,13 @@ where
     for i in (1..count).map(|step| (first + step) % count) {
         let failure = match attempt(i).await {
             Err(failure) if failure.error.is_contended() => failure,
-            other => {
+            // A grant goes back at once: its validity is already running, and the refused
+            // permit's cleanup goes on without this caller (it only spares the next try
+            // finding this client's own leftovers).
+            Ok(granted) => return Ok(granted),
+            Err(error) => {
                 settle(refused.cleanup, node_timeout).await;
-                return other;
+                return Err(error);
             }
         };
         settle(refused.cleanup.take(), node_timeout).await;

@@ -180,3 +180,40 @@ async fn bad_counts_and_names_are_argument_errors() {
         .expect_err("refused");
     assert!(matches!(error, LockError::InvalidArgument(_)), "{error}");
 }
+
+/// A permit won after another was refused comes back at once, with its validity: the refused
+/// permit's cleanup, stuck on a paused master until the node timeout, is not waited for.
+#[tokio::test]
+async fn a_permit_won_after_a_refusal_is_not_held_back_by_its_cleanup() {
+    const TTL: Duration = Duration::from_secs(1);
+    let mut cluster = cluster(3);
+    let locks = builder(&cluster.urls())
+        .node_timeout(Duration::from_secs(3))
+        .build()
+        .expect("build manager");
+    warm_up(&locks, &cluster).await;
+    let uploads = locks.semaphore("uploads", 2);
+    let held = manager(&cluster)
+        .semaphore("uploads", 2)
+        .try_acquire(Duration::from_secs(60))
+        .await
+        .expect("the other holder's permit");
+    cluster[2].pause().expect("pause");
+    // Each try starts at a random permit: about half of them are refused the held one first.
+    for attempt in 0..12 {
+        let started = Instant::now();
+        let guard = uploads
+            .try_acquire(TTL)
+            .await
+            .unwrap_or_else(|e| panic!("try {attempt}: a permit is free, yet: {e}"));
+        let took = started.elapsed();
+        assert!(
+            !guard.remaining().is_zero() && took < TTL,
+            "try {attempt}: the permit came back after {took:?}, {:?} of its {TTL:?} left",
+            guard.remaining()
+        );
+        guard.release().await.expect("release");
+    }
+    cluster[2].resume().expect("resume");
+    held.release().await.expect("release");
+}
