@@ -55,6 +55,13 @@ pub(crate) async fn report(
     // tell the refusal apart.
     if survey.is_misconfigured() {
         code = exit::MISCONFIGURED;
+    } else if code == exit::UNAVAILABLE
+        && matches!(error, LockError::DeadlinePassed { .. })
+        && survey.held_by_a_quorum()
+    {
+        // The wait ran out while a quorum answered that the lock is held: held elsewhere,
+        // though the last round itself timed out (a loaded machine, writes paused).
+        code = exit::NOT_ACQUIRED;
     }
     let why = match code {
         exit::NOT_ACQUIRED => format!(

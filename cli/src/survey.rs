@@ -96,6 +96,12 @@ impl Survey {
         refused > 0 && self.nodes.len() - refused < self.quorum
     }
 
+    /// Whether a quorum of nodes hold the key: someone else has the lock, whatever the last
+    /// round of a wait that ran out saw (a timeout under load, a pause of the masters' writes).
+    pub(crate) fn held_by_a_quorum(&self) -> bool {
+        self.held_on() >= self.quorum
+    }
+
     /// Whether a quorum answered.
     pub(crate) fn has_quorum(&self) -> bool {
         self.answered() >= self.quorum
@@ -247,6 +253,22 @@ fn most_common<'a>(identities: impl Iterator<Item = &'a str>) -> Option<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quorum_of_held_keys_is_held_by_a_quorum() {
+        let node = |held: bool| NodeReport {
+            error: None,
+            held: Some(held),
+            ..failed("redis://m".into(), String::new())
+        };
+        let survey = |held: &[bool]| Survey {
+            key: "k".into(),
+            nodes: held.iter().map(|&h| node(h)).collect(),
+            quorum: 2,
+        };
+        assert!(survey(&[true, true, false]).held_by_a_quorum());
+        assert!(!survey(&[true, false, false]).held_by_a_quorum());
+    }
 
     #[test]
     fn the_owner_is_the_identity_on_the_most_nodes() {
