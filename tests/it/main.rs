@@ -49,6 +49,7 @@ mod slot_claims;
 mod slot_late_claims;
 mod slot_record_lifetime;
 mod stats;
+mod transport_breaking;
 mod validity;
 mod watch_cancellation;
 mod wrong_type_key;

@@ -1,0 +1,259 @@
+//! Attacks on the library's own Redis client, on real masters: node URLs at their edges
+//! (percent-encoded and raw password characters, uppercase scheme, trailing slash, a database
+//! out of range, malformed ones), and the pub/sub connection behind notified hand-offs
+//! (many waiters on many keys coming and going, every master restarted under a waiter).
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use quorumlock::{ConfigError, Redlock};
+use quorumlock_testkit::{RedisCluster, Reply};
+use support::{builder, cluster, key, patient_builder, wait_until, warm_up, PATIENCE};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// So long that a poll cannot explain a prompt wake-up (a waiter polls at a random time below
+/// it).
+const RETRY_DELAY: Duration = Duration::from_secs(30);
+
+/// How long a notified hand-off may take on a loaded 2-core box, far below the retry delay.
+const PROMPT: Duration = Duration::from_millis(400);
+
+fn waiting_manager(cluster: &RedisCluster) -> Redlock {
+    builder(&cluster.urls())
+        .retry_delay(RETRY_DELAY)
+        .retry_count(u32::MAX)
+        .build()
+        .expect("build manager")
+}
+
+/// Every channel with at least one subscriber on `master`.
+fn channels(master: &quorumlock_testkit::RedisMaster) -> Vec<String> {
+    match master.query(&["PUBSUB", "CHANNELS"]) {
+        Ok(Reply::Array(items)) => items
+            .into_iter()
+            .map(|item| match item {
+                Reply::Bulk(name) => String::from_utf8_lossy(&name).into_owned(),
+                other => panic!("PUBSUB CHANNELS gave {other:?}"),
+            })
+            .collect(),
+        other => panic!("PUBSUB CHANNELS gave {other:?}"),
+    }
+}
+
+/// Waits until every master's subscribed channels are exactly those of `resources`.
+async fn wait_channels(cluster: &RedisCluster, resources: &[String]) {
+    let mut expected: Vec<String> = resources.iter().map(|r| key(r)).collect();
+    expected.sort();
+    wait_until(
+        &format!("channels {expected:?} on every master"),
+        PATIENCE,
+        || {
+            cluster.iter().all(|master| {
+                let mut got = channels(master);
+                got.sort();
+                got == expected
+            })
+        },
+    )
+    .await;
+}
+
+fn spawn_waiter(locks: &Redlock, resource: &str) -> tokio::task::JoinHandle<Instant> {
+    let locks = locks.clone();
+    let resource = resource.to_string();
+    tokio::spawn(async move {
+        let guard = locks
+            .lock_until(&resource, TTL, Instant::now() + Duration::from_secs(60))
+            .await
+            .expect("the waiter is granted");
+        let at = Instant::now();
+        guard.release().await.expect("release");
+        at
+    })
+}
+
+/// Sixteen keys, two waiters each, on one manager (one pub/sub connection per master): the
+/// waiters of half the keys are cancelled at once; the other half's subscriptions survive the
+/// unsubscriptions and their releases wake them promptly; once all are gone no channel is left
+/// subscribed on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_many_keys_come_and_go_without_losing_or_leaking_subscriptions() {
+    let cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = waiting_manager(&cluster);
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    let resources: Vec<String> = (0..16).map(|i| format!("many-{i}")).collect();
+    let mut guards = Vec::new();
+    for resource in &resources {
+        guards.push(Some(holder.lock(resource, TTL).await.expect("holder")));
+    }
+    let tasks: Vec<Vec<_>> = resources
+        .iter()
+        .map(|r| (0..2).map(|_| spawn_waiter(&waiter, r)).collect())
+        .collect();
+    wait_channels(&cluster, &resources).await;
+    let (cancelled, kept) = resources.split_at(8);
+    for task in tasks[..8].iter().flatten() {
+        task.abort();
+    }
+    wait_channels(&cluster, kept).await;
+    for (i, waiters) in tasks.into_iter().enumerate().skip(8) {
+        let guard = guards[i].take().expect("held");
+        guard.release().await.expect("release");
+        let released = Instant::now();
+        // The first waiter is woken by the release, the second by the first's release.
+        for task in waiters {
+            let granted = task.await.expect("waiter task");
+            let handoff = granted.saturating_duration_since(released);
+            assert!(
+                handoff < PROMPT * 2,
+                "{}: a hand-off took {handoff:?} (retry delay {RETRY_DELAY:?})",
+                resources[i]
+            );
+        }
+    }
+    wait_channels(&cluster, &[]).await;
+    drop((cancelled, guards));
+}
+
+/// Every master restarted empty under a waiter (its pub/sub connection broken, its holder's
+/// keys gone): the subscriber reconnects, resubscribes and wakes the waiter, which takes the
+/// now free lock long before its 30 s poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_resubscribes_and_wins_after_every_master_restarted() {
+    let mut cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = waiting_manager(&cluster);
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    let guard = holder.lock("restarted", TTL).await.expect("holder");
+    let task = spawn_waiter(&waiter, "restarted");
+    wait_channels(&cluster, &["restarted".to_string()]).await;
+    for master in cluster.iter_mut() {
+        master.restart_empty().expect("restart");
+    }
+    let restarted = Instant::now();
+    let granted = tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("the waiter was not woken after the restart")
+        .expect("waiter task");
+    let took = granted.saturating_duration_since(restarted);
+    assert!(
+        took < Duration::from_secs(5),
+        "the waiter won {took:?} after the restart"
+    );
+    wait_channels(&cluster, &[]).await;
+    // The holder's lock is gone with the masters' data: its release only reports it.
+    drop(guard.release().await);
+}
+
+/// A password of every character a URL treats specially, written percent-encoded, and the
+/// same with a raw `@` and `:`; an uppercase scheme; a trailing slash: all reach the master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_edges_that_are_valid_reach_the_master() {
+    let cluster = cluster(3);
+    let password = "p@s:s/w#o%r?d";
+    for master in cluster.iter() {
+        master
+            .command(&["CONFIG", "SET", "requirepass", password])
+            .expect("CONFIG SET requirepass");
+    }
+    let ports = cluster.ports();
+    let forms: [fn(u16) -> String; 5] = [
+        |p| format!("redis://:p%40s%3As%2Fw%23o%25r%3Fd@127.0.0.1:{p}"),
+        |p| format!("redis://default:p%40s%3As%2Fw%23o%25r%3Fd@127.0.0.1:{p}/"),
+        |p| format!("REDIS://:p%40s%3As%2Fw%23o%25r%3Fd@127.0.0.1:{p}/0"),
+        |p| format!("Redis://:p%40s%3As%2Fw%23o%25r%3Fd@127.0.0.1:{p}/0/"),
+        |p| format!("redis://:p%40s%3As%2Fw%23o%25r%3Fd@127.0.0.1:{p}?protocol=resp3"),
+    ];
+    for form in forms {
+        let urls: Vec<String> = ports.iter().map(|&p| form(p)).collect();
+        let locks = patient_builder(&urls).build().expect("manager");
+        let guard = locks
+            .try_lock("edges", TTL)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", urls[0].replace(password, "***")));
+        guard.release().await.expect("release");
+    }
+}
+
+/// A database index the master does not have is a clear error naming the node, promptly, with
+/// no password in it; a database beyond `u32` is refused when building.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_out_of_range_is_a_clear_error() {
+    let cluster = cluster(3);
+    let urls: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|p| format!("redis://:s3cret-pw@127.0.0.1:{p}/99"))
+        .collect();
+    let locks = patient_builder(&urls).build().expect("manager");
+    let started = Instant::now();
+    let error = locks.try_lock("db", TTL).await.expect_err("no database 99");
+    let shown = format!("{error} {error:?}");
+    assert!(started.elapsed() < PATIENCE, "took {:?}", started.elapsed());
+    assert!(!shown.contains("s3cret-pw"), "{shown}");
+    assert!(
+        shown.to_lowercase().contains("db") || shown.contains("database"),
+        "{shown}"
+    );
+    let huge = format!(
+        "redis://:s3cret-pw@127.0.0.1:{}/4294967296",
+        cluster.ports()[0]
+    );
+    match Redlock::builder().nodes([huge]).build() {
+        Err(error @ ConfigError::InvalidUrl { .. }) => {
+            assert!(
+                !format!("{error} {error:?}").contains("s3cret-pw"),
+                "{error}"
+            )
+        }
+        other => panic!("gave {other:?}"),
+    }
+}
+
+/// Malformed node URLs are refused when building, never a panic, never showing the password.
+#[test]
+fn malformed_urls_are_refused_without_the_password() {
+    for url in [
+        "redis://",
+        "redis://:s3cret-pw@",
+        "redis://:s3cret-pw@:6379",
+        "redis://:s3cret-pw@[::1",
+        "redis://:s3cret-pw@[::1]x",
+        "redis://:s3cret-pw@[nothost]:1",
+        "redis://:s3cret-pw@::1:6379",
+        "redis://:s3cret-pw@host:99999",
+        "redis://:s3cret-pw@host:-1",
+        "redis://:s3cret-pw@host:6379/x",
+        "redis://:s3cret-pw@host:6379/-1",
+        "redis://:s3cret-pw@host:6379#frag",
+        "redis://:s3cr/et-pw@host:6379",
+        "redis://:s3cr#et-pw@host:6379",
+        "redis://:s3cr?et-pw@host:6379",
+        "redis://:s3cret-pw%FF@host:6379",
+        "redis://:s3cret-pw@ho st:6379",
+        "redis://:s3cret-pw@0.0.0.0:6379",
+        "redis+unix://host/tmp/r.sock?pass=s3cret-pw",
+        "redis+unix://?pass=s3cret-pw",
+        "redis+unix:///tmp/r.sock?pass=s3cret-pw&db=x",
+        "ftp://:s3cret-pw@host",
+        "redis://\u{e9}:s3cret-pw@h\u{f6}st:1/\u{1F600}",
+    ] {
+        let result = std::panic::catch_unwind(|| Redlock::builder().nodes([url]).build());
+        match result {
+            Ok(Err(error)) => {
+                let shown = format!("{error} {error:?}");
+                assert!(
+                    !shown.contains("s3cret") && !shown.contains("s3cr"),
+                    "{url}: {shown}"
+                );
+            }
+            Ok(Ok(_)) => panic!("{url} was accepted"),
+            Err(_) => panic!("{url} panicked"),
+        }
+    }
+}
