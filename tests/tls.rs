@@ -238,3 +238,113 @@ async fn a_request_polled_once_then_dropped_is_still_sent_over_tls() {
     })
     .await;
 }
+
+/// A `rediss://` node that accepts the connection and never answers the handshake: the lock
+/// fails within its node timeouts with an error naming the node, instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_handshake_that_is_never_answered_times_out() {
+    certificate_dir();
+    let listener = support::local_listener().await;
+    let port = listener.local_addr().expect("address").port();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let url = format!("rediss://127.0.0.1:{port}");
+    let locks = Redlock::builder()
+        .nodes([url.clone()])
+        .node_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .retry_count(0)
+        .build()
+        .expect("manager");
+    let started = std::time::Instant::now();
+    let error = tokio::time::timeout(PATIENCE, locks.try_lock("silent", Duration::from_secs(10)))
+        .await
+        .expect("the lock hung on a silent TLS handshake")
+        .expect_err("nothing answers");
+    assert!(started.elapsed() < PATIENCE, "took {:?}", started.elapsed());
+    for failure in error.node_errors() {
+        assert_eq!(failure.node(), url, "{error}");
+    }
+    silent.abort();
+}
+
+/// A waiter on `rediss://` masters is woken by the release (pub/sub over TLS), and after its
+/// TLS pub/sub connections are killed it resubscribes and is woken promptly again; a TLS
+/// master restarted is reconnected to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_pub_sub_wakes_waiters_and_survives_kills_and_restarts() {
+    let (mut masters, urls) = tls_masters(certificate_dir(), "trusted", 3);
+    let manager = || {
+        patient_builder(&urls)
+            .retry_delay(Duration::from_secs(30))
+            .retry_count(u32::MAX)
+            .build()
+            .expect("manager")
+    };
+    let (holder, waiter) = (manager(), manager());
+    let channel = support::key("tls-wake");
+    let subscribed = |n: i64| {
+        masters.iter().all(|master| {
+            matches!(
+                master.query(&["PUBSUB", "NUMSUB", &channel]),
+                Ok(quorumlock_testkit::Reply::Array(items))
+                    if matches!(items.get(1), Some(quorumlock_testkit::Reply::Integer(s)) if *s == n)
+            )
+        })
+    };
+    for kill in [false, true] {
+        let guard = holder
+            .lock("tls-wake", Duration::from_secs(30))
+            .await
+            .expect("holder");
+        let waiting = waiter.clone();
+        let task = tokio::spawn(async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let guard = waiting
+                .lock_until("tls-wake", Duration::from_secs(30), deadline)
+                .await
+                .expect("the waiter is granted");
+            let at = std::time::Instant::now();
+            guard.release().await.expect("release");
+            at
+        });
+        wait_until("subscribed over TLS", PATIENCE, || subscribed(1)).await;
+        if kill {
+            for master in &masters {
+                master
+                    .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
+                    .expect("CLIENT KILL");
+            }
+            wait_until("subscribed again over TLS", PATIENCE, || subscribed(1)).await;
+        }
+        guard.release().await.expect("release");
+        let released = std::time::Instant::now();
+        let granted = task.await.expect("waiter task");
+        let handoff = granted.saturating_duration_since(released);
+        assert!(
+            handoff < Duration::from_secs(2),
+            "kill {kill}: the hand-off took {handoff:?}"
+        );
+    }
+    for master in &mut masters {
+        master.restart().expect("restart");
+    }
+    wait_until_async(
+        "a lock after the TLS restart",
+        Duration::from_secs(20),
+        || async {
+            match holder
+                .try_lock("after-restart", Duration::from_secs(10))
+                .await
+            {
+                Ok(guard) => guard.release().await.is_ok(),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
+}
