@@ -257,3 +257,63 @@ fn malformed_urls_are_refused_without_the_password() {
         }
     }
 }
+
+/// Masters on Unix sockets whose path holds a space, written raw and percent-encoded, with a
+/// database in the query: the lock is granted, and a waiter is woken by the release over the
+/// socket's pub/sub connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_paths_with_spaces_work_raw_and_encoded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut masters = Vec::new();
+    let mut paths = Vec::new();
+    for i in 0..3 {
+        let socket = dir.path().join(format!("sock et {i}.sock"));
+        let opts = quorumlock_testkit::MasterOptions::new().args([
+            "--unixsocket".to_string(),
+            socket.display().to_string(),
+            "--unixsocketperm".to_string(),
+            "700".to_string(),
+        ]);
+        masters.push(quorumlock_testkit::RedisMaster::start(opts).expect("start"));
+        paths.push(socket.display().to_string());
+    }
+    let forms: [fn(&str) -> String; 3] = [
+        |p| format!("redis+unix://{p}"),
+        |p| format!("unix://{}?db=2", p.replace(' ', "%20")),
+        |p| format!("REDIS+UNIX://localhost{p}?db=3&unknown=x"),
+    ];
+    for form in forms {
+        let urls: Vec<String> = paths.iter().map(|p| form(p)).collect();
+        let holder = patient_builder(&urls).build().expect("manager");
+        let waiter = patient_builder(&urls)
+            .retry_delay(RETRY_DELAY)
+            .retry_count(u32::MAX)
+            .build()
+            .expect("manager");
+        let guard = holder
+            .try_lock("unix", TTL)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", urls[0]));
+        let task = spawn_waiter(&waiter, "unix");
+        wait_until("subscribed over the socket", PATIENCE, || {
+            masters.iter().all(|m| {
+                matches!(
+                    m.query(&["PUBSUB", "NUMSUB", &key("unix")]),
+                    Ok(Reply::Array(items)) if items.get(1) == Some(&Reply::Integer(1))
+                )
+            })
+        })
+        .await;
+        guard.release().await.expect("release");
+        let released = Instant::now();
+        let handoff = task
+            .await
+            .expect("waiter task")
+            .saturating_duration_since(released);
+        assert!(
+            handoff < PROMPT * 2,
+            "{}: the hand-off took {handoff:?}",
+            urls[0]
+        );
+    }
+}
