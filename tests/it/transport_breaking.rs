@@ -317,3 +317,102 @@ async fn unix_socket_paths_with_spaces_work_raw_and_encoded() {
         );
     }
 }
+
+/// Counts the connections it accepted; each gets nonsense, then its input is discarded.
+async fn spawn_counting_garbage_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = support::local_listener().await;
+    let port = listener.local_addr().expect("address").port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::spawn(async move {
+                if socket
+                    .write_all(b">3\r\n$7\r\nmessage\r\n:1\r\n%x\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let mut sink = [0u8; 1024];
+                while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    (port, accepted)
+}
+
+/// One master of three answers garbage (a RESP3 push, then nonsense) to everything, pub/sub
+/// included: a waiter is still woken promptly by the two others, and the subscriber retries
+/// the garbage master with its backoff, not in a tight loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_master_neither_blocks_the_wake_nor_is_hammered() {
+    let cluster = cluster(2);
+    let (port, accepted) = spawn_counting_garbage_server().await;
+    let mut urls = cluster.urls();
+    urls.push(format!("redis://127.0.0.1:{port}"));
+    let manager = || {
+        builder(&urls)
+            .retry_delay(RETRY_DELAY)
+            .retry_count(u32::MAX)
+            .build()
+            .expect("manager")
+    };
+    let (holder, waiter) = (manager(), manager());
+    let guard = holder.lock("garbage", TTL).await.expect("holder");
+    let before = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    let task = spawn_waiter(&waiter, "garbage");
+    wait_channels(&cluster, &["garbage".to_string()]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = accepted.load(std::sync::atomic::Ordering::Relaxed) - before;
+    guard.release().await.expect("release");
+    let released = Instant::now();
+    let handoff = task
+        .await
+        .expect("waiter task")
+        .saturating_duration_since(released);
+    assert!(handoff < PROMPT * 2, "the hand-off took {handoff:?}");
+    // A backoff from 20 ms doubling to 1 s makes about 7 attempts in 2 s; a tight loop,
+    // thousands.
+    assert!(
+        during < 100,
+        "{during} connections to the garbage master in 2 s"
+    );
+    wait_channels(&cluster, &[]).await;
+}
+
+/// A manager dropped while its waiters wait (their tasks aborted): every pub/sub connection
+/// it opened is closed, not only unsubscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_manager_closes_its_pub_sub_connections() {
+    let cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = waiting_manager(&cluster);
+    let resources: Vec<String> = (0..4).map(|i| format!("dropped-{i}")).collect();
+    let mut guards = Vec::new();
+    for resource in &resources {
+        guards.push(holder.lock(resource, TTL).await.expect("holder"));
+    }
+    let tasks: Vec<_> = resources.iter().map(|r| spawn_waiter(&waiter, r)).collect();
+    wait_channels(&cluster, &resources).await;
+    for task in &tasks {
+        task.abort();
+    }
+    for task in tasks {
+        assert!(task.await.expect_err("aborted").is_cancelled());
+    }
+    drop(waiter);
+    wait_until("no pub/sub client left", PATIENCE, || {
+        cluster.iter().all(|master| {
+            master
+                .command(&["CLIENT", "LIST", "TYPE", "pubsub"])
+                .expect("CLIENT LIST")
+                .trim()
+                .is_empty()
+        })
+    })
+    .await;
+    drop(guards);
+}
