@@ -348,3 +348,60 @@ async fn tls_pub_sub_wakes_waiters_and_survives_kills_and_restarts() {
     )
     .await;
 }
+
+/// A resource named by 1 MiB: over TLS the `SUBSCRIBE` confirmation and the release's message
+/// each echo the whole channel name, split across many TLS records and reads; the waiter is
+/// still woken by the release, and the channel is dropped after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_channel_name_is_heard_over_tls() {
+    let (masters, urls) = tls_masters(certificate_dir(), "trusted", 3);
+    let manager = || {
+        patient_builder(&urls)
+            .node_timeout(Duration::from_secs(2))
+            .retry_delay(Duration::from_secs(30))
+            .retry_count(u32::MAX)
+            .build()
+            .expect("manager")
+    };
+    let (holder, waiter) = (manager(), manager());
+    let resource = format!("huge:{}", "y".repeat(1 << 20));
+    let channel = support::key(&resource);
+    let subscribed = |n: i64| {
+        masters.iter().all(|master| {
+            matches!(
+                master.query(&["PUBSUB", "NUMSUB", &channel]),
+                Ok(quorumlock_testkit::Reply::Array(items))
+                    if matches!(items.get(1), Some(quorumlock_testkit::Reply::Integer(s)) if *s == n)
+            )
+        })
+    };
+    let guard = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .expect("holder");
+    let task = {
+        let (waiter, resource) = (waiter.clone(), resource.clone());
+        tokio::spawn(async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let guard = waiter
+                .lock_until(&resource, Duration::from_secs(30), deadline)
+                .await
+                .expect("the waiter is granted");
+            let at = std::time::Instant::now();
+            guard.release().await.expect("release");
+            at
+        })
+    };
+    wait_until("subscribed to the huge channel", PATIENCE, || subscribed(1)).await;
+    guard.release().await.expect("release");
+    let released = std::time::Instant::now();
+    let handoff = task
+        .await
+        .expect("waiter task")
+        .saturating_duration_since(released);
+    assert!(
+        handoff < Duration::from_secs(5),
+        "the hand-off took {handoff:?}"
+    );
+    wait_until("the huge channel dropped", PATIENCE, || subscribed(0)).await;
+}
