@@ -416,3 +416,56 @@ async fn a_dropped_manager_closes_its_pub_sub_connections() {
     .await;
     drop(guards);
 }
+
+/// A master paused (SIGSTOP) under a subscribed waiter while a second waiter subscribes: the
+/// second is woken by the two others; once resumed the master carries exactly the channels
+/// still wanted (none left over from the connection given up while it was paused), and the
+/// first waiter is woken promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_pub_sub_master_resumes_with_exactly_the_wanted_channels() {
+    let mut cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = builder(&cluster.urls())
+        .connect_timeout(Duration::from_millis(300))
+        .retry_delay(RETRY_DELAY)
+        .retry_count(u32::MAX)
+        .build()
+        .expect("manager");
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    let first = holder.lock("paused-a", TTL).await.expect("holder a");
+    let second = holder.lock("paused-b", TTL).await.expect("holder b");
+    let task_a = spawn_waiter(&waiter, "paused-a");
+    wait_channels(&cluster, &["paused-a".to_string()]).await;
+    cluster.get_mut(0).expect("master 0").pause().expect("pause");
+    let task_b = spawn_waiter(&waiter, "paused-b");
+    let others = |resources: &[&str]| {
+        let expected: Vec<String> = resources.iter().map(|r| key(r)).collect();
+        cluster.iter().skip(1).all(|master| {
+            let mut got = channels(master);
+            got.sort();
+            got == expected
+        })
+    };
+    wait_until("b subscribed on the running masters", PATIENCE, || {
+        others(&["paused-a", "paused-b"])
+    })
+    .await;
+    second.release().await.expect("release b");
+    let released = Instant::now();
+    let handoff = task_b
+        .await
+        .expect("waiter b")
+        .saturating_duration_since(released);
+    assert!(handoff < PROMPT * 2, "b's hand-off took {handoff:?}");
+    cluster.get_mut(0).expect("master 0").resume().expect("resume");
+    wait_channels(&cluster, &["paused-a".to_string()]).await;
+    first.release().await.expect("release a");
+    let released = Instant::now();
+    let handoff = task_a
+        .await
+        .expect("waiter a")
+        .saturating_duration_since(released);
+    assert!(handoff < PROMPT * 2, "a's hand-off took {handoff:?}");
+    wait_channels(&cluster, &[]).await;
+}
