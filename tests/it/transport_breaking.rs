@@ -437,7 +437,11 @@ async fn a_paused_pub_sub_master_resumes_with_exactly_the_wanted_channels() {
     let second = holder.lock("paused-b", TTL).await.expect("holder b");
     let task_a = spawn_waiter(&waiter, "paused-a");
     wait_channels(&cluster, &["paused-a".to_string()]).await;
-    cluster.get_mut(0).expect("master 0").pause().expect("pause");
+    cluster
+        .get_mut(0)
+        .expect("master 0")
+        .pause()
+        .expect("pause");
     let task_b = spawn_waiter(&waiter, "paused-b");
     let others = |resources: &[&str]| {
         let expected: Vec<String> = resources.iter().map(|r| key(r)).collect();
@@ -458,7 +462,11 @@ async fn a_paused_pub_sub_master_resumes_with_exactly_the_wanted_channels() {
         .expect("waiter b")
         .saturating_duration_since(released);
     assert!(handoff < PROMPT * 2, "b's hand-off took {handoff:?}");
-    cluster.get_mut(0).expect("master 0").resume().expect("resume");
+    cluster
+        .get_mut(0)
+        .expect("master 0")
+        .resume()
+        .expect("resume");
     wait_channels(&cluster, &["paused-a".to_string()]).await;
     first.release().await.expect("release a");
     let released = Instant::now();
@@ -468,4 +476,54 @@ async fn a_paused_pub_sub_master_resumes_with_exactly_the_wanted_channels() {
         .saturating_duration_since(released);
     assert!(handoff < PROMPT * 2, "a's hand-off took {handoff:?}");
     wait_channels(&cluster, &[]).await;
+}
+
+/// Masters listening on `::1` too: `redis://[::1]:port` (with and without a trailing `/db`)
+/// grants the lock and wakes a waiter over pub/sub on IPv6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_urls_reach_the_master() {
+    let masters: Vec<_> = (0..3)
+        .map(|_| {
+            let opts =
+                quorumlock_testkit::MasterOptions::new().args(["--bind", "127.0.0.1", "::1"]);
+            quorumlock_testkit::RedisMaster::start(opts).expect("start")
+        })
+        .collect();
+    for form in ["redis://[::1]:{p}", "redis://[0:0:0:0:0:0:0:1]:{p}/1/"] {
+        let urls: Vec<String> = masters
+            .iter()
+            .map(|m| form.replace("{p}", &m.port().to_string()))
+            .collect();
+        let holder = patient_builder(&urls).build().expect("manager");
+        let waiter = patient_builder(&urls)
+            .retry_delay(RETRY_DELAY)
+            .retry_count(u32::MAX)
+            .build()
+            .expect("manager");
+        let guard = holder
+            .try_lock("v6", TTL)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", urls[0]));
+        let task = spawn_waiter(&waiter, "v6");
+        wait_until("subscribed over IPv6", PATIENCE, || {
+            masters.iter().all(|m| {
+                matches!(
+                    m.query(&["PUBSUB", "NUMSUB", &key("v6")]),
+                    Ok(Reply::Array(items)) if items.get(1) == Some(&Reply::Integer(1))
+                )
+            })
+        })
+        .await;
+        guard.release().await.expect("release");
+        let released = Instant::now();
+        let handoff = task
+            .await
+            .expect("waiter task")
+            .saturating_duration_since(released);
+        assert!(
+            handoff < PROMPT * 2,
+            "{}: the hand-off took {handoff:?}",
+            urls[0]
+        );
+    }
 }
