@@ -405,3 +405,35 @@ async fn a_huge_channel_name_is_heard_over_tls() {
     );
     wait_until("the huge channel dropped", PATIENCE, || subscribed(0)).await;
 }
+
+/// A lock over TLS by a fresh manager (so the TCP connect, the handshake and the first
+/// request are all on the way), dropped at each of its await points in turn: no key is left
+/// behind on any master after the drop, and a whole run is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_lock_dropped_at_each_await_point_leaves_nothing() {
+    let (masters, urls) = tls_masters(certificate_dir(), "trusted", 3);
+    let operation = || {
+        let locks = patient_builder(&urls)
+            .retry_count(0)
+            .build()
+            .expect("manager");
+        async move { locks.try_lock("swept", Duration::from_secs(30)).await }
+    };
+    let empty = || {
+        masters
+            .iter()
+            .all(|m| m.command(&["DBSIZE"]).expect("DBSIZE") == "0")
+    };
+    let swept = support::sweep::cancellation_sweep(
+        operation,
+        async |k| {
+            wait_until(&format!("no key left after drop {k}"), PATIENCE, empty).await;
+        },
+        500,
+    )
+    .await;
+    assert!(swept.drops > 0, "the sweep dropped nothing");
+    let guard = swept.output.expect("a whole run is granted");
+    guard.release().await.expect("release");
+    wait_until("released", PATIENCE, empty).await;
+}
