@@ -527,3 +527,41 @@ async fn ipv6_urls_reach_the_master() {
         );
     }
 }
+
+/// The masters start requiring a password after the manager's lock connections were opened
+/// (and authenticated as the URL said: without one): the waiter's pub/sub connections are
+/// refused (`NOAUTH`), so it falls back to polling and is granted within its retry delay, and
+/// the refused subscriber is retried with its backoff, not in a tight loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_pub_sub_connection_falls_back_to_polling() {
+    let cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = builder(&cluster.urls())
+        .retry_delay(Duration::from_secs(1))
+        .retry_count(u32::MAX)
+        .build()
+        .expect("manager");
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    let guard = holder.lock("noauth", TTL).await.expect("holder");
+    let opened: Vec<u64> = cluster.iter().map(|m| m.connections_opened()).collect();
+    for master in cluster.iter() {
+        master
+            .command(&["CONFIG", "SET", "requirepass", "now-required"])
+            .expect("CONFIG SET requirepass");
+    }
+    let task = spawn_waiter(&waiter, "noauth");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (master, before) in cluster.iter().zip(&opened) {
+        let during = master.connections_opened() - before;
+        assert!(during < 50, "{during} connections in 2 s to a master refusing them");
+    }
+    guard.release().await.expect("release");
+    let released = Instant::now();
+    let handoff = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the waiter was never granted")
+        .expect("waiter task")
+        .saturating_duration_since(released);
+    assert!(handoff < Duration::from_secs(5), "the hand-off took {handoff:?}");
+}
