@@ -554,7 +554,10 @@ async fn a_refused_pub_sub_connection_falls_back_to_polling() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     for (master, before) in cluster.iter().zip(&opened) {
         let during = master.connections_opened() - before;
-        assert!(during < 50, "{during} connections in 2 s to a master refusing them");
+        assert!(
+            during < 50,
+            "{during} connections in 2 s to a master refusing them"
+        );
     }
     guard.release().await.expect("release");
     let released = Instant::now();
@@ -563,5 +566,69 @@ async fn a_refused_pub_sub_connection_falls_back_to_polling() {
         .expect("the waiter was never granted")
         .expect("waiter task")
         .saturating_duration_since(released);
-    assert!(handoff < Duration::from_secs(5), "the hand-off took {handoff:?}");
+    assert!(
+        handoff < Duration::from_secs(5),
+        "the hand-off took {handoff:?}"
+    );
+}
+
+/// Releases of one key heard while the same pub/sub connection is busy (un)subscribing other
+/// keys, in a loop: each release arrives between a `SUBSCRIBE` and its confirmations, or near,
+/// and still wakes its waiter promptly; once the churn stops no channel is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_heard_during_subscription_churn_still_wake() {
+    let cluster = cluster(3);
+    let holder = waiting_manager(&cluster);
+    let waiter = waiting_manager(&cluster);
+    warm_up(&holder, &cluster).await;
+    warm_up(&waiter, &cluster).await;
+    let mut churned = Vec::new();
+    for i in 0..6 {
+        churned.push(
+            holder
+                .lock(&format!("churn-{i}"), TTL)
+                .await
+                .expect("holder"),
+        );
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let (waiter, stop) = (waiter.clone(), std::sync::Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut round = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let task = spawn_waiter(&waiter, &format!("churn-{}", round % 6));
+                tokio::time::sleep(Duration::from_millis(1 + (round % 3) as u64)).await;
+                task.abort();
+                // The aborted waiter never got its grant: awaiting it only ends its task.
+                drop(task.await);
+                round += 1;
+            }
+            round
+        })
+    };
+    for round in 0..10 {
+        let guard = holder.lock("steady", TTL).await.expect("holder");
+        let task = spawn_waiter(&waiter, "steady");
+        wait_until("steady subscribed", PATIENCE, || {
+            cluster.iter().all(|m| channels(m).contains(&key("steady")))
+        })
+        .await;
+        guard.release().await.expect("release");
+        let released = Instant::now();
+        let handoff = tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("never woken")
+            .expect("waiter task")
+            .saturating_duration_since(released);
+        assert!(
+            handoff < PROMPT * 2,
+            "round {round}: the hand-off took {handoff:?}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = churn.await.expect("churn task");
+    assert!(rounds > 10, "only {rounds} churn rounds");
+    wait_channels(&cluster, &[]).await;
+    drop(churned);
 }
