@@ -437,3 +437,36 @@ async fn a_tls_lock_dropped_at_each_await_point_leaves_nothing() {
     guard.release().await.expect("release");
     wait_until("released", PATIENCE, empty).await;
 }
+
+/// A trusted certificate for 127.0.0.1 reached as `localhost` (a name it does not carry): a
+/// prompt connect error naming each node, never a grant, never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_for_another_name_is_refused_promptly() {
+    let (masters, urls) = tls_masters(certificate_dir(), "trusted", 3);
+    let renamed: Vec<String> = urls
+        .iter()
+        .map(|u| u.replace("127.0.0.1", "localhost"))
+        .collect();
+    let locks = patient_builder(&renamed)
+        .retry_count(0)
+        .build()
+        .expect("manager");
+    let started = std::time::Instant::now();
+    let error = tokio::time::timeout(PATIENCE, locks.try_lock("renamed", Duration::from_secs(10)))
+        .await
+        .expect("hung")
+        .expect_err("the certificate does not name localhost");
+    assert!(started.elapsed() < PATIENCE, "took {:?}", started.elapsed());
+    assert!(
+        matches!(error, LockError::QuorumUnreachable { .. }),
+        "{error}"
+    );
+    for failure in error.node_errors() {
+        assert!(failure.node().starts_with("rediss://localhost:"), "{error}");
+        assert!(
+            matches!(failure.kind(), NodeErrorKind::Connect(_)),
+            "{failure}"
+        );
+    }
+    drop(masters);
+}
