@@ -12,14 +12,12 @@
 #   more: --seconds T (faulty simulated time per seed, 20), --masters, --clients, --workers
 #
 # A mutant needs the library built with `--cfg quorumlock_mutants`: that build goes to
-# target/mutants (as jepsen-lite's), so that the flag never reaches other builds.
+# target/mutants (as jepsen-lite's), so that the flag never reaches other builds. Runs without
+# --mutant use the same build (no mutant is switched on unless named, as in jepsen-lite): one
+# release build of the workspace's dependencies instead of two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [[ " $* " == *" --mutant "* ]]; then
-    RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
-        cargo build --locked --release -q -p quorumlock-sim
-    exec target/mutants/release/quorumlock-sim "$@"
-fi
-cargo build --locked --release -q -p quorumlock-sim
-exec target/release/quorumlock-sim "$@"
+RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
+    cargo build --locked --release -q -p quorumlock-sim
+exec target/mutants/release/quorumlock-sim "$@"
