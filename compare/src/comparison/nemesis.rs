@@ -18,6 +18,10 @@ use super::workload::{Made, Recorder};
 const DOWN: Duration = Duration::from_millis(500);
 /// How often the members are asked who leads while one is cut off.
 const POLL: Duration = Duration::from_millis(200);
+/// How much longer than asked a cut may last while the others have not yet elected a leader:
+/// ZooKeeper's followers give up on a leader after `syncLimit` ticks (2 s here), then elect
+/// and sync, slowly on two shared cores.
+const ELECTION_WAIT: Duration = Duration::from_secs(15);
 
 /// Makes `fault` on the servers (a pause or a partition between members lifted after
 /// `length`; the latter needs the `peers` links); returns the fault and its reading, and a
@@ -137,8 +141,9 @@ pub(super) async fn strike(
     }
 }
 
-/// Cuts the leader off from the other members for `length`; the reading is the leader the
-/// others elect meanwhile and what the cut-off one says then.
+/// Cuts the leader off from the other members for `length`, and longer (up to
+/// [`ELECTION_WAIT`] more) until another leader is elected; the reading is that leader and
+/// what the cut-off one says then.
 async fn isolate_leader(
     servers: &Servers,
     peers: &PeerLinks,
@@ -156,7 +161,8 @@ async fn isolate_leader(
     let cut = Instant::now();
     let mut replaced: Option<(Duration, usize, usize)> = None;
     let mut isolated_view = String::new();
-    while cut.elapsed() < length {
+    let give_up = length + ELECTION_WAIT;
+    while cut.elapsed() < length || (replaced.is_none() && cut.elapsed() < give_up) {
         if replaced.is_none() {
             replaced = tokio::task::block_in_place(|| {
                 (0..servers.len()).filter(|&j| j != i).find_map(|j| {
@@ -177,9 +183,14 @@ async fn isolate_leader(
                 });
             }
         }
-        tokio::time::sleep(POLL.min(length.saturating_sub(cut.elapsed()))).await;
+        tokio::time::sleep(POLL).await;
     }
     let discarded = peers.affected(i).saturating_sub(before);
+    let views: Vec<Option<usize>> = tokio::task::block_in_place(|| {
+        (0..servers.len())
+            .map(|j| servers.leader_seen_by(j))
+            .collect()
+    });
     peers.set_member(i, Mode::Pass);
     recorder.nemesis("heal", json!({}));
     let reading = match replaced {
@@ -191,11 +202,13 @@ async fn isolate_leader(
         )),
         Some(_) => Err("a new leader, but nothing crossed the cut links".to_owned()),
         None => Err(format!(
-            "no other member named a new leader within {length:?} ({discarded} bytes discarded)"
+            "no other member named a new leader within {give_up:?} ({discarded} bytes \
+             discarded); who leads as each sees it: {views:?}"
         )),
     };
+    let lasted = cut.elapsed();
     (
-        format!("cut {name} off from the other members for {length:?}"),
+        format!("cut {name} off from the other members for {lasted:.1?}"),
         reading,
     )
 }
