@@ -29,11 +29,6 @@ pub const NOT_DONE: &[(&str, &str)] = &[
         "needs iptables statistic rules per port, which jepsen-lite applies only to redis \
          masters; not wired for the other servers",
     ),
-    (
-        "partitions between members",
-        "the members talk to each other on peer ports the proxy does not carry (etcd and \
-         ZooKeeper advertise their own addresses); only client-to-server links are cut",
-    ),
 ];
 
 fn verdict_of(text: &str) -> Verdict {

@@ -64,7 +64,7 @@ impl ZkEnsemble {
             let peers = (0..n)
                 .map(|_| Ok([free_port()?, free_port()?]))
                 .collect::<Result<Vec<[u16; 2]>, ServerError>>()?;
-            Self::start_once(&java, &jar, &peers, &|_, j| peers[j])
+            Self::start_once(&java, &jar, &peers, &|_, j| peers[j], "")
         })
     }
 
@@ -85,7 +85,12 @@ impl ZkEnsemble {
     ) -> Result<Self, ServerError> {
         let java = locate("java", "QUORUMLOCK_JAVA", &["java"], &["/usr/bin/java"])?;
         let jar = locate("zookeeper", "QUORUMLOCK_ZOOKEEPER_JAR", &[], JARS)?;
-        Self::start_once(&java, &jar, peer_ports, route)
+        // A server that receives a connection from a lower id drops it and dials back; by
+        // default at the address the caller sent (its own line, the real port), which would
+        // go around the proxy. With multi-address on, it dials the address of its own
+        // configuration instead (a single address: nothing to check for reachability).
+        let routed = "multiAddress.enabled=true\nmultiAddress.reachabilityCheckEnabled=false\n";
+        Self::start_once(&java, &jar, peer_ports, route, routed)
     }
 
     fn start_once(
@@ -93,6 +98,7 @@ impl ZkEnsemble {
         jar: &Path,
         peer_ports: &[[u16; 2]],
         route: &dyn Fn(usize, usize) -> [u16; 2],
+        extra: &str,
     ) -> Result<Self, ServerError> {
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-zookeeper-")
@@ -125,7 +131,10 @@ impl ZkEnsemble {
                 .map_err(|e| ServerError::io(format!("creating {}", data_dir.display()), e))?;
             write(&data_dir.join("myid"), &format!("{id}\n"))?;
             let config = home.join("zoo.cfg");
-            write(&config, &config_text(&data_dir, client_port, &members(i)))?;
+            write(
+                &config,
+                &config_text(&data_dir, client_port, &(members(i) + extra)),
+            )?;
             let args: Vec<OsString> = vec![
                 // Small heaps and one GC thread: up to a few ensembles share two cores.
                 "-Xms32m".into(),
