@@ -142,11 +142,9 @@ pub fn expectation(subject: SubjectKind, fault: Fault) -> Option<(Expect, &'stat
                 "the others elect a leader; the old one steps down, its lease grants and \
                  revocations commit only through a majority",
             ),
-            S::Zookeeper => (
-                Expect::Hold,
-                "the cut-off leader loses its quorum and stops serving; its clients move to \
-                 the majority, and sessions end only through it",
-            ),
+            // Left out of the catalog: the ensemble's election votes still reach the cut-off
+            // leader (the route is not found yet), so the cut takes effect in about a third
+            // of the runs and the cell would fail as "did not take effect" (docs/comparison.md).
             // Independent masters or one server: no members to cut apart.
             _ => return None,
         },
@@ -182,7 +180,8 @@ mod tests {
     use super::*;
 
     /// Every subject has a no-fault cell that must hold and a pause cell; data loss and
-    /// partitions between members only where there are members.
+    /// partitions between members only where there are members (etcd; ZooKeeper's cut is not
+    /// reliable yet).
     #[test]
     fn the_catalog_covers_every_subject() {
         let cells = catalog(&SubjectKind::ALL, false);
@@ -191,7 +190,10 @@ mod tests {
             assert_eq!(of(Fault::None).map(|c| c.expect), Some(Expect::Hold));
             assert!(of(Fault::ClientPause).is_some());
             assert_eq!(of(Fault::DataLoss).is_some(), subject.has_leader());
-            assert_eq!(of(Fault::MemberPartition).is_some(), subject.has_leader());
+            assert_eq!(
+                of(Fault::MemberPartition).is_some(),
+                subject == SubjectKind::Etcd
+            );
         }
         let quick = catalog(&SubjectKind::ALL, true);
         assert_eq!(quick.len(), 2 * SubjectKind::ALL.len());
