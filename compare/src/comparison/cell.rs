@@ -89,7 +89,8 @@ pub async fn run(cell: Cell, timing: Timing, dir: &Path) -> CellRow {
 }
 
 async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Result<(), String> {
-    let mut testbed = Testbed::start(cell.subject, WORKERS, timing.ttl).await?;
+    let peer_links = cell.fault == Fault::MemberPartition;
+    let mut testbed = Testbed::start_with(cell.subject, WORKERS, timing.ttl, peer_links).await?;
     let store = resource::Server::start()
         .await
         .map_err(|e| format!("starting the fenced store: {e}"))?;
@@ -133,10 +134,16 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             }
             tokio::time::sleep(timing.after).await;
         }
-        Fault::ServerPause | Fault::ServerCrash | Fault::DataLoss => {
+        Fault::ServerPause | Fault::ServerCrash | Fault::DataLoss | Fault::MemberPartition => {
             tokio::time::sleep(timing.warmup).await;
-            let ((fault, reading), note) =
-                strike(cell.fault, &mut testbed.servers, &recorder, timing.stall).await;
+            let ((fault, reading), note) = strike(
+                cell.fault,
+                &mut testbed.servers,
+                testbed.peers.as_ref(),
+                &recorder,
+                timing.stall,
+            )
+            .await;
             evidence.record(fault, reading);
             row.notes.extend(note);
             tokio::time::sleep(timing.after).await;

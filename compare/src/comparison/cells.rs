@@ -31,17 +31,21 @@ pub enum Fault {
     /// An etcd or ZooKeeper member that does not lead is killed, loses its data and is
     /// started again.
     DataLoss,
+    /// The etcd or ZooKeeper leader is cut off from the other members (their peer links
+    /// blackholed) for longer than a TTL while every client still reaches every member.
+    MemberPartition,
 }
 
 impl Fault {
     /// Every fault, in the order of the page.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::None,
         Self::ClientPause,
         Self::Partition,
         Self::ServerPause,
         Self::ServerCrash,
         Self::DataLoss,
+        Self::MemberPartition,
     ];
 
     /// The label of reports.
@@ -53,6 +57,7 @@ impl Fault {
             Self::ServerPause => "server-pause",
             Self::ServerCrash => "server-crash",
             Self::DataLoss => "data-loss",
+            Self::MemberPartition => "member-partition",
         }
     }
 
@@ -131,6 +136,18 @@ pub fn expectation(subject: SubjectKind, fault: Fault) -> Option<(Expect, &'stat
             ),
             _ => return None,
         },
+        Fault::MemberPartition => match subject {
+            S::Etcd => (
+                Expect::Hold,
+                "the others elect a leader; the old one steps down, its lease grants and \
+                 revocations commit only through a majority",
+            ),
+            // Left out of the catalog: the ensemble's election votes still reach the cut-off
+            // leader (the route is not found yet), so the cut takes effect in about a third
+            // of the runs and the cell would fail as "did not take effect" (docs/comparison.md).
+            // Independent masters or one server: no members to cut apart.
+            _ => return None,
+        },
     })
 }
 
@@ -162,8 +179,9 @@ pub fn catalog(subjects: &[SubjectKind], quick: bool) -> Vec<Cell> {
 mod tests {
     use super::*;
 
-    /// Every subject has a no-fault cell that must hold and a pause cell; data loss only
-    /// where members recover from peers.
+    /// Every subject has a no-fault cell that must hold and a pause cell; data loss and
+    /// partitions between members only where there are members (etcd; ZooKeeper's cut is not
+    /// reliable yet).
     #[test]
     fn the_catalog_covers_every_subject() {
         let cells = catalog(&SubjectKind::ALL, false);
@@ -172,6 +190,10 @@ mod tests {
             assert_eq!(of(Fault::None).map(|c| c.expect), Some(Expect::Hold));
             assert!(of(Fault::ClientPause).is_some());
             assert_eq!(of(Fault::DataLoss).is_some(), subject.has_leader());
+            assert_eq!(
+                of(Fault::MemberPartition).is_some(),
+                subject == SubjectKind::Etcd
+            );
         }
         let quick = catalog(&SubjectKind::ALL, true);
         assert_eq!(quick.len(), 2 * SubjectKind::ALL.len());

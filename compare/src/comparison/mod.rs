@@ -3,7 +3,8 @@
 //! `scripts/jepsen.sh compare`).
 //!
 //! * `subjects.rs`: the subjects by label; `servers.rs`: their servers behind one interface
-//!   for the faults; `testbed.rs`: the servers, the proxy and a client per proxy row.
+//!   for the faults; `testbed.rs`: the servers, the proxy and a client per proxy row;
+//!   `peers.rs`: the proxy between etcd or ZooKeeper members.
 //! * `cells.rs`: the faults and each cell's expectation; `cell.rs`: one cell's run and
 //!   verdict; `workload.rs`: its workers (and the holder's faults); `nemesis.rs`: the faults
 //!   on the servers, each with its proof.
@@ -16,6 +17,7 @@ mod cells;
 mod charts;
 mod nemesis;
 mod page;
+mod peers;
 mod results;
 mod servers;
 mod subjects;
@@ -27,6 +29,7 @@ pub use bench::{bench, Sizes};
 pub use cell::{run, Timing};
 pub use cells::{catalog, expectation, Cell, Fault};
 pub use page::{html, NOT_DONE};
+pub use peers::PeerLinks;
 pub use results::{default_dir, BenchRow, CellRow, FaultProof, Figures, Provenance, Results};
 pub use servers::Servers;
 pub use subjects::SubjectKind;

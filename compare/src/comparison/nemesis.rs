@@ -1,30 +1,51 @@
 //! The faults on the servers, each with the reading that shows it took effect: a paused
 //! server is in state `T` and stops answering; a crashed one is gone, then serves again under
-//! a new pid; a member that lost its data was started on an empty directory.
+//! a new pid; a member that lost its data was started on an empty directory; a leader cut off
+//! from the other members is replaced by one of them.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jepsen_lite::evidence::process_stopped;
+use quorumlock_testkit::Mode;
 use serde_json::json;
 
 use super::cells::Fault;
+use super::peers::PeerLinks;
 use super::servers::Servers;
 use super::workload::{Made, Recorder};
 
 /// How long a crashed server stays down before its restart.
 const DOWN: Duration = Duration::from_millis(500);
+/// How often the members are asked who leads while one is cut off.
+const POLL: Duration = Duration::from_millis(200);
+/// How much longer than asked a cut may last while the others have not yet elected a leader:
+/// ZooKeeper's followers give up on a leader after `syncLimit` ticks (2 s here), then elect
+/// and sync, slowly on two shared cores.
+const ELECTION_WAIT: Duration = Duration::from_secs(15);
 
-/// Makes `fault` on the servers (a pause lifted after `length`); returns the fault and its
-/// reading, and a note when the servers did not come back as expected.
+/// Makes `fault` on the servers (a pause or a partition between members lifted after
+/// `length`; the latter needs the `peers` links); returns the fault and its reading, and a
+/// note when the servers did not come back as expected.
 ///
 /// Must run on a multi-threaded runtime: the servers' kits are synchronous.
 pub(super) async fn strike(
     fault: Fault,
     servers: &mut Servers,
+    peers: Option<&PeerLinks>,
     recorder: &Recorder,
     length: Duration,
 ) -> (Made, Option<String>) {
     match fault {
+        Fault::MemberPartition => match peers {
+            Some(peers) => (isolate_leader(servers, peers, recorder, length).await, None),
+            None => (
+                (
+                    fault.label().to_owned(),
+                    Err("the members' traffic does not go through the proxy".to_owned()),
+                ),
+                None,
+            ),
+        },
         Fault::ServerPause => {
             let i = tokio::task::block_in_place(|| servers.target());
             let name = tokio::task::block_in_place(|| servers.name(i));
@@ -118,6 +139,78 @@ pub(super) async fn strike(
             None,
         ),
     }
+}
+
+/// Cuts the leader off from the other members for `length`, and longer (up to
+/// [`ELECTION_WAIT`] more) until another leader is elected; the reading is that leader and
+/// what the cut-off one says then.
+async fn isolate_leader(
+    servers: &Servers,
+    peers: &PeerLinks,
+    recorder: &Recorder,
+    length: Duration,
+) -> Made {
+    let i = tokio::task::block_in_place(|| servers.target());
+    let name = tokio::task::block_in_place(|| servers.name(i));
+    let before = peers.affected(i);
+    peers.set_member(i, Mode::Blackhole);
+    recorder.nemesis(
+        "partition",
+        json!({"node": i, "name": name, "from": "members"}),
+    );
+    let cut = Instant::now();
+    let mut replaced: Option<(Duration, usize, usize)> = None;
+    let mut isolated_view = String::new();
+    let give_up = length + ELECTION_WAIT;
+    while cut.elapsed() < length || (replaced.is_none() && cut.elapsed() < give_up) {
+        if replaced.is_none() {
+            replaced = tokio::task::block_in_place(|| {
+                (0..servers.len()).filter(|&j| j != i).find_map(|j| {
+                    servers
+                        .leader_seen_by(j)
+                        .filter(|&k| k != i)
+                        .map(|k| (cut.elapsed(), j, k))
+                })
+            });
+            if replaced.is_some() {
+                isolated_view = tokio::task::block_in_place(|| match servers {
+                    Servers::Zookeeper(e) => e[i].mode().unwrap_or_else(|e| e),
+                    _ => match servers.leader_seen_by(i) {
+                        Some(k) if k == i => "still names itself leader".to_owned(),
+                        Some(k) => format!("names {k} leader"),
+                        None => "names no leader".to_owned(),
+                    },
+                });
+            }
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let discarded = peers.affected(i).saturating_sub(before);
+    let views: Vec<Option<usize>> = tokio::task::block_in_place(|| {
+        (0..servers.len())
+            .map(|j| servers.leader_seen_by(j))
+            .collect()
+    });
+    peers.set_member(i, Mode::Pass);
+    recorder.nemesis("heal", json!({}));
+    let reading = match replaced {
+        Some((after, j, k)) if discarded > 0 => Ok(format!(
+            "{discarded} bytes of its peer links discarded; after {} ms member {j} named \
+             {k} leader; the cut-off one then: {}",
+            after.as_millis(),
+            isolated_view.trim()
+        )),
+        Some(_) => Err("a new leader, but nothing crossed the cut links".to_owned()),
+        None => Err(format!(
+            "no other member named a new leader within {give_up:?} ({discarded} bytes \
+             discarded); who leads as each sees it: {views:?}"
+        )),
+    };
+    let lasted = cut.elapsed();
+    (
+        format!("cut {name} off from the other members for {lasted:.1?}"),
+        reading,
+    )
 }
 
 /// The first line of a server's error and the last line of its log tail, shortened.

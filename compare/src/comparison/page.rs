@@ -25,14 +25,16 @@ pub const NOT_DONE: &[(&str, &str)] = &[
          not a comparison",
     ),
     (
+        "a reliable cut of the ZooKeeper leader from its members",
+        "member-partition routes every server's quorum and election ports through the proxy, \
+         yet in most runs the cut-off leader still receives the others' election votes by a \
+         path not yet found; the proof then fails the cell (no new leader) rather than let it \
+         pass on a fault that did not happen",
+    ),
+    (
         "packet loss",
         "needs iptables statistic rules per port, which jepsen-lite applies only to redis \
          masters; not wired for the other servers",
-    ),
-    (
-        "partitions between members",
-        "the members talk to each other on peer ports the proxy does not carry (etcd and \
-         ZooKeeper advertise their own addresses); only client-to-server links are cut",
     ),
 ];
 

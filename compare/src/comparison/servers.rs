@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use quorumlock_testkit::RedisCluster;
 
+use super::peers::PeerLinks;
 use super::subjects::SubjectKind;
 use crate::server::{EtcdCluster, PgServer, ServerProcess, ZkEnsemble};
 
@@ -45,6 +46,28 @@ impl Servers {
         })
     }
 
+    /// Starts the servers `kind` runs on, with the traffic between etcd or ZooKeeper members
+    /// through a proxy that can cut one off (none for the others: they have no members).
+    ///
+    /// Must run on a blocking thread of a tokio runtime: the proxy's tasks run on it.
+    ///
+    /// # Errors
+    ///
+    /// Why they did not start.
+    pub fn start_with_peer_links(kind: SubjectKind) -> Result<(Self, Option<PeerLinks>), String> {
+        Ok(match kind {
+            SubjectKind::Etcd => {
+                let (cluster, links) = super::peers::etcd(3)?;
+                (Self::Etcd(cluster), Some(links))
+            }
+            SubjectKind::Zookeeper => {
+                let (ensemble, links) = super::peers::zookeeper(3)?;
+                (Self::Zookeeper(ensemble), Some(links))
+            }
+            _ => (Self::start(kind)?, None),
+        })
+    }
+
     /// The client port of every server.
     pub fn ports(&self) -> Vec<u16> {
         match self {
@@ -71,6 +94,21 @@ impl Servers {
             Self::Etcd(c) => c.leader().unwrap_or(0),
             Self::Zookeeper(e) => e.leader().unwrap_or(0),
             _ => 0,
+        }
+    }
+
+    /// Who leads as server `i` sees it: the index etcd member `i` names leader; for ZooKeeper
+    /// `i` itself when it leads, else any other server that says it leads; `None` when it
+    /// knows of none or for servers without a leader.
+    pub fn leader_seen_by(&self, i: usize) -> Option<usize> {
+        match self {
+            Self::Etcd(c) => c.leader_seen_by(i),
+            Self::Zookeeper(e) => match e[i].mode() {
+                Ok(mode) if mode == "leader" => Some(i),
+                Ok(_) => e.leader(),
+                Err(_) => None,
+            },
+            _ => None,
         }
     }
 

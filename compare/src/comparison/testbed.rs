@@ -9,6 +9,7 @@ use std::time::Duration;
 use quorumlock::Redlock;
 use quorumlock_testkit::{MasterOptions, Mode, Modes, Persistence, Proxy, RedisCluster};
 
+use super::peers::PeerLinks;
 use super::servers::Servers;
 use super::subjects::SubjectKind;
 use crate::server::{connect_string, conninfo};
@@ -29,6 +30,8 @@ pub struct Testbed {
     pub servers: Servers,
     /// Every client's links to the servers.
     pub links: Links,
+    /// The links between etcd or ZooKeeper members, when the testbed was started with them.
+    pub peers: Option<PeerLinks>,
     ttl: Duration,
 }
 
@@ -86,9 +89,30 @@ impl Testbed {
     ///
     /// Why a server or the proxy did not start.
     pub async fn start(kind: SubjectKind, clients: usize, ttl: Duration) -> Result<Self, String> {
-        let servers = tokio::task::spawn_blocking(move || Servers::start(kind))
-            .await
-            .map_err(|e| format!("starting the servers: {e}"))??;
+        Self::start_with(kind, clients, ttl, false).await
+    }
+
+    /// As [`start`](Self::start), with the traffic between members through a proxy too when
+    /// `peer_links` (etcd and ZooKeeper; the others have no members).
+    ///
+    /// # Errors
+    ///
+    /// Why a server or a proxy did not start.
+    pub async fn start_with(
+        kind: SubjectKind,
+        clients: usize,
+        ttl: Duration,
+        peer_links: bool,
+    ) -> Result<Self, String> {
+        let (servers, peers) = tokio::task::spawn_blocking(move || {
+            if peer_links {
+                Servers::start_with_peer_links(kind)
+            } else {
+                Servers::start(kind).map(|s| (s, None))
+            }
+        })
+        .await
+        .map_err(|e| format!("starting the servers: {e}"))??;
         if let Servers::Redis(cluster) = &servers {
             provision(cluster, ttl).await?;
         }
@@ -103,6 +127,7 @@ impl Testbed {
             kind,
             servers,
             links,
+            peers,
             ttl,
         })
     }

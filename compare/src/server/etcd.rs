@@ -50,21 +50,58 @@ impl EtcdCluster {
     /// [`ServerError::NotReady`] (with the log's tail) when a member does not come up in 30 s.
     pub fn start(n: usize) -> Result<Self, ServerError> {
         let binary = locate("etcd", "QUORUMLOCK_ETCD", &["etcd"], &["/usr/bin/etcd"])?;
-        on_fresh_ports(|| Self::start_once(&binary, n))
+        on_fresh_ports(|| {
+            let peers = (0..n)
+                .map(|_| free_port())
+                .collect::<Result<Vec<u16>, _>>()?;
+            Self::start_once(&binary, &peers, &peers)
+        })
     }
 
-    fn start_once(binary: &Path, n: usize) -> Result<Self, ServerError> {
+    /// Starts one member per port of `peer_ports`, member `i` listening for its peers on
+    /// `peer_ports[i]` but known to them as `127.0.0.1:advertised[i]` (a fault proxy that
+    /// forwards to its peer port, to cut it off from the others); waits as [`start`](Self::start) does.
+    ///
+    /// etcd names a member by its advertised URLs, so every member must know the others by
+    /// the same address: one proxy per member, shared by the others.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); [`ServerError::Io`] when the lists differ in
+    /// length. The ports are not replaced when taken: the proxy already points at them.
+    pub fn start_routed(peer_ports: &[u16], advertised: &[u16]) -> Result<Self, ServerError> {
+        if peer_ports.len() != advertised.len() {
+            let why = format!(
+                "{} peer ports but {} advertised addresses",
+                peer_ports.len(),
+                advertised.len()
+            );
+            return Err(ServerError::io(
+                "starting etcd",
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+            ));
+        }
+        let binary = locate("etcd", "QUORUMLOCK_ETCD", &["etcd"], &["/usr/bin/etcd"])?;
+        Self::start_once(&binary, peer_ports, advertised)
+    }
+
+    fn start_once(
+        binary: &Path,
+        peer_ports: &[u16],
+        advertised: &[u16],
+    ) -> Result<Self, ServerError> {
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-etcd-")
             .tempdir()
             .map_err(|e| ServerError::io("creating the etcd directory", e))?;
-        let ports = (0..n)
-            .map(|_| Ok((free_port()?, free_port()?)))
+        let ports = peer_ports
+            .iter()
+            .map(|&peer| Ok((free_port()?, peer)))
             .collect::<Result<Vec<(u16, u16)>, ServerError>>()?;
-        let initial_cluster = ports
+        let initial_cluster = advertised
             .iter()
             .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .map(|(i, peer)| format!("m{i}=http://127.0.0.1:{peer}"))
             .collect::<Vec<_>>()
             .join(",");
         // One token per cluster: members of another test's cluster can never join this one.
@@ -73,12 +110,13 @@ impl EtcdCluster {
             .file_name()
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_else(|| "quorumlock".to_owned());
-        let mut members = Vec::with_capacity(n);
+        let mut members = Vec::with_capacity(ports.len());
         for (i, &(client_port, peer_port)) in ports.iter().enumerate() {
             let name = format!("m{i}");
             let data_dir = dir.path().join(&name);
             let client_url = format!("http://127.0.0.1:{client_port}");
             let peer_url = format!("http://127.0.0.1:{peer_port}");
+            let advertised_url = format!("http://127.0.0.1:{}", advertised[i]);
             let args: Vec<OsString> = [
                 "--name",
                 &name,
@@ -91,7 +129,7 @@ impl EtcdCluster {
                 "--listen-peer-urls",
                 &peer_url,
                 "--initial-advertise-peer-urls",
-                &peer_url,
+                &advertised_url,
                 "--initial-cluster",
                 &initial_cluster,
                 // Ignored once the member has data: a restart rejoins with what it kept.
@@ -157,6 +195,15 @@ impl EtcdCluster {
     /// Member `i`, to pause, kill or restart it.
     pub fn member_mut(&mut self, i: usize) -> Option<&mut EtcdMember> {
         self.members.get_mut(i)
+    }
+
+    /// The index of the member that member `i` names as leader, `None` when it names none or
+    /// does not answer.
+    pub fn leader_seen_by(&self, i: usize) -> Option<usize> {
+        let leader_id = self.members.get(i)?.status().ok()?.1?;
+        self.members
+            .iter()
+            .position(|m| m.status().is_ok_and(|(own, _)| own == leader_id))
     }
 
     /// The index of the member the running, unpaused members name as leader, `None` when

@@ -60,31 +60,70 @@ impl ZkEnsemble {
     pub fn start(n: usize) -> Result<Self, ServerError> {
         let java = locate("java", "QUORUMLOCK_JAVA", &["java"], &["/usr/bin/java"])?;
         let jar = locate("zookeeper", "QUORUMLOCK_ZOOKEEPER_JAR", &[], JARS)?;
-        on_fresh_ports(|| Self::start_once(&java, &jar, n))
+        on_fresh_ports(|| {
+            let peers = (0..n)
+                .map(|_| Ok([free_port()?, free_port()?]))
+                .collect::<Result<Vec<[u16; 2]>, ServerError>>()?;
+            Self::start_once(&java, &jar, &peers, &|_, j| peers[j], "")
+        })
     }
 
-    fn start_once(java: &Path, jar: &Path, n: usize) -> Result<Self, ServerError> {
+    /// Starts one server per entry of `peer_ports` (its quorum and election ports), server
+    /// `i` reaching server `j` at `127.0.0.1:route(i, j)` (a fault proxy per pair, to cut
+    /// one server off from the others both ways); waits as [`start`](Self::start) does.
+    ///
+    /// A server binds the ports of its own `server.N` line and dials those of the others,
+    /// so each server gets a configuration where only the others' lines name proxies.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start). The ports are not replaced when taken: the proxy already
+    /// points at them.
+    pub fn start_routed(
+        peer_ports: &[[u16; 2]],
+        route: &dyn Fn(usize, usize) -> [u16; 2],
+    ) -> Result<Self, ServerError> {
+        let java = locate("java", "QUORUMLOCK_JAVA", &["java"], &["/usr/bin/java"])?;
+        let jar = locate("zookeeper", "QUORUMLOCK_ZOOKEEPER_JAR", &[], JARS)?;
+        // A server that receives a connection from a lower id drops it and dials back; by
+        // default at the address the caller sent (its own line, the real port), which would
+        // go around the proxy. With multi-address on, it dials the address of its own
+        // configuration instead (a single address: nothing to check for reachability).
+        let routed = "multiAddress.enabled=true\nmultiAddress.reachabilityCheckEnabled=false\n";
+        Self::start_once(&java, &jar, peer_ports, route, routed)
+    }
+
+    fn start_once(
+        java: &Path,
+        jar: &Path,
+        peer_ports: &[[u16; 2]],
+        route: &dyn Fn(usize, usize) -> [u16; 2],
+        extra: &str,
+    ) -> Result<Self, ServerError> {
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-zookeeper-")
             .tempdir()
             .map_err(|e| ServerError::io("creating the ZooKeeper directory", e))?;
-        let ports = (0..n)
-            .map(|_| Ok([free_port()?, free_port()?, free_port()?]))
-            .collect::<Result<Vec<[u16; 3]>, ServerError>>()?;
-        let members: String = ports
-            .iter()
-            .enumerate()
-            .map(|(i, [_, quorum, election])| {
-                format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1)
-            })
-            .collect();
+        let n = peer_ports.len();
+        let client_ports = (0..n)
+            .map(|_| free_port())
+            .collect::<Result<Vec<u16>, _>>()?;
+        // Server i's view of the ensemble: its own ports, the others as `route` says.
+        let members = |i: usize| -> String {
+            (0..n)
+                .map(|j| {
+                    let [quorum, election] = if i == j { peer_ports[j] } else { route(i, j) };
+                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1)
+                })
+                .collect()
+        };
         let mut classpath = jar.as_os_str().to_owned();
         if Path::new(LOG_BINDING).exists() {
             classpath.push(":");
             classpath.push(LOG_BINDING);
         }
         let mut servers = Vec::with_capacity(n);
-        for (i, &[client_port, _, _]) in ports.iter().enumerate() {
+        for (i, &client_port) in client_ports.iter().enumerate() {
             let id = i + 1;
             let home = dir.path().join(format!("s{id}"));
             let data_dir = home.join("data");
@@ -92,7 +131,10 @@ impl ZkEnsemble {
                 .map_err(|e| ServerError::io(format!("creating {}", data_dir.display()), e))?;
             write(&data_dir.join("myid"), &format!("{id}\n"))?;
             let config = home.join("zoo.cfg");
-            write(&config, &config_text(&data_dir, client_port, &members))?;
+            write(
+                &config,
+                &config_text(&data_dir, client_port, &(members(i) + extra)),
+            )?;
             let args: Vec<OsString> = vec![
                 // Small heaps and one GC thread: up to a few ensembles share two cores.
                 "-Xms32m".into(),
