@@ -11,15 +11,19 @@
 #   scripts/sim.sh --mutant minority-quorum --seeds 20   # stops at the first seed that catches it
 #   more: --seconds T (faulty simulated time per seed, 20), --masters, --clients, --workers
 #
-# A mutant needs the library built with `--cfg quorumlock_mutants`: that build goes to
-# target/mutants (as jepsen-lite's), so that the flag never reaches other builds.
+# The simulation is built with `--cfg tokio_unstable`: only then does turmoil seed tokio's
+# generator (`select!` branch order, the order a watch channel wakes its receivers), which is
+# otherwise drawn afresh in every process, so that a seed replays across processes, not only
+# within one. The flag goes to builds of its own (target/sim, and target/sim-mutants with
+# `--cfg quorumlock_mutants` for a mutant), so that it never reaches other builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+flags="--cfg tokio_unstable"
+target=target/sim
 if [[ " $* " == *" --mutant "* ]]; then
-    RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
-        cargo build --locked --release -q -p quorumlock-sim
-    exec target/mutants/release/quorumlock-sim "$@"
+    flags="$flags --cfg quorumlock_mutants"
+    target=target/sim-mutants
 fi
-cargo build --locked --release -q -p quorumlock-sim
-exec target/release/quorumlock-sim "$@"
+RUSTFLAGS="$flags" CARGO_TARGET_DIR="$target" cargo build --locked --release -q -p quorumlock-sim
+exec "$target/release/quorumlock-sim" "$@"

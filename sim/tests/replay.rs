@@ -29,3 +29,39 @@ fn one_seed_replays_byte_for_byte() {
     assert_eq!(first.grants, again.grants);
     assert_ne!(first.trace_hash, run(&config(12)).trace_hash);
 }
+
+/// The trace hash printed by one process running `seed` for `seconds` of faulty time.
+fn hash_in_a_process(seed: &str, seconds: &str) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock-sim"))
+        .args(["--seed", seed, "--seconds", seconds])
+        .output()
+        .expect("the simulation binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("seed "))
+        .unwrap_or_else(|| panic!("no seed line in {stdout}"));
+    line.split(" trace ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no trace hash in {line}"))
+        .to_owned()
+}
+
+/// Two processes running one seed give one trace hash. Each process seeds std's hashers and
+/// tokio's runtime generator (`select!` branch order, the order a watch channel wakes its
+/// receivers) afresh, so a run long enough to meet those paths shows what in-process replays
+/// cannot. Tokio takes a seed for its generator only when built with `--cfg tokio_unstable`, as
+/// `scripts/sim.sh` builds the simulation; without it this cannot pass.
+#[test]
+#[cfg_attr(
+    not(tokio_unstable),
+    ignore = "needs --cfg tokio_unstable (RUSTFLAGS), as scripts/sim.sh builds the simulation"
+)]
+fn one_seed_replays_across_processes() {
+    let (seed, seconds) = ("7", "10");
+    let first = std::thread::spawn(move || hash_in_a_process(seed, seconds));
+    let again = hash_in_a_process(seed, seconds);
+    assert_eq!(first.join().expect("first process"), again);
+}
