@@ -1,12 +1,20 @@
-//! The simulation replays: one seed, run twice, gives the same event trace, byte for byte.
+//! The simulation replays: one seed, run twice, gives the same event trace, byte for byte. Both
+//! tests need the simulation's own build (`--cfg tokio_unstable`, see `scripts/sim.sh`):
+//! `RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim cargo test --release -p
+//! quorumlock-sim --test replay`.
 
 use std::time::Duration;
 
 use quorumlock_sim::world::{run, Config};
 
 /// Two runs of one seed give one trace hash, with faults, grants and no violation; another seed
-/// gives another trace.
+/// gives another trace. Without a seeded tokio, every runtime draws its generator afresh, even
+/// within one process (see [`one_seed_replays_across_processes`]).
 #[test]
+#[cfg_attr(
+    not(tokio_unstable),
+    ignore = "needs --cfg tokio_unstable, as scripts/sim.sh builds"
+)]
 fn one_seed_replays_byte_for_byte() {
     let config = |seed| Config {
         seed,
@@ -57,7 +65,7 @@ fn hash_in_a_process(seed: &str, seconds: &str) -> String {
 #[test]
 #[cfg_attr(
     not(tokio_unstable),
-    ignore = "needs --cfg tokio_unstable (RUSTFLAGS), as scripts/sim.sh builds the simulation"
+    ignore = "needs --cfg tokio_unstable, as scripts/sim.sh builds"
 )]
 fn one_seed_replays_across_processes() {
     let (seed, seconds) = ("7", "10");
