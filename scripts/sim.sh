@@ -11,13 +11,15 @@
 #   scripts/sim.sh --mutant minority-quorum --seeds 20   # stops at the first seed that catches it
 #   more: --seconds T (faulty simulated time per seed, 20), --masters, --clients, --workers
 #
-# A mutant needs the library built with `--cfg quorumlock_mutants`: that build goes to
-# target/mutants (as jepsen-lite's), so that the flag never reaches other builds. Runs without
-# --mutant use the same build (no mutant is switched on unless named, as in jepsen-lite): one
-# release build of the workspace's dependencies instead of two.
+# The simulation is built with `--cfg tokio_unstable`: only then does turmoil seed tokio's
+# generator (`select!` branch order, the order a watch channel wakes its receivers), which is
+# otherwise drawn afresh in every process, so that a seed replays across processes, not only
+# within one. It is built with `--cfg quorumlock_mutants` too, so that `--mutant` can switch
+# one on (none is on unless named, as in jepsen-lite). Both flags go to a build of its own,
+# target/sim (scripts/test.sh runs the replay test in it), and never reach other builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RUSTFLAGS="--cfg quorumlock_mutants" CARGO_TARGET_DIR=target/mutants \
+RUSTFLAGS="--cfg tokio_unstable --cfg quorumlock_mutants" CARGO_TARGET_DIR=target/sim \
     cargo build --locked --release -q -p quorumlock-sim
-exec target/mutants/release/quorumlock-sim "$@"
+exec target/sim/release/quorumlock-sim "$@"

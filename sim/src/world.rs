@@ -92,7 +92,21 @@ pub fn run(config: &Config) -> Outcome {
         .tcp_capacity(1 << 16)
         .rng_seed(rng.next_u64())
         .build();
-    let history = Rc::new(RefCell::new(History::default()));
+    let history = match History::new() {
+        Ok(history) => Rc::new(RefCell::new(history)),
+        Err(e) => {
+            return Outcome {
+                grants: 0,
+                violations: Violations::default(),
+                trace_hash: String::new(),
+                trace_lines: 0,
+                tail: Vec::new(),
+                first_violations: Vec::new(),
+                simulated: Duration::ZERO,
+                error: Some(format!("{}: {e}", history::TRACE_FILE)),
+            }
+        }
+    };
     let masters: Vec<Rc<Served>> = (0..config.masters)
         .map(|m| {
             let clock = SimClock::at_micros(EPOCH_SECS * 1_000_000);

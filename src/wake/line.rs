@@ -3,7 +3,7 @@
 //!
 //! [`WakeHub`]: super::WakeHub
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -107,7 +107,9 @@ impl Channel {
 /// whenever the set of channels does (what the masters' subscriptions must follow).
 #[derive(Debug, Default)]
 pub(crate) struct Lines {
-    channels: HashMap<Arc<str>, Channel>,
+    /// Ordered, not hashed: a resync wakes the channels in one order in every process, so that
+    /// a simulated run replays exactly.
+    channels: BTreeMap<Arc<str>, Channel>,
     version: u64,
     /// How many masters must announce a release before a waiter is woken (see
     /// [`released`](Self::released)).

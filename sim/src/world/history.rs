@@ -82,9 +82,36 @@ pub struct History {
     trace: sha1_smol::Sha1,
     tail: VecDeque<String>,
     lines: u64,
+    /// Where every trace line goes too, if anywhere (see [`TRACE_FILE`]).
+    copy: Option<std::io::BufWriter<std::fs::File>>,
 }
 
+/// The environment variable naming a file to which every trace line is appended: diffing two
+/// runs' files shows where they part.
+pub const TRACE_FILE: &str = "QUORUMLOCK_SIM_TRACE";
+
 impl History {
+    /// An empty history; its trace lines go to the file [`TRACE_FILE`] names too, if set.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be opened for appending.
+    pub fn new() -> std::io::Result<Self> {
+        let copy = match std::env::var_os(TRACE_FILE) {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            )),
+            None => None,
+        };
+        Ok(Self {
+            copy,
+            ..Self::default()
+        })
+    }
+
     /// Records a hold (a set's grant is one hold per resource, an extension a new hold); its
     /// index, to end it early with [`Self::release`].
     pub fn hold(&mut self, hold: Hold) -> usize {
@@ -148,6 +175,11 @@ impl History {
         let _ = write!(line, "{:>12} {what}", at.as_micros());
         self.trace.update(line.as_bytes());
         self.trace.update(b"\n");
+        if let Some(copy) = &mut self.copy {
+            use std::io::Write as _;
+            // A copy for reading only: the hash above is what replays are checked by.
+            let _ = writeln!(copy, "{line}");
+        }
         self.lines += 1;
         if self.tail.len() == TAIL {
             self.tail.pop_front();
