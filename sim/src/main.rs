@@ -1,5 +1,4 @@
-//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME]
-//! [--short-permit-ttls]`:
+//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME]`:
 //! runs seeds of the deterministic simulation, one line per seed (grants, violations by checker,
 //! the trace hash), then a summary with grants per CPU-minute. Exits non-zero on any violation,
 //! or, with `--mutant`, when no seed caught the mutant. `scripts/sim.sh` builds and runs it.
@@ -26,7 +25,6 @@ fn parse() -> Result<Args, String> {
         workers: 8,
         faulty_for: Duration::from_secs(20),
         mutant: None,
-        short_permit_ttls: false,
     };
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -46,7 +44,6 @@ fn parse() -> Result<Args, String> {
             "--masters" => config.masters = number(value()?)? as usize,
             "--clients" => config.clients = number(value()?)? as usize,
             "--workers" => config.workers = number(value()?)? as usize,
-            "--short-permit-ttls" => config.short_permit_ttls = true,
             "--mutant" => {
                 let name = value()?;
                 world::mutants::by_name(&name)?;

@@ -46,9 +46,6 @@ pub struct Config {
     pub faulty_for: Duration,
     /// The library mutant every client runs, by name (see [`mutants`]).
     pub mutant: Option<String>,
-    /// Whether semaphore permits and read locks are taken with TTLs below
-    /// [`workload::PERMIT_TTL_FLOOR`] too (see there).
-    pub short_permit_ttls: bool,
 }
 
 /// What one run found.
@@ -136,7 +133,6 @@ pub fn run(config: &Config) -> Outcome {
             workers: config.workers,
             stop_at,
             mutant: config.mutant.clone(),
-            short_permit_ttls: config.short_permit_ttls,
             seed: rng.next_u64(),
             history: Rc::clone(&history),
         };

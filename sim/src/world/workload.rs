@@ -26,14 +26,6 @@ pub const MAX_TTL: Duration = Duration::from_secs(2);
 /// just before the heal, its drift, then a few retries).
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(6);
 
-/// The shortest TTL of a semaphore permit or a read lock, unless asked otherwise: a try for
-/// one waits (up to a node timeout) for the cleanup of a permit refused before the one it won,
-/// so that a won permit of a TTL shorter than that wait plus its round comes back with its
-/// validity already over (the `expired-on-arrival` checker sees it). A library defect, left
-/// out of the default workload so that the other checkers and the mutants are judged on a
-/// clean baseline; `--short-permit-ttls` brings it back.
-pub const PERMIT_TTL_FLOOR: Duration = Duration::from_millis(200);
-
 /// Slot workers per client, beside the workers.
 const SLOT_WORKERS: u64 = 2;
 
@@ -51,8 +43,6 @@ pub struct Client {
     pub stop_at: Duration,
     /// The library mutant the client runs, by name, if any.
     pub mutant: Option<String>,
-    /// Whether permits and read locks may have TTLs below [`PERMIT_TTL_FLOOR`].
-    pub short_permit_ttls: bool,
     /// The seed of its workload.
     pub seed: u64,
     /// Where holds and events go.
@@ -122,10 +112,6 @@ impl Client {
                 false => Duration::from_millis(100 + rng.below(900)),
             };
             let pick = rng.below(100);
-            let ttl = match pick {
-                50.. if !self.short_permit_ttls => ttl.max(PERMIT_TTL_FLOOR),
-                _ => ttl,
-            };
             // Some acquisitions are dropped at an await point (a cancelled caller).
             let cancel_after = rng
                 .one_in(10)
