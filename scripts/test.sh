@@ -42,7 +42,7 @@ phase "cargo fmt --check"
 cargo fmt --all -- --check
 
 phase "no import cycle between the modules of any crate"
-python3 scripts/check-cycles.py src testkit/src jepsen-lite/src cli/src bench/src scheduler/src compare/src
+python3 scripts/check-cycles.py src testkit/src jepsen-lite/src cli/src bench/src scheduler/src compare/src sim/src
 
 phase "cargo clippy: what users build (the published crates' libraries and binaries, default features), then every target with every feature"
 cargo clippy --locked -p quorumlock -p quorumlock-scheduler -p quorumlock-cli --lib --bins -- -D warnings
