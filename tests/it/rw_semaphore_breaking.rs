@@ -18,6 +18,36 @@ use support::{cluster, manager, pttl, wait_until, wait_until_async, warm_up, PAT
 /// Long against every wait here: nothing expires by itself during a test.
 const TTL: Duration = Duration::from_secs(30);
 
+/// A reader inside `rw` (its permit leased) and a writer of the same lock, on a manager of its
+/// own, waiting behind it until one TTL from now: the writer's task answers how many keys its
+/// set holds.
+async fn reader_inside_and_writer_waiting(
+    cluster: &quorumlock_testkit::RedisCluster,
+    rw: quorumlock::RwLock<'_>,
+) -> (
+    quorumlock::Lease,
+    tokio::task::JoinHandle<Result<usize, LockError>>,
+) {
+    let writers = manager(cluster);
+    warm_up(&writers, cluster).await;
+    let (name, readers) = (rw.name().to_owned(), rw.readers());
+    let inside = rw
+        .try_read(TTL)
+        .await
+        .expect("a reader inside")
+        .keep_alive(LeaseOptions::new())
+        .expect("lease");
+    let writer = tokio::spawn(async move {
+        writers
+            .rw_lock(&name)
+            .max_readers(readers)
+            .write_until(TTL, Instant::now() + TTL)
+            .await
+            .map(|g| g.resources().len())
+    });
+    (inside, writer)
+}
+
 /// The writer intent key of read-write lock `name`.
 fn intent_key(name: &str) -> String {
     format!("{KEY_PREFIX}\u{1f}write-intent:{name}")
@@ -146,24 +176,9 @@ async fn a_writer_whose_intent_vanished_still_goes_before_a_stream_of_readers() 
 async fn a_writer_waiting_many_intent_ttls_keeps_new_readers_out() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
-    let writers = manager(&cluster);
     warm_up(&locks, &cluster).await;
-    warm_up(&writers, &cluster).await;
     let rw = locks.rw_lock("long-wait").max_readers(3);
-    let inside = rw
-        .try_read(TTL)
-        .await
-        .expect("a reader inside")
-        .keep_alive(LeaseOptions::new())
-        .expect("lease");
-    let writer = tokio::spawn(async move {
-        writers
-            .rw_lock("long-wait")
-            .max_readers(3)
-            .write_until(TTL, Instant::now() + TTL)
-            .await
-            .map(|g| g.resources().len())
-    });
+    let (inside, writer) = reader_inside_and_writer_waiting(&cluster, rw).await;
     wait_until_async("a new reader is refused", PATIENCE, || async {
         match rw.try_read(TTL).await {
             Ok(extra) => {
@@ -470,23 +485,9 @@ async fn garbage_fence_counters_give_tokens_or_errors_never_a_panic() {
 async fn a_writer_dropped_after_retaking_its_intent_leaves_nothing_running() {
     let cluster = cluster(3);
     let locks = manager(&cluster);
-    let writers = manager(&cluster);
     warm_up(&locks, &cluster).await;
-    warm_up(&writers, &cluster).await;
     let rw = locks.rw_lock("retaken").max_readers(2);
-    let inside = rw
-        .try_read(TTL)
-        .await
-        .expect("a reader inside")
-        .keep_alive(LeaseOptions::new())
-        .expect("lease");
-    let writer = tokio::spawn(async move {
-        let _ = writers
-            .rw_lock("retaken")
-            .max_readers(2)
-            .write_until(TTL, Instant::now() + TTL)
-            .await;
-    });
+    let (inside, writer) = reader_inside_and_writer_waiting(&cluster, rw).await;
     let up = |cluster: &quorumlock_testkit::RedisCluster| {
         cluster
             .iter()
@@ -599,24 +600,9 @@ async fn a_leased_writer_survives_one_master_and_reports_losing_two() {
 async fn a_writer_retakes_its_intent_after_masters_come_back() {
     let mut cluster = cluster(3);
     let locks = manager(&cluster);
-    let writers = manager(&cluster);
     warm_up(&locks, &cluster).await;
-    warm_up(&writers, &cluster).await;
     let rw = locks.rw_lock("outage").max_readers(3);
-    let inside = rw
-        .try_read(TTL)
-        .await
-        .expect("a reader inside")
-        .keep_alive(LeaseOptions::new())
-        .expect("lease");
-    let writer = tokio::spawn(async move {
-        writers
-            .rw_lock("outage")
-            .max_readers(3)
-            .write_until(TTL, Instant::now() + TTL)
-            .await
-            .map(|g| g.resources().len())
-    });
+    let (inside, writer) = reader_inside_and_writer_waiting(&cluster, rw).await;
     wait_until("the intent is up everywhere", PATIENCE, || {
         cluster.iter().all(|m| exists(m, &intent_key("outage")))
     })
