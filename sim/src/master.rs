@@ -47,6 +47,9 @@ struct State {
     started_us: u64,
     port: u16,
     config: BTreeMap<String, String>,
+    /// Whether a command wrote to, or closed, a connection other than its own (a `PUBLISH`
+    /// to subscribers, a `CLIENT KILL`) since [`SimMaster::take_others_touched`] last asked.
+    others_touched: bool,
 }
 
 /// A simulated Redis 7.0 master.
@@ -83,6 +86,7 @@ impl SimMaster {
                 started_us: clock.micros(),
                 port,
                 config,
+                others_touched: false,
             },
             engine: Engine::new()?,
             rng,
@@ -182,6 +186,13 @@ impl SimMaster {
             .get_mut(&client)
             .map(|c| std::mem::take(&mut c.output))
             .unwrap_or_default()
+    }
+
+    /// Whether a command wrote to, or closed, another connection than the one that sent it
+    /// since the last call (a `PUBLISH` to subscribers, a `CLIENT KILL`): only then must the
+    /// other connections look at their output.
+    pub fn take_others_touched(&mut self) -> bool {
+        std::mem::take(&mut self.state.others_touched)
     }
 
     /// Feeds `bytes` from `client` and runs every request complete so far, in order.
@@ -365,6 +376,7 @@ impl State {
                 receivers += 1;
             }
         }
+        self.others_touched |= receivers > 0;
         Frame::Int(receivers)
     }
 }

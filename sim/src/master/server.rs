@@ -189,6 +189,7 @@ impl State {
     fn close(&mut self, client: ClientId) {
         if let Some(c) = self.clients.get_mut(&client) {
             c.closed = true;
+            self.others_touched = true;
         }
     }
 

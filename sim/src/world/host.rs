@@ -27,7 +27,8 @@ pub struct Served {
     pub drift_ppm: Cell<i64>,
     /// Until when (simulated time) it does not process anything: a paused process.
     pub paused_until: Cell<Duration>,
-    /// Woken after each batch it processed: a `PUBLISH` may have written to another client.
+    /// Woken after a batch that wrote to, or closed, another connection (a `PUBLISH`, a
+    /// `CLIENT KILL`).
     written: Notify,
 }
 
@@ -93,13 +94,18 @@ async fn connection(served: Rc<Served>, stream: TcpStream, peer: String) {
         if now() < until {
             tokio::time::sleep(until - now()).await;
         }
-        {
+        let others_touched = {
             let mut master = served.master.borrow_mut();
             let clock = served.clock_at(now());
             master.set_clock(clock);
             master.feed(id, &buf[..n]);
+            master.take_others_touched()
+        };
+        // Waking every connection after every batch costs a poll of each: only a batch that
+        // wrote to (or closed) another connection needs it.
+        if others_touched {
+            served.written.notify_waiters();
         }
-        served.written.notify_waiters();
     }
     served.master.borrow_mut().disconnect(id);
 }
