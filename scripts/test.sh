@@ -76,9 +76,10 @@ phase "jepsen-lite verdicts all as expected"
 
 phase "simulation: a fixed budget of seeds on the real library (no violation), then one mutant per checker, each caught"
 scripts/sim.sh --seeds 3 --seconds 10
-# A seed replays across processes: in the simulation's own build (see scripts/sim.sh).
+# A seed replays across processes, and a failing run shrinks to a smaller one that fails the
+# same way: in the simulation's own build (see scripts/sim.sh).
 RUSTFLAGS="--cfg tokio_unstable --cfg quorumlock_mutants" CARGO_TARGET_DIR=target/sim \
-    cargo test --locked --release -q -p quorumlock-sim --test replay
+    cargo test --locked --release -q -p quorumlock-sim --test replay --test shrink
 # One mutant per checker, the defects fixed before among them, each given a few more seeds than
 # the mutant table says it takes (a run stops at the first seed that catches it).
 for mutant in minority-quorum:3 rw-reader-misses-writer:3 zero-drift:3 late-extend:3 \

@@ -7,7 +7,8 @@
 //! * [`commands`]: the data commands; [`keyspace`]: strings and hashes with expiry;
 //! * [`frame`], [`resp`]: replies and the wire protocol (RESP2 and RESP3);
 //! * [`clock`]: a master's simulated wall clock; [`seed`]: everything random, from one seed;
-//! * [`world`]: the real library against simulated masters on turmoil, faults, checkers.
+//! * [`world`]: the real library against simulated masters on turmoil, faults, checkers;
+//! * [`shrink`]: a smaller run that fails as a failing one did, for a trace short enough to read.
 
 pub mod clock;
 pub mod commands;
@@ -17,6 +18,7 @@ pub mod master;
 pub mod resp;
 pub mod script;
 pub mod seed;
+pub mod shrink;
 pub mod world;
 
 pub use frame::{Frame, Protocol};

@@ -1,23 +1,31 @@
-//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME]`:
-//! runs seeds of the deterministic simulation, one line per seed (grants, violations by checker,
-//! the trace hash), then a summary with grants per CPU-minute. Exits non-zero on any violation,
-//! or, with `--mutant`, when no seed caught the mutant. `scripts/sim.sh` builds and runs it.
+//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME]
+//! [--shrink]`: runs seeds of the deterministic simulation, one line per seed (grants, violations
+//! by checker, the trace hash), then a summary with grants per CPU-minute. Exits non-zero on any
+//! violation, or, with `--mutant`, when no seed caught the mutant. With `--shrink`, a failing
+//! seed (or the seed that caught the mutant) is shrunk to a smaller run that fails the same way,
+//! printed with the command that replays it. `scripts/sim.sh` builds and runs it.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use quorumlock_sim::world::{self, Config};
+use quorumlock_sim::shrink;
+use quorumlock_sim::world::{self, Config, Outcome};
+
+/// Runs a shrink may make (each a whole simulated run, most of them much smaller).
+const SHRINK_BUDGET: u32 = 60;
 
 struct Args {
     seeds: Vec<u64>,
     minutes: Option<f64>,
     from: u64,
+    shrink: bool,
     config: Config,
 }
 
 fn parse() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut seed, mut count, mut from, mut minutes) = (None, None, 1u64, None);
+    let mut shrink = false;
     let mut config = Config {
         seed: 0,
         masters: 3,
@@ -44,6 +52,7 @@ fn parse() -> Result<Args, String> {
             "--masters" => config.masters = number(value()?)? as usize,
             "--clients" => config.clients = number(value()?)? as usize,
             "--workers" => config.workers = number(value()?)? as usize,
+            "--shrink" => shrink = true,
             "--mutant" => {
                 let name = value()?;
                 world::mutants::by_name(&name)?;
@@ -66,6 +75,7 @@ fn parse() -> Result<Args, String> {
         seeds,
         minutes,
         from,
+        shrink,
         config,
     })
 }
@@ -105,6 +115,8 @@ fn main() -> ExitCode {
     };
     let (mut runs, mut grants, mut failing, mut simulated) = (0u64, 0u64, 0u64, Duration::ZERO);
     let mut caught = None;
+    // The runs a shrink makes are not the seeds' runs: their CPU is left out of the rate.
+    let mut shrinking = Duration::ZERO;
     for seed in seeds {
         if budget.is_some_and(|b| started.elapsed() >= b) {
             break;
@@ -140,8 +152,15 @@ fn main() -> ExitCode {
             for line in &outcome.first_violations {
                 println!("  {line}");
             }
-            if args.config.mutant.is_none() {
-                println!("  last events of seed {seed} (replay: scripts/sim.sh --seed {seed}):");
+            if args.shrink {
+                let before = cpu_time(started);
+                report_shrunk(&config, &outcome);
+                shrinking += cpu_time(started).saturating_sub(before);
+            } else if args.config.mutant.is_none() {
+                println!(
+                    "  last events of seed {seed} (replay: {}; a smaller run: add --shrink):",
+                    shrink::command(&config)
+                );
                 for line in &outcome.tail {
                     println!("    {line}");
                 }
@@ -152,7 +171,9 @@ fn main() -> ExitCode {
             }
         }
     }
-    let cpu = cpu_time(started).max(Duration::from_millis(1));
+    let cpu = cpu_time(started)
+        .saturating_sub(shrinking)
+        .max(Duration::from_millis(1));
     let wall = started.elapsed().max(Duration::from_millis(1));
     println!(
         "summary: {runs} seeds, {grants} grants, {failing} failing; {:.0} grants per CPU-minute \
@@ -175,5 +196,39 @@ fn main() -> ExitCode {
         }
         (None, _) if failing > 0 => ExitCode::FAILURE,
         (None, _) => ExitCode::SUCCESS,
+    }
+}
+
+/// Shrinks the failing run of `config` and prints the smallest failing run found: its command,
+/// violations, first violations and last events.
+fn report_shrunk(config: &Config, outcome: &Outcome) {
+    println!("  shrinking (at most {SHRINK_BUDGET} runs)...");
+    let Some(shrunk) = shrink::shrink(config, outcome, SHRINK_BUDGET) else {
+        println!("  no smaller run fails; last events of this one:");
+        for line in &outcome.tail {
+            println!("    {line}");
+        }
+        return;
+    };
+    let violations: Vec<String> = shrunk
+        .outcome
+        .violations
+        .iter()
+        .map(|(c, n)| format!("{c}={n}"))
+        .collect();
+    println!(
+        "  shrunk in {} runs: {} ({} events instead of {}, violations [{}])",
+        shrunk.runs,
+        shrunk.command(),
+        shrunk.outcome.trace_lines,
+        outcome.trace_lines,
+        violations.join(" "),
+    );
+    for line in &shrunk.outcome.first_violations {
+        println!("    {line}");
+    }
+    println!("  its last events (all of them: QUORUMLOCK_SIM_TRACE=FILE before the command):");
+    for line in &shrunk.outcome.tail {
+        println!("    {line}");
     }
 }
