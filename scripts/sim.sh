@@ -9,6 +9,7 @@
 #   scripts/sim.sh --seeds 100 --from 1000
 #   scripts/sim.sh --minutes 30          # fresh seeds until the time is up
 #   scripts/sim.sh --mutant minority-quorum --seeds 20   # stops at the first seed that catches it
+#   scripts/sim.sh --beyond clock-jump --seeds 5   # a fault outside the model: exit 0 only if it broke
 #   scripts/sim.sh --seed 42 --shrink    # a failing seed: find a smaller run that fails the same
 #                                        # way, and print the command that replays it
 #   more: --seconds T (faulty simulated time per seed, 20), --masters, --clients, --workers

@@ -1,14 +1,16 @@
-//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME]
-//! [--shrink]`: runs seeds of the deterministic simulation, one line per seed (grants, violations
-//! by checker, the trace hash), then a summary with grants per CPU-minute. Exits non-zero on any
-//! violation, or, with `--mutant`, when no seed caught the mutant. With `--shrink`, a failing
-//! seed (or the seed that caught the mutant) is shrunk to a smaller run that fails the same way,
-//! printed with the command that replays it. `scripts/sim.sh` builds and runs it.
+//! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME
+//! | --beyond FAULT] [--shrink]`: runs seeds of the deterministic simulation, one line per seed
+//! (grants, violations by checker, the trace hash), then a summary with grants per CPU-minute.
+//! Exits non-zero on any violation, or, with `--mutant` (a library mutant) or `--beyond` (a
+//! fault outside the model), when no seed broke: those must break. With `--shrink`, a failing
+//! seed (or the seed that broke) is shrunk to a smaller run that fails the same way, printed
+//! with the command that replays it. `scripts/sim.sh` builds and runs it.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use quorumlock_sim::shrink;
+use quorumlock_sim::world::beyond::Beyond;
 use quorumlock_sim::world::{self, Config, Outcome};
 
 /// Runs a shrink may make (each a whole simulated run, most of them much smaller).
@@ -33,6 +35,7 @@ fn parse() -> Result<Args, String> {
         workers: 8,
         faulty_for: Duration::from_secs(20),
         mutant: None,
+        beyond: None,
     };
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -53,6 +56,7 @@ fn parse() -> Result<Args, String> {
             "--clients" => config.clients = number(value()?)? as usize,
             "--workers" => config.workers = number(value()?)? as usize,
             "--shrink" => shrink = true,
+            "--beyond" => config.beyond = Some(Beyond::by_name(&value()?)?),
             "--mutant" => {
                 let name = value()?;
                 world::mutants::by_name(&name)?;
@@ -60,6 +64,9 @@ fn parse() -> Result<Args, String> {
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if config.mutant.is_some() && config.beyond.is_some() {
+        return Err("--mutant and --beyond each expect a break of their own: one at a time".into());
     }
     if config.masters == 0 || config.clients == 0 || config.workers == 0 {
         return Err("--masters, --clients and --workers must be at least 1".into());
@@ -115,6 +122,8 @@ fn main() -> ExitCode {
     };
     let (mut runs, mut grants, mut failing, mut simulated) = (0u64, 0u64, 0u64, Duration::ZERO);
     let mut caught = None;
+    // A mutant or a fault outside the model must break the lock: a run stops at the first break.
+    let must_break = args.config.mutant.is_some() || args.config.beyond.is_some();
     // The runs a shrink makes are not the seeds' runs: their CPU is left out of the rate.
     let mut shrinking = Duration::ZERO;
     for seed in seeds {
@@ -156,7 +165,7 @@ fn main() -> ExitCode {
                 let before = cpu_time(started);
                 report_shrunk(&config, &outcome);
                 shrinking += cpu_time(started).saturating_sub(before);
-            } else if args.config.mutant.is_none() {
+            } else if !must_break {
                 println!(
                     "  last events of seed {seed} (replay: {}; a smaller run: add --shrink):",
                     shrink::command(&config)
@@ -165,7 +174,7 @@ fn main() -> ExitCode {
                     println!("    {line}");
                 }
             }
-            if args.config.mutant.is_some() && caught.is_none() {
+            if must_break && caught.is_none() {
                 caught = Some((runs, seed, violations.join(" "), outcome.simulated));
                 break;
             }
@@ -182,16 +191,21 @@ fn main() -> ExitCode {
         cpu.as_secs_f64(),
         simulated.as_secs_f64() / wall.as_secs_f64(),
     );
-    match (&args.config.mutant, caught) {
-        (Some(name), Some((after, seed, checkers, at))) => {
+    let expected = match (&args.config.mutant, args.config.beyond) {
+        (Some(name), _) => Some(format!("mutant {name}")),
+        (None, Some(beyond)) => Some(format!("fault outside the model {}", beyond.name())),
+        (None, None) => None,
+    };
+    match (expected, caught) {
+        (Some(what), Some((after, seed, checkers, at))) => {
             println!(
-                "mutant {name} caught after {after} seed(s) (seed {seed}, {checkers}, {:.1} s simulated)",
+                "{what} caught after {after} seed(s) (seed {seed}, {checkers}, {:.1} s simulated)",
                 at.as_secs_f64()
             );
             ExitCode::SUCCESS
         }
-        (Some(name), None) => {
-            println!("mutant {name} NOT caught in {runs} seed(s)");
+        (Some(what), None) => {
+            println!("{what} NOT caught in {runs} seed(s)");
             ExitCode::FAILURE
         }
         (None, _) if failing > 0 => ExitCode::FAILURE,

@@ -48,6 +48,9 @@ pub fn command(config: &Config) -> String {
     if let Some(mutant) = &config.mutant {
         command.push_str(&format!(" --mutant {mutant}"));
     }
+    if let Some(beyond) = config.beyond {
+        command.push_str(&format!(" --beyond {}", beyond.name()));
+    }
     command
 }
 
@@ -137,6 +140,7 @@ mod tests {
             workers: 8,
             faulty_for: Duration::from_secs(20),
             mutant: None,
+            beyond: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! * [`workload`]: a client host; [`nemesis`]: the faults; [`history`]: holds and the trace;
 //! * [`checker`]: mutual exclusion, semaphore, read-write, token order.
 
+pub mod beyond;
 pub mod checker;
 pub mod history;
 pub mod host;
@@ -46,6 +47,8 @@ pub struct Config {
     pub faulty_for: Duration,
     /// The library mutant every client runs, by name (see [`mutants`]).
     pub mutant: Option<String>,
+    /// A fault outside the model, which must break the lock (see [`beyond`]); none unless named.
+    pub beyond: Option<beyond::Beyond>,
 }
 
 /// What one run found.
@@ -133,12 +136,19 @@ pub fn run(config: &Config) -> Outcome {
             workers: config.workers,
             stop_at,
             mutant: config.mutant.clone(),
+            restart_protection: config.beyond != Some(beyond::Beyond::UnprotectedRestarts),
             seed: rng.next_u64(),
             history: Rc::clone(&history),
         };
         sim.client(format!("c{c}"), client.run());
     }
-    let mut nemesis = Nemesis::new(rng.next_u64(), world, masters, config.clients);
+    let mut nemesis = Nemesis::new(
+        rng.next_u64(),
+        world,
+        masters,
+        config.clients,
+        config.beyond,
+    );
     let mut error = None;
     loop {
         let now = sim.elapsed();

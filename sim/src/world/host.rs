@@ -25,6 +25,9 @@ pub struct Served {
     /// How fast its clock runs against simulated real time, in parts per million of drift
     /// (positive: fast, its keys expire early).
     pub drift_ppm: Cell<i64>,
+    /// How far its clock has jumped ahead, in µs: zero unless a fault outside the model (see
+    /// `beyond`) stepped it.
+    pub jump_us: Cell<i64>,
     /// Until when (simulated time) it does not process anything: a paused process.
     pub paused_until: Cell<Duration>,
     /// Woken after a batch that wrote to, or closed, another connection (a `PUBLISH`, a
@@ -39,17 +42,20 @@ impl Served {
             master: RefCell::new(master),
             epoch_us,
             drift_ppm: Cell::new(0),
+            jump_us: Cell::new(0),
             paused_until: Cell::new(Duration::ZERO),
             written: Notify::new(),
         }
     }
 
-    /// The master's clock at simulated time `now`: its epoch plus `now` at its drifted rate.
+    /// The master's clock at simulated time `now`: its epoch plus `now` at its drifted rate,
+    /// plus any jump.
     pub fn clock_at(&self, now: Duration) -> SimClock {
         let now_us = i64::try_from(now.as_micros()).unwrap_or(i64::MAX);
         let drifted = now_us
             + now_us / 1_000_000 * self.drift_ppm.get()
-            + now_us % 1_000_000 * self.drift_ppm.get() / 1_000_000;
+            + now_us % 1_000_000 * self.drift_ppm.get() / 1_000_000
+            + self.jump_us.get();
         SimClock::at_micros(self.epoch_us.saturating_add_signed(drifted))
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use turmoil::Sim;
 
+use super::beyond::Beyond;
 use super::history::History;
 use super::host::Served;
 use super::seams::SimWorld;
@@ -42,6 +43,12 @@ enum Active {
     },
     ClientClock {
         by_ms: i64,
+    },
+    /// A master's clock ahead by more than the drift bound (outside the model: only with
+    /// [`Beyond::ClockJump`]); it steps back when lifted.
+    MasterClock {
+        master: usize,
+        ahead: Duration,
     },
     /// One master cut from every client while the others grant; then one of those (durable
     /// if any is) crashes and is restored from a backup taken when the cut began, and the cut
@@ -76,11 +83,19 @@ pub struct Nemesis {
     next_fault: Duration,
     next_snapshot: Duration,
     healed: bool,
+    beyond: Option<Beyond>,
 }
 
 impl Nemesis {
-    /// A nemesis over `masters` and `clients` client hosts, drawing from `seed`.
-    pub fn new(seed: u64, world: Rc<SimWorld>, masters: Vec<Rc<Served>>, clients: usize) -> Self {
+    /// A nemesis over `masters` and `clients` client hosts, drawing from `seed`, with the fault
+    /// outside the model `beyond`, if any, among its faults.
+    pub fn new(
+        seed: u64,
+        world: Rc<SimWorld>,
+        masters: Vec<Rc<Served>>,
+        clients: usize,
+        beyond: Option<Beyond>,
+    ) -> Self {
         let snapshots = masters.iter().map(|_| Keyspace::default()).collect();
         Self {
             rng: SeedRng::new(seed),
@@ -92,6 +107,7 @@ impl Nemesis {
             next_fault: Duration::from_millis(500),
             next_snapshot: Duration::from_secs(1),
             healed: false,
+            beyond,
         }
     }
 
@@ -148,6 +164,7 @@ impl Nemesis {
         let client = self.below(self.clients as u64) as usize;
         let busy = self.active.iter().any(|(_, f)| match f {
             Active::ClientClock { .. } => false,
+            Active::MasterClock { master: m, .. } => *m == master,
             Active::QuorumRestore { cut, restored, .. } => *cut == master || *restored == master,
             Active::Down { master: m, .. }
             | Active::Isolated { master: m }
@@ -165,6 +182,14 @@ impl Nemesis {
             return;
         }
         let mut lasts = self.millis(50, 2000);
+        if self.beyond == Some(Beyond::ClockJump) && self.rng.one_in(3) {
+            // Ahead by more than any TTL: every key there expires early.
+            let ahead = Beyond::jump(super::workload::MAX_TTL, self.below(1000));
+            let us = i64::try_from(ahead.as_micros()).unwrap_or(i64::MAX);
+            self.masters[master].jump_us.set(us);
+            self.start_fault(now, lasts, Active::MasterClock { master, ahead }, history);
+            return;
+        }
         let fault = match self.below(10) {
             0 => {
                 sim.hold(format!("c{client}"), format!("m{master}"));
@@ -269,6 +294,12 @@ impl Nemesis {
                     lasts = self.millis(1, 30);
                 }
                 let restart = match self.below(3) {
+                    // Without restart protection, a master that forgot its keys and came
+                    // straight back is what breaks the lock.
+                    _ if self.beyond == Some(Beyond::UnprotectedRestarts) => {
+                        lasts = self.millis(1, 30);
+                        Restart::Empty
+                    }
                     0 => Restart::AllData,
                     1 => Restart::Empty,
                     _ => Restart::Snapshot,
@@ -276,6 +307,17 @@ impl Nemesis {
                 Active::Down { master, restart }
             }
         };
+        self.start_fault(now, lasts, fault, history);
+    }
+
+    /// Records `fault`, started `now` for `lasts`, to be lifted then.
+    fn start_fault(
+        &mut self,
+        now: Duration,
+        lasts: Duration,
+        fault: Active,
+        history: &mut History,
+    ) {
         history.event(
             now,
             format_args!(
@@ -327,6 +369,7 @@ impl Nemesis {
                 }
             }
             Active::ClientClock { .. } => self.world.clock_offset_us.set(0),
+            Active::MasterClock { master, .. } => self.masters[*master].jump_us.set(0),
             Active::QuorumRestore {
                 cut,
                 restored,
@@ -354,6 +397,12 @@ fn describe(fault: &Active) -> String {
         Active::Slow { client, master } => format!("slow c{client}-m{master}"),
         Active::Down { master, restart } => format!("crash m{master} restart {restart:?}"),
         Active::ClientClock { by_ms } => format!("client clocks {by_ms:+}ms"),
+        Active::MasterClock { master, ahead } => {
+            format!(
+                "m{master} clock +{}ms (beyond the bound)",
+                ahead.as_millis()
+            )
+        }
         Active::SlowMaster { master } => format!("slow m{master}"),
         Active::QuorumRestore { cut, restored, .. } => {
             format!("cut m{cut}, then restore m{restored} from a backup")

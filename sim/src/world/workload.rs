@@ -43,6 +43,9 @@ pub struct Client {
     pub stop_at: Duration,
     /// The library mutant the client runs, by name, if any.
     pub mutant: Option<String>,
+    /// Whether its managers run with restart protection (always, but to show what breaks
+    /// without it: see `beyond`).
+    pub restart_protection: bool,
     /// The seed of its workload.
     pub seed: u64,
     /// Where holds and events go.
@@ -56,7 +59,7 @@ impl Client {
     /// The client's software.
     pub async fn run(self) -> turmoil::Result {
         let locks = self.manager()?;
-        if self.index == 0 {
+        if self.index == 0 && self.restart_protection {
             // A brand-new deployment looks like restarted masters: vouch for them once.
             while locks.provision().await.is_err() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -88,7 +91,7 @@ impl Client {
         let nodes = (0..self.masters).map(|m| format!("redis://m{m}:{PORT}"));
         let builder = Redlock::builder()
             .nodes(nodes)
-            .restart_protection(true)
+            .restart_protection(self.restart_protection)
             .max_ttl(MAX_TTL)
             .node_timeout(Duration::from_millis(50))
             .connect_timeout(Duration::from_millis(200))
