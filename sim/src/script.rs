@@ -22,7 +22,9 @@ use rand48::Rand48;
 /// The glue between Redis's `redis` table and the engine, in a chunk of its own (`=sim`) that
 /// error positions skip. `redis.call` and `redis.pcall` are Rust functions, as they are C in
 /// Redis: a script's `return redis.call(...)` then keeps its frame (Lua 5.1 drops the frame of
-/// a tail call to a Lua function), so a failure still names the script's line.
+/// a tail call to a Lua function), so a failure still names the script's line. They are set
+/// into the `redis` table (the chunk's second result) for the length of each script run, since
+/// they borrow the master's data; between runs they are absent.
 const GLUE: &str = r#"
 local G, sim, error, rawget, setmetatable, tostring = ...
 local function readonly(t)
@@ -33,8 +35,6 @@ local function readonly(t)
     })
 end
 local redis = {}
-redis.call = sim.call
-redis.pcall = sim.pcall
 redis.sha1hex = function(s) return sim.sha1hex(s) end
 redis.status_reply = function(s) return {ok = s} end
 redis.error_reply = function(s) return {err = sim.error_text(s)} end
@@ -49,7 +49,7 @@ G.redis = readonly(redis)
 G.math.random = sim.random
 G.math.randomseed = sim.randomseed
 for _, lib in ipairs({"string", "table", "math"}) do G[lib] = readonly(G[lib]) end
-return setmetatable({}, {
+local env = setmetatable({}, {
     __index = function(_, name)
         local v = rawget(G, name)
         if v == nil then
@@ -61,13 +61,14 @@ return setmetatable({}, {
     __newindex = function() error("Attempt to modify a readonly table", 2) end,
     __metatable = false,
 })
+return env, redis
 "#;
 
 /// One master's Lua state and script cache.
 pub struct Engine {
     lua: Lua,
     globals: Table,
-    sim: Table,
+    redis: Table,
     env: Table,
     handler: Function,
     xpcall: Function,
@@ -122,21 +123,6 @@ impl Engine {
                 Ok(convert::error_text(&s.to_string_lossy()))
             })?,
         )?;
-        for (name, raise) in [("call", true), ("pcall", false)] {
-            let glue = sim.clone();
-            let function = lua.create_function(move |_, args: MultiValue| {
-                let dispatch: Function = glue.raw_get("dispatch")?;
-                let (reply, error): (Value, Value) = dispatch.call(args)?;
-                match error {
-                    Value::Table(error) if raise => {
-                        Err(mlua::Error::external(Raised(error.raw_get("err")?)))
-                    }
-                    error @ Value::Table(_) => Ok(error),
-                    _ => Ok(reply),
-                }
-            })?;
-            sim.raw_set(name, function)?;
-        }
         let r = Rc::clone(&rand);
         sim.raw_set(
             "random",
@@ -151,7 +137,7 @@ impl Engine {
                 Ok(())
             })?,
         )?;
-        let env: Table = lua.load(GLUE).set_name("=sim").call((
+        let (env, redis): (Table, Table) = lua.load(GLUE).set_name("=sim").call((
             globals.clone(),
             sim.clone(),
             globals.get::<Function>("error")?,
@@ -163,7 +149,7 @@ impl Engine {
         Ok(Self {
             lua,
             globals,
-            sim,
+            redis,
             env,
             handler,
             xpcall,
@@ -244,25 +230,32 @@ impl Engine {
         let lua = &self.lua;
         self.globals.raw_set("KEYS", strings(lua, keys)?)?;
         self.globals.raw_set("ARGV", strings(lua, argv)?)?;
+        let exec = std::cell::RefCell::new(exec);
         let reply = lua.scope(|scope| {
-            let dispatch = scope.create_function_mut(|lua, args: MultiValue| {
-                let reply = match command_args(&args) {
-                    Ok(args) => exec(&args),
-                    Err(text) => Frame::error(text),
-                };
-                match reply {
-                    Frame::Error(text) => {
-                        Ok((Value::Nil, Value::Table(convert::error_table(lua, &text)?)))
+            // One function per kind, each a single hop from Lua into the master.
+            for (name, raise) in [("call", true), ("pcall", false)] {
+                let exec = &exec;
+                let function = scope.create_function(move |lua, args: MultiValue| {
+                    let reply = match command_args(&args) {
+                        Ok(args) => (exec.borrow_mut())(&args),
+                        Err(text) => Frame::error(text),
+                    };
+                    match reply {
+                        Frame::Error(text) if raise => {
+                            Err(mlua::Error::external(Raised(convert::error_text(&text))))
+                        }
+                        Frame::Error(text) => Ok(Value::Table(convert::error_table(lua, &text)?)),
+                        other => convert::to_lua(lua, &other),
                     }
-                    other => Ok((convert::to_lua(lua, &other)?, Value::Nil)),
-                }
-            })?;
-            self.sim.raw_set("dispatch", dispatch)?;
-            let mut out = self
+                })?;
+                self.redis.raw_set(name, function)?;
+            }
+            let out = self
                 .xpcall
-                .call::<MultiValue>((function.clone(), self.handler.clone()))?
-                .into_iter();
-            self.sim.raw_set("dispatch", Value::Nil)?;
+                .call::<MultiValue>((function.clone(), self.handler.clone()));
+            self.redis.raw_set("call", Value::Nil)?;
+            self.redis.raw_set("pcall", Value::Nil)?;
+            let mut out = out?.into_iter();
             let ok = matches!(out.next(), Some(Value::Boolean(true)));
             let value = out.next().unwrap_or(Value::Nil);
             if ok {
