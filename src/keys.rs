@@ -24,12 +24,7 @@ pub(crate) const RESERVED: char = '\u{1f}';
 ///
 /// [`InvalidArgument::EmptyResource`] and [`InvalidArgument::ReservedResource`].
 pub(crate) fn lock_keys(config: &Config, resource: &str) -> Result<LockKeys, InvalidArgument> {
-    if resource.is_empty() {
-        return Err(InvalidArgument::EmptyResource);
-    }
-    if resource.starts_with(RESERVED) {
-        return Err(InvalidArgument::ReservedResource);
-    }
+    check_resource(resource)?;
     let prefix = &config.key_prefix;
     Ok(LockKeys {
         lock: Arc::from(format!("{prefix}{resource}")),
@@ -43,6 +38,21 @@ pub(crate) fn lock_keys(config: &Config, resource: &str) -> Result<LockKeys, Inv
     })
 }
 
+/// Whether `resource` may be a resource's name: not empty, not starting with [`RESERVED`].
+///
+/// # Errors
+///
+/// [`InvalidArgument::EmptyResource`] and [`InvalidArgument::ReservedResource`].
+fn check_resource(resource: &str) -> Result<(), InvalidArgument> {
+    if resource.is_empty() {
+        return Err(InvalidArgument::EmptyResource);
+    }
+    if resource.starts_with(RESERVED) {
+        return Err(InvalidArgument::ReservedResource);
+    }
+    Ok(())
+}
+
 /// The fence counter of `resource`: the tokens of its locks, and of the slots of the job of
 /// that name, come from this one sequence.
 /// What a permit key belongs to: a semaphore, or the readers of a read-write lock.
@@ -54,10 +64,12 @@ pub(crate) enum PermitOf {
     Readers,
 }
 
-/// The keys of permit `index` of `name`: a lock key, fence counter and epoch marker as for a
-/// resource, under a reserved name (`<prefix>\x1fpermit:<index>:<name>` for a semaphore,
-/// `<prefix>\x1fread:<index>:<name>` for a read-write lock's readers; the index first so no two
-/// names collide) that no resource can take. A permit is never reentrant.
+/// The keys of the `count` permits of `name`: for permit `i`, a lock key, fence counter and
+/// epoch marker as for a resource, under a reserved name (`<prefix>\x1fpermit:<i>:<name>` for a
+/// semaphore, `<prefix>\x1fread:<i>:<name>` for a read-write lock's readers; the index first so
+/// no two names collide) that no resource can take. A permit is never reentrant. The name is
+/// checked, and the epoch marker's key written, once for all of them: a writer makes
+/// [`limits::MAX_PERMITS`](crate::limits::MAX_PERMITS) at each call.
 ///
 /// # Errors
 ///
@@ -66,22 +78,27 @@ pub(crate) fn permit_keys(
     config: &Config,
     of: PermitOf,
     name: &str,
-    index: usize,
-) -> Result<LockKeys, InvalidArgument> {
-    lock_keys(config, name)?;
+    count: usize,
+) -> Result<Vec<LockKeys>, InvalidArgument> {
+    check_resource(name)?;
     let prefix = &config.key_prefix;
     let kind = match of {
         PermitOf::Semaphore => "permit",
         PermitOf::Readers => "read",
     };
-    let resource = format!("{RESERVED}{kind}:{index}:{name}");
-    Ok(LockKeys {
-        lock: Arc::from(format!("{prefix}{resource}")),
-        fence: config.fencing.then(|| fence_key(prefix, &resource)),
-        epoch: config.restart_protection.then(|| epoch_key(config)),
-        reentrant: None,
-        blocker: None,
-    })
+    let epoch = config.restart_protection.then(|| epoch_key(config));
+    Ok((0..count)
+        .map(|index| {
+            let resource = format!("{RESERVED}{kind}:{index}:{name}");
+            LockKeys {
+                lock: Arc::from(format!("{prefix}{resource}")),
+                fence: config.fencing.then(|| fence_key(prefix, &resource)),
+                epoch: epoch.clone(),
+                reentrant: None,
+                blocker: None,
+            }
+        })
+        .collect())
 }
 
 /// The keys of the writer intent of read-write lock `name`

@@ -42,7 +42,7 @@ use crate::multi::keyset::KeySet;
 use crate::mutant::Mutant;
 use crate::round::terms::{round_terms, RoundTerms};
 use crate::round::LockKeys;
-use crate::semaphore::Permits;
+use crate::semaphore::{check_permits, Permits};
 use crate::{defaults, limits};
 
 impl Redlock {
@@ -328,7 +328,7 @@ pub(crate) fn writing(
     // The count is checked as a reader's would be, but a writer takes every read permit
     // there can be: a reader whose client admits more readers than this one is excluded
     // too, so a disagreement about the count loosens the readers' bound, never exclusion.
-    read_permits(config, name, readers, ttl)?;
+    check_permits(readers)?;
     let permits = read_permits(config, name, limits::MAX_PERMITS, ttl)?;
     let intent = writer_intent_keys(config, name)?;
     let locked = if config.mutant == Some(Mutant::ReaderMissesWriter) {

@@ -105,19 +105,11 @@ impl Permits {
         ttl: Duration,
         blocker: Option<&LockKeys>,
     ) -> Result<Self, LockError> {
-        if count == 0 || count > limits::MAX_PERMITS {
-            return Err(InvalidArgument::InvalidPermits {
-                permits: count,
-                max: limits::MAX_PERMITS,
-            }
-            .into());
-        }
+        check_permits(count)?;
         let extra = matches!(of, PermitOf::Semaphore)
             && config.mutant == Some(Mutant::SemaphoreExtraPermit);
         let count = count + usize::from(extra);
-        let mut keys = (0..count)
-            .map(|i| permit_keys(config, of, name, i))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut keys = permit_keys(config, of, name, count)?;
         let terms = round_terms(config, ttl)?;
         let mut wakes: Vec<_> = keys
             .iter()
@@ -151,6 +143,22 @@ impl Permits {
         })
         .await
     }
+}
+
+/// Whether `count` permits may be asked for: at least one, at most
+/// [`limits::MAX_PERMITS`].
+///
+/// # Errors
+///
+/// [`InvalidArgument::InvalidPermits`] otherwise.
+pub(crate) fn check_permits(count: usize) -> Result<(), InvalidArgument> {
+    if count == 0 || count > limits::MAX_PERMITS {
+        return Err(InvalidArgument::InvalidPermits {
+            permits: count,
+            max: limits::MAX_PERMITS,
+        });
+    }
+    Ok(())
 }
 
 /// One try over `count` permits (at least one): `attempt(i)` on each in turn from a random
