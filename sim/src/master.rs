@@ -168,6 +168,18 @@ impl SimMaster {
         id
     }
 
+    /// The connections open from addresses that start with `prefix` (an `ip:`), and the
+    /// channels they are subscribed to, summed: what a client host holds on this master.
+    pub fn held_by(&self, prefix: &str) -> (usize, usize) {
+        self.state
+            .clients
+            .values()
+            .filter(|c| c.addr.starts_with(prefix))
+            .fold((0, 0), |(connections, channels), c| {
+                (connections + 1, channels + c.channels.len())
+            })
+    }
+
     /// The client went away (its side closed the connection).
     pub fn disconnect(&mut self, client: ClientId) {
         self.state.clients.remove(&client);

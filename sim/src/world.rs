@@ -9,6 +9,7 @@
 
 pub mod beyond;
 pub mod checker;
+pub mod flood;
 pub mod history;
 pub mod host;
 pub mod mutants;
@@ -128,27 +129,32 @@ pub fn run(config: &Config) -> Outcome {
         })
         .collect();
     let stop_at = config.faulty_for;
+    let client = |index: usize, workers: usize, seed: u64| Client {
+        index,
+        masters: config.masters,
+        served: masters.clone(),
+        workers,
+        stop_at,
+        mutant: config.mutant.clone(),
+        restart_protection: config.beyond != Some(beyond::Beyond::UnprotectedRestarts),
+        seed,
+        history: Rc::clone(&history),
+    };
     for c in 0..config.clients {
-        let client = Client {
-            index: c,
-            masters: config.masters,
-            served: masters.clone(),
-            workers: config.workers,
-            stop_at,
-            mutant: config.mutant.clone(),
-            restart_protection: config.beyond != Some(beyond::Beyond::UnprotectedRestarts),
-            seed: rng.next_u64(),
-            history: Rc::clone(&history),
-        };
+        let client = client(c, config.workers, rng.next_u64());
         sim.client(format!("c{c}"), client.run());
     }
     let mut nemesis = Nemesis::new(
         rng.next_u64(),
         world,
-        masters,
+        masters.clone(),
         config.clients,
         config.beyond,
     );
+    // Drawn after the nemesis's seed, so that adding the flood moved no fault.
+    let flood = client(config.clients, 0, rng.next_u64());
+    let flood_rng = SeedRng::new(flood.seed);
+    sim.client(flood::HOST, flood::run(Rc::new(flood), flood_rng));
     let mut error = None;
     loop {
         let now = sim.elapsed();

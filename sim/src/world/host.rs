@@ -28,6 +28,9 @@ pub struct Served {
     /// How far its clock has jumped ahead, in µs: zero unless a fault outside the model (see
     /// `beyond`) stepped it.
     pub jump_us: Cell<i64>,
+    /// Until when (simulated time) it is down or restarting, from a crash or a restore: what
+    /// was sent to it meanwhile waits for the node timeout.
+    pub down_until: Cell<Duration>,
     /// Until when (simulated time) it does not process anything: a paused process.
     pub paused_until: Cell<Duration>,
     /// Woken after a batch that wrote to, or closed, another connection (a `PUBLISH`, a
@@ -43,6 +46,7 @@ impl Served {
             epoch_us,
             drift_ppm: Cell::new(0),
             jump_us: Cell::new(0),
+            down_until: Cell::new(Duration::ZERO),
             paused_until: Cell::new(Duration::ZERO),
             written: Notify::new(),
         }

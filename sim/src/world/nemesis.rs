@@ -318,6 +318,9 @@ impl Nemesis {
         fault: Active,
         history: &mut History,
     ) {
+        if let Active::Down { master, .. } = &fault {
+            self.masters[*master].down_until.set(now + lasts);
+        }
         history.event(
             now,
             format_args!(
@@ -377,6 +380,7 @@ impl Nemesis {
             } => {
                 sim.crash(format!("m{restored}"));
                 let served = &self.masters[*restored];
+                served.down_until.set(now);
                 if let Err(error) = served.master.borrow_mut().restart(backup.clone()) {
                     history.event(now, format_args!("m{restored} failed to restart: {error}"));
                 }

@@ -87,7 +87,8 @@ impl Client {
         Ok(())
     }
 
-    fn manager(&self) -> Result<Redlock, Box<dyn std::error::Error>> {
+    /// A manager of this client: fenced, restart protection as the run says, the mutant's.
+    pub(super) fn manager(&self) -> Result<Redlock, Box<dyn std::error::Error>> {
         let nodes = (0..self.masters).map(|m| format!("redis://m{m}:{PORT}"));
         let builder = Redlock::builder()
             .nodes(nodes)
