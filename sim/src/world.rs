@@ -10,6 +10,7 @@
 pub mod checker;
 pub mod history;
 pub mod host;
+pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;
 pub mod seams;
@@ -134,15 +135,18 @@ pub fn run(config: &Config) -> Outcome {
             stop_at,
             mutant: config.mutant.clone(),
             seed: rng.next_u64(),
+            world: Rc::clone(&world),
             history: Rc::clone(&history),
         };
         sim.client(format!("c{c}"), client.run());
     }
+    let mut audit = lifetime::KeyAudit::new(masters.clone(), Rc::clone(&world));
     let mut nemesis = Nemesis::new(rng.next_u64(), world, masters, config.clients);
     let mut error = None;
     loop {
         let now = sim.elapsed();
         nemesis.step(&mut sim, now, stop_at, &mut history.borrow_mut());
+        audit.step(now, &mut history.borrow_mut());
         match sim.step() {
             Ok(false) => {}
             Ok(true) => break,
@@ -154,6 +158,7 @@ pub fn run(config: &Config) -> Outcome {
     }
     let simulated = sim.elapsed();
     drop(sim);
+    audit.finish(simulated, &mut history.borrow_mut());
     let history = history.borrow();
     let limits = Limits {
         permits: workload::PERMITS,

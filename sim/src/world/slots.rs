@@ -27,6 +27,9 @@ const TTL: Duration = Duration::from_millis(300);
 /// How long a run's end is remembered: shorter than the late window, so that a record that
 /// expired under a long run lets a late host claim the slot again.
 pub const RETENTION: Duration = Duration::from_millis(600);
+/// The longest a slot's record may be kept: a claim keeps it the claim's TTL plus the
+/// retention, a renewal at least the retention.
+pub const RECORD_BOUND: Duration = TTL.saturating_add(RETENTION);
 
 /// What one claim of one slot worker led to.
 enum Claimed {
@@ -52,7 +55,8 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
         let cancel_after = rng
             .one_in(2)
             .then(|| Duration::from_micros(rng.below(8_000)));
-        let claim = locks.slots().claim(JOB, &slot, &opts);
+        let op = client.begin();
+        let claim = client.tagged(op, locks.slots().claim(JOB, &slot, &opts));
         let outcome = match cancellable(cancel_after, claim).await {
             None => Claimed::Dropped(runner),
             Some(Ok(SlotClaim::Claimed(run))) => {
@@ -92,6 +96,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
             }
             Some(_) => Claimed::Other,
         };
+        client.done(op);
         if let Claimed::Dropped(runner) = outcome {
             client.history.borrow_mut().dropped_claims.insert(runner);
         }

@@ -36,7 +36,10 @@ pub async fn waiter(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
         let deadline = tokio::time::Instant::now().into_std() + patience;
         let before = rounds(&locks.stats());
         let asked = now();
-        let got = locks.set(&resources).lock_until(ttl, deadline).await;
+        let op = client.begin();
+        let got = client
+            .tagged(op, locks.set(&resources).lock_until(ttl, deadline))
+            .await;
         let waited = now() - asked;
         let made = rounds(&locks.stats()) - before;
         let waited_ms = waited.as_millis() as u64;
@@ -48,6 +51,7 @@ pub async fn waiter(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
             );
         }
         let Ok(guard) = got else {
+            client.done(op);
             continue;
         };
         let grant = Granted {
@@ -62,6 +66,7 @@ pub async fn waiter(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
         tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
         client.end(&holds);
         let _ = guard.release().await;
+        client.done(op);
         tokio::time::sleep(Duration::from_millis(rng.below(50))).await;
     }
 }
