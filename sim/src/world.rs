@@ -7,9 +7,11 @@
 //! * [`workload`]: a client host; [`nemesis`]: the faults; [`history`]: holds and the trace;
 //! * [`checker`]: mutual exclusion, semaphore, read-write, token order.
 
+pub mod batches;
 pub mod checker;
 pub mod history;
 pub mod host;
+pub mod leases;
 pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;

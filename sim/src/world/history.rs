@@ -19,6 +19,10 @@ pub enum Kind {
     Read,
     /// The writer of a read-write lock.
     Write,
+    /// A lock kept by a lease, until its holder learns that the lease ended.
+    Lease,
+    /// An election's leadership, until its leader learns that it ended.
+    Leader,
 }
 
 /// One hold as its client believed it: from `granted` to `until`, both in simulated time.
@@ -48,6 +52,8 @@ pub struct SlotRun {
     pub client: usize,
     /// The slot.
     pub slot: String,
+    /// Whether its claim was one of a batch (`claim_many`).
+    pub batch: bool,
     /// When the claim returned.
     pub granted: Duration,
     /// When the run stopped.

@@ -13,8 +13,9 @@
 //!   [`SLACK`]): its cleanup or release reached a healthy master and did not delete it. What a
 //!   fault excuses (a cleanup that could not reach the master, a request landing late, data
 //!   restored from before a release) is left to expire, under `key-bound`.
-//! * `key-after-heal`: once the last fault is over by [`SLACK`] plus the longest TTL, and the
-//!   run is over, no lock key and no slot record is left at all.
+//! * `key-after-heal`: once the last fault is over by [`SLACK`] and the last operation ended,
+//!   plus the longest TTL (or a record's bound), and the run is over, no lock key and no slot
+//!   record is left at all.
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -235,7 +236,12 @@ impl KeyAudit {
             .map(|w| w.to)
             .filter(|&to| to != Duration::MAX)
             .fold(healed, Duration::max);
-        let at = (quiet + SLACK + MAX_TTL + Duration::from_millis(50)).max(end);
+        // A slot's record is kept the retention after its run ended, which may be after the
+        // heal (a run kept by its lease): the last operation's end counts as a fault's.
+        let last_op = history.ops.iter().filter_map(|o| o.end).max();
+        let settled = (quiet + SLACK).max(last_op.unwrap_or_default());
+        let longest = MAX_TTL.max(super::slots::RECORD_BOUND);
+        let at = (settled + longest + Duration::from_millis(50)).max(end);
         for (m, served) in self.masters.iter().enumerate() {
             let then_ms = served.clock_at(at).millis();
             let mut master = served.master.borrow_mut();

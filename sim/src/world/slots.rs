@@ -23,7 +23,7 @@ const PERIOD: Duration = Duration::from_millis(400);
 /// How many periods late a host may fire.
 const LATE_SLOTS: u64 = 8;
 /// The claim's TTL, renewed by its run's lease.
-const TTL: Duration = Duration::from_millis(300);
+pub const TTL: Duration = Duration::from_millis(300);
 /// How long a run's end is remembered: shorter than the late window, so that a record that
 /// expired under a long run lets a late host claim the slot again.
 pub const RETENTION: Duration = Duration::from_millis(600);
@@ -79,6 +79,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
                 client.history.borrow_mut().slot_run(SlotRun {
                     client: client.index,
                     slot: slot.clone(),
+                    batch: false,
                     granted,
                     ended: now(),
                 });

@@ -13,7 +13,7 @@ use super::checker::{self, drift, Granted};
 use super::history::{History, Hold, Kind};
 use super::host::{now, Served, PORT};
 use super::seams::SimWorld;
-use super::{slots, waiter};
+use super::{batches, leases, slots, waiter};
 use crate::seed::SeedRng;
 
 /// How many resources the workers lock one at a time, and as sets of two.
@@ -80,6 +80,12 @@ impl Client {
         }
         let waiter = waiter::waiter(Rc::clone(&me), waiting, rng(2000));
         workers.push(tokio::task::spawn_local(waiter));
+        let leased = leases::lease_worker(Rc::clone(&me), locks.clone(), rng(3000));
+        workers.push(tokio::task::spawn_local(leased));
+        let campaigner = leases::campaigner(Rc::clone(&me), locks.clone(), rng(4000));
+        workers.push(tokio::task::spawn_local(campaigner));
+        let batches = batches::worker(Rc::clone(&me), locks.clone(), rng(5000));
+        workers.push(tokio::task::spawn_local(batches));
         for worker in workers {
             worker.await?;
         }
