@@ -15,6 +15,7 @@ pub mod leases;
 pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;
+pub mod scheduled;
 pub mod seams;
 pub mod slots;
 pub mod waiter;

@@ -81,7 +81,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
                 client.history.borrow_mut().slot_run(SlotRun {
                     client: client.index,
                     slot: format!("{JOB}/{}", run.slot()),
-                    batch: true,
+                    checker: "batch-at-most-once",
                     granted,
                     ended: now(),
                 });

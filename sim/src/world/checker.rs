@@ -36,7 +36,8 @@ pub fn check(holds: &[Hold], limits: Limits) -> Violations {
     violations
 }
 
-/// Slots run at most once (`batch-at-most-once` for a run claimed in a batch): a run granted while an earlier run of its slot was still going, or
+/// Slots run at most once (each run counted under its own checker: how it was claimed): a run
+/// granted while an earlier run of its slot was still going, or
 /// within `retention` after it stopped (less the masters' drift: its record is kept that
 /// long), is a second run. Later, the record may have expired, and a late host may run the
 /// slot again: the retention is the user's bound. A run that stopped when its lease was lost
@@ -56,11 +57,7 @@ pub fn slots_at_most_once(runs: &[SlotRun], retention: Duration, violations: &mu
                 .iter()
                 .any(|r| later.granted < r.ended + remembered)
             {
-                let checker = match later.batch {
-                    true => "batch-at-most-once",
-                    false => "slot-at-most-once",
-                };
-                *violations.entry(checker).or_default() += 1;
+                *violations.entry(later.checker).or_default() += 1;
             }
         }
     }

@@ -52,8 +52,9 @@ pub struct SlotRun {
     pub client: usize,
     /// The slot.
     pub slot: String,
-    /// Whether its claim was one of a batch (`claim_many`).
-    pub batch: bool,
+    /// The checker that judges it: how it was claimed (`slot-at-most-once` for a single claim,
+    /// `batch-at-most-once` in a batch, `scheduler-at-most-once` by the scheduler's runner).
+    pub checker: &'static str,
     /// When the claim returned.
     pub granted: Duration,
     /// When the run stopped.

@@ -79,7 +79,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
                 client.history.borrow_mut().slot_run(SlotRun {
                     client: client.index,
                     slot: slot.clone(),
-                    batch: false,
+                    checker: "slot-at-most-once",
                     granted,
                     ended: now(),
                 });

@@ -13,7 +13,7 @@ use super::checker::{self, drift, Granted};
 use super::history::{History, Hold, Kind};
 use super::host::{now, Served, PORT};
 use super::seams::SimWorld;
-use super::{batches, leases, slots, waiter};
+use super::{batches, leases, scheduled, slots, waiter};
 use crate::seed::SeedRng;
 
 /// How many resources the workers lock one at a time, and as sets of two.
@@ -86,6 +86,8 @@ impl Client {
         workers.push(tokio::task::spawn_local(campaigner));
         let batches = batches::worker(Rc::clone(&me), locks.clone(), rng(5000));
         workers.push(tokio::task::spawn_local(batches));
+        let scheduler = scheduled::runner(Rc::clone(&me), locks.clone());
+        workers.push(tokio::task::spawn_local(scheduler));
         for worker in workers {
             worker.await?;
         }
