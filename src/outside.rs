@@ -142,6 +142,18 @@ pub mod sim {
         Entered { previous }
     }
 
+    /// The installed world's wall clock, if a world is installed on this thread: for crates
+    /// built on the library (the scheduler) whose own clock must follow the simulation's.
+    pub fn wall_clock() -> Option<SystemTime> {
+        current().map(|world| world.wall_clock())
+    }
+
+    /// 64 random bits from the installed world, if one is installed on this thread: for crates
+    /// built on the library whose randomness must come from the simulation's seed.
+    pub fn random_u64() -> Option<u64> {
+        current().map(|world| world.random_u64())
+    }
+
     /// Restores the previous world (none, usually) when dropped.
     #[must_use = "the world is uninstalled when this guard is dropped"]
     pub struct Entered {

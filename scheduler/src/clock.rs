@@ -21,6 +21,9 @@ pub(crate) struct SystemClock {
 
 impl WallClock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
+        #[cfg(feature = "sim")]
+        let now = quorumlock::sim::wall_clock().map_or_else(Utc::now, DateTime::<Utc>::from);
+        #[cfg(not(feature = "sim"))]
         let now = Utc::now();
         now.checked_add_signed(self.offset).unwrap_or(now)
     }

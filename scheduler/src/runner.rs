@@ -2,7 +2,7 @@
 //! that runs a claimed slot, and the watch over a slot another worker runs (to retry it if its
 //! runner dies, with [`OnAbandoned::Retry`]).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -44,8 +44,9 @@ pub(crate) struct JobState {
     pub(crate) counters: Counters,
     pub(crate) history: Mutex<History>,
     pub(crate) next_due: Mutex<Option<DateTime<Utc>>>,
-    /// This worker's runs of the job, by slot id: the sender cancels one (Replace).
-    running: Mutex<HashMap<String, watch::Sender<bool>>>,
+    /// This worker's runs of the job, by slot id: the sender cancels one (Replace). Ordered,
+    /// so that they are cancelled in the same order in every process (a simulated run replays).
+    running: Mutex<BTreeMap<String, watch::Sender<bool>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -187,9 +188,12 @@ fn jitter(max: Duration) -> Duration {
     if max.is_zero() {
         return Duration::ZERO;
     }
-    Duration::from_nanos(rand::random_range(
-        0..u64::try_from(max.as_nanos()).unwrap_or(u64::MAX),
-    ))
+    let below = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    #[cfg(feature = "sim")]
+    if let Some(draw) = quorumlock::sim::random_u64() {
+        return Duration::from_nanos(draw % below);
+    }
+    Duration::from_nanos(rand::random_range(0..below))
 }
 
 /// Resolves once the scheduler's phase reaches `at` (or the scheduler is gone).

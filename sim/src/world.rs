@@ -7,13 +7,17 @@
 //! * [`workload`]: a client host; [`nemesis`]: the faults; [`history`]: holds and the trace;
 //! * [`checker`]: mutual exclusion, semaphore, read-write, token order.
 
+pub mod batches;
 pub mod beyond;
 pub mod checker;
 pub mod flood;
 pub mod history;
 pub mod host;
+pub mod leases;
+pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;
+pub mod scheduled;
 pub mod seams;
 pub mod slots;
 pub mod waiter;
@@ -138,15 +142,17 @@ pub fn run(config: &Config) -> Outcome {
         mutant: config.mutant.clone(),
         restart_protection: config.beyond != Some(beyond::Beyond::UnprotectedRestarts),
         seed,
+        world: Rc::clone(&world),
         history: Rc::clone(&history),
     };
     for c in 0..config.clients {
         let client = client(c, config.workers, rng.next_u64());
         sim.client(format!("c{c}"), client.run());
     }
+    let mut audit = lifetime::KeyAudit::new(masters.clone(), Rc::clone(&world));
     let mut nemesis = Nemesis::new(
         rng.next_u64(),
-        world,
+        Rc::clone(&world),
         masters.clone(),
         config.clients,
         config.beyond,
@@ -159,6 +165,7 @@ pub fn run(config: &Config) -> Outcome {
     loop {
         let now = sim.elapsed();
         nemesis.step(&mut sim, now, stop_at, &mut history.borrow_mut());
+        audit.step(now, &mut history.borrow_mut());
         match sim.step() {
             Ok(false) => {}
             Ok(true) => break,
@@ -170,6 +177,7 @@ pub fn run(config: &Config) -> Outcome {
     }
     let simulated = sim.elapsed();
     drop(sim);
+    audit.finish(simulated, &mut history.borrow_mut());
     let history = history.borrow();
     let limits = Limits {
         permits: workload::PERMITS,

@@ -36,7 +36,8 @@ pub fn check(holds: &[Hold], limits: Limits) -> Violations {
     violations
 }
 
-/// Slots run at most once: a run granted while an earlier run of its slot was still going, or
+/// Slots run at most once (each run counted under its own checker: how it was claimed): a run
+/// granted while an earlier run of its slot was still going, or
 /// within `retention` after it stopped (less the masters' drift: its record is kept that
 /// long), is a second run. Later, the record may have expired, and a late host may run the
 /// slot again: the retention is the user's bound. A run that stopped when its lease was lost
@@ -56,7 +57,7 @@ pub fn slots_at_most_once(runs: &[SlotRun], retention: Duration, violations: &mu
                 .iter()
                 .any(|r| later.granted < r.ended + remembered)
             {
-                *violations.entry("slot-at-most-once").or_default() += 1;
+                *violations.entry(later.checker).or_default() += 1;
             }
         }
     }
@@ -118,7 +119,7 @@ fn overlaps(group: &[&Hold], limits: Limits, violations: &mut Violations) {
     let (mut exclusive, mut permits, mut readers, mut writers) = (0usize, 0usize, 0usize, 0usize);
     for (_, start, i) in events {
         let counter = match group[i].kind {
-            Kind::Lock | Kind::Set => &mut exclusive,
+            Kind::Lock | Kind::Set | Kind::Lease | Kind::Leader => &mut exclusive,
             Kind::Permit => &mut permits,
             Kind::Read => &mut readers,
             Kind::Write => &mut writers,
@@ -130,6 +131,8 @@ fn overlaps(group: &[&Hold], limits: Limits, violations: &mut Violations) {
         *counter += 1;
         let broken = match group[i].kind {
             Kind::Lock | Kind::Set => (exclusive > 1).then_some("mutual-exclusion"),
+            Kind::Lease => (exclusive > 1).then_some("lease-exclusion"),
+            Kind::Leader => (exclusive > 1).then_some("one-leader"),
             Kind::Permit => (permits > limits.permits).then_some("semaphore"),
             Kind::Read | Kind::Write => {
                 (writers > 1 || (writers == 1 && readers > 0) || readers > limits.readers)

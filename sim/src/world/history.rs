@@ -19,6 +19,10 @@ pub enum Kind {
     Read,
     /// The writer of a read-write lock.
     Write,
+    /// A lock kept by a lease, until its holder learns that the lease ended.
+    Lease,
+    /// An election's leadership, until its leader learns that it ended.
+    Leader,
 }
 
 /// One hold as its client believed it: from `granted` to `until`, both in simulated time.
@@ -48,10 +52,41 @@ pub struct SlotRun {
     pub client: usize,
     /// The slot.
     pub slot: String,
+    /// The checker that judges it: how it was claimed (`slot-at-most-once` for a single claim,
+    /// `batch-at-most-once` in a batch, `scheduler-at-most-once` by the scheduler's runner).
+    pub checker: &'static str,
     /// When the claim returned.
     pub granted: Duration,
     /// When the run stopped.
     pub ended: Duration,
+}
+
+/// One operation of a workload on the masters: from its call until it and whatever it held
+/// were released (or it failed, or was dropped). The lock values it drew name it (see
+/// `seams`), so that a key it left on a master is found to be its.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// The client host.
+    pub client: usize,
+    /// When it was called.
+    pub start: Duration,
+    /// When it ended, once it did.
+    pub end: Option<Duration>,
+}
+
+/// A fault that may leave a key on a master beyond its operation (a request held or delayed
+/// and landing late, a cleanup that could not reach the master, data restored from before a
+/// release): on one master from every client, or on one client's link to it.
+#[derive(Debug, Clone)]
+pub struct FaultWindow {
+    /// The master.
+    pub master: usize,
+    /// The client whose link it was, or `None` for the whole master.
+    pub client: Option<usize>,
+    /// When it began.
+    pub from: Duration,
+    /// When it was lifted (the end of the run for one still in force).
+    pub to: Duration,
 }
 
 /// How many violations seen as they happened a failing seed prints.
@@ -79,6 +114,12 @@ pub struct History {
     /// Violations seen at the moment they happened (a grant's validity, an extension), by
     /// checker; the interval checkers run over `holds` at the end.
     pub seen: super::checker::Violations,
+    /// Every operation whose lock values are attributed, by number.
+    pub ops: Vec<Op>,
+    /// The faults on masters and links, as the nemesis started and lifted them.
+    pub faults: Vec<FaultWindow>,
+    /// When the nemesis healed everything, once it did.
+    pub healed: Option<Duration>,
     trace: sha1_smol::Sha1,
     tail: VecDeque<String>,
     lines: u64,
@@ -137,6 +178,42 @@ impl History {
             hold.until = hold.until.min(at);
             let line = format!("c{} release {} {}", hold.client, hold.group, index);
             self.event(at, format_args!("{line}"));
+        }
+    }
+
+    /// A new operation of `client`, called at `at`: its number.
+    pub fn begin_op(&mut self, client: usize, at: Duration) -> u32 {
+        self.ops.push(Op {
+            client,
+            start: at,
+            end: None,
+        });
+        u32::try_from(self.ops.len() - 1).unwrap_or(u32::MAX)
+    }
+
+    /// Operation `op` ended at `at`.
+    pub fn end_op(&mut self, op: u32, at: Duration) {
+        if let Some(op) = self.ops.get_mut(op as usize) {
+            op.end = Some(at);
+        }
+    }
+
+    /// A fault on `master` (from every client, or on `client`'s link) began at `at`: its index,
+    /// to [`Self::lift`] it.
+    pub fn fault(&mut self, master: usize, client: Option<usize>, at: Duration) -> usize {
+        self.faults.push(FaultWindow {
+            master,
+            client,
+            from: at,
+            to: Duration::MAX,
+        });
+        self.faults.len() - 1
+    }
+
+    /// Fault `index` was lifted at `at`.
+    pub fn lift(&mut self, index: usize, at: Duration) {
+        if let Some(fault) = self.faults.get_mut(index) {
+            fault.to = fault.to.min(at);
         }
     }
 

@@ -78,7 +78,8 @@ pub struct Nemesis {
     world: Rc<SimWorld>,
     masters: Vec<Rc<Served>>,
     clients: usize,
-    active: Vec<(Duration, Active)>,
+    /// Faults in force: when each ends, what it is, and its windows in the history.
+    active: Vec<(Duration, Active, Vec<usize>)>,
     snapshots: Vec<Keyspace>,
     next_fault: Duration,
     next_snapshot: Duration,
@@ -131,9 +132,13 @@ impl Nemesis {
         if now >= stop_at {
             if !self.healed {
                 self.healed = true;
-                for (_, fault) in std::mem::take(&mut self.active) {
+                for (_, fault, windows) in std::mem::take(&mut self.active) {
                     self.lift(sim, fault, now, history);
+                    for window in windows {
+                        history.lift(window, now);
+                    }
                 }
+                history.healed = Some(now);
                 history.event(now, format_args!("nemesis healed"));
             }
             return;
@@ -141,8 +146,11 @@ impl Nemesis {
         let mut i = 0;
         while i < self.active.len() {
             if self.active[i].0 <= now {
-                let (_, fault) = self.active.swap_remove(i);
+                let (_, fault, windows) = self.active.swap_remove(i);
                 self.lift(sim, fault, now, history);
+                for window in windows {
+                    history.lift(window, now);
+                }
             } else {
                 i += 1;
             }
@@ -162,7 +170,7 @@ impl Nemesis {
     fn start(&mut self, sim: &mut Sim<'_>, now: Duration, history: &mut History) {
         let master = self.below(self.masters.len() as u64) as usize;
         let client = self.below(self.clients as u64) as usize;
-        let busy = self.active.iter().any(|(_, f)| match f {
+        let busy = self.active.iter().any(|(_, f, _)| match f {
             Active::ClientClock { .. } => false,
             Active::MasterClock { master: m, .. } => *m == master,
             Active::QuorumRestore { cut, restored, .. } => *cut == master || *restored == master,
@@ -213,6 +221,8 @@ impl Nemesis {
             3 => {
                 let until = now + lasts;
                 self.masters[master].paused_until.set(until);
+                let window = history.fault(master, None, now);
+                history.lift(window, until);
                 history.event(
                     now,
                     format_args!("nemesis pause m{master} for {}ms", lasts.as_millis()),
@@ -234,7 +244,7 @@ impl Nemesis {
                 let Some(&restored) = pool.get(self.below(pool.len() as u64) as usize) else {
                     return;
                 };
-                if self.active.iter().any(|(_, f)| match f {
+                if self.active.iter().any(|(_, f, _)| match f {
                     Active::Down { master: m, .. }
                     | Active::Isolated { master: m }
                     | Active::SlowMaster { master: m } => *m == restored,
@@ -276,7 +286,7 @@ impl Nemesis {
                 if self
                     .active
                     .iter()
-                    .any(|(_, f)| matches!(f, Active::ClientClock { .. }))
+                    .any(|(_, f, _)| matches!(f, Active::ClientClock { .. }))
                 {
                     return;
                 }
@@ -329,7 +339,11 @@ impl Nemesis {
                 lasts.as_millis()
             ),
         );
-        self.active.push((now + lasts, fault));
+        let windows = touched(&fault)
+            .into_iter()
+            .map(|(master, client)| history.fault(master, client, now))
+            .collect();
+        self.active.push((now + lasts, fault, windows));
     }
 
     fn lift(&mut self, sim: &mut Sim<'_>, fault: Active, now: Duration, history: &mut History) {
@@ -391,6 +405,22 @@ impl Nemesis {
             }
         }
         history.event(now, format_args!("nemesis lift {}", describe(&fault)));
+    }
+}
+
+/// The masters (and links: with a client) a fault may leave keys on beyond their operations.
+/// A client's clock jump leaves none: it only proposes fencing tokens.
+fn touched(fault: &Active) -> Vec<(usize, Option<usize>)> {
+    match *fault {
+        Active::Held { client, master } | Active::Slow { client, master } => {
+            vec![(master, Some(client))]
+        }
+        Active::Isolated { master }
+        | Active::SlowMaster { master }
+        | Active::Down { master, .. }
+        | Active::MasterClock { master, .. } => vec![(master, None)],
+        Active::QuorumRestore { cut, restored, .. } => vec![(cut, None), (restored, None)],
+        Active::ClientClock { .. } => Vec::new(),
     }
 }
 

@@ -23,10 +23,13 @@ const PERIOD: Duration = Duration::from_millis(400);
 /// How many periods late a host may fire.
 const LATE_SLOTS: u64 = 8;
 /// The claim's TTL, renewed by its run's lease.
-const TTL: Duration = Duration::from_millis(300);
+pub const TTL: Duration = Duration::from_millis(300);
 /// How long a run's end is remembered: shorter than the late window, so that a record that
 /// expired under a long run lets a late host claim the slot again.
 pub const RETENTION: Duration = Duration::from_millis(600);
+/// The longest a slot's record may be kept: a claim keeps it the claim's TTL plus the
+/// retention, a renewal at least the retention.
+pub const RECORD_BOUND: Duration = TTL.saturating_add(RETENTION);
 
 /// What one claim of one slot worker led to.
 enum Claimed {
@@ -52,7 +55,8 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
         let cancel_after = rng
             .one_in(2)
             .then(|| Duration::from_micros(rng.below(8_000)));
-        let claim = locks.slots().claim(JOB, &slot, &opts);
+        let op = client.begin();
+        let claim = client.tagged(op, locks.slots().claim(JOB, &slot, &opts));
         let outcome = match cancellable(cancel_after, claim).await {
             None => Claimed::Dropped(runner),
             Some(Ok(SlotClaim::Claimed(run))) => {
@@ -75,6 +79,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
                 client.history.borrow_mut().slot_run(SlotRun {
                     client: client.index,
                     slot: slot.clone(),
+                    checker: "slot-at-most-once",
                     granted,
                     ended: now(),
                 });
@@ -92,6 +97,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
             }
             Some(_) => Claimed::Other,
         };
+        client.done(op);
         if let Claimed::Dropped(runner) = outcome {
             client.history.borrow_mut().dropped_claims.insert(runner);
         }

@@ -12,7 +12,8 @@ use quorumlock::{LockError, Redlock};
 use super::checker::{self, drift, Granted};
 use super::history::{History, Hold, Kind};
 use super::host::{now, Served, PORT};
-use super::{slots, waiter};
+use super::seams::SimWorld;
+use super::{batches, leases, scheduled, slots, waiter};
 use crate::seed::SeedRng;
 
 /// How many resources the workers lock one at a time, and as sets of two.
@@ -48,6 +49,8 @@ pub struct Client {
     pub restart_protection: bool,
     /// The seed of its workload.
     pub seed: u64,
+    /// The library's outside world, which attributes the lock values operations draw.
+    pub world: Rc<SimWorld>,
     /// Where holds and events go.
     pub history: Rc<RefCell<History>>,
 }
@@ -80,10 +83,21 @@ impl Client {
         }
         let waiter = waiter::waiter(Rc::clone(&me), waiting, rng(2000));
         workers.push(tokio::task::spawn_local(waiter));
+        let leased = leases::lease_worker(Rc::clone(&me), locks.clone(), rng(3000));
+        workers.push(tokio::task::spawn_local(leased));
+        let campaigner = leases::campaigner(Rc::clone(&me), locks.clone(), rng(4000));
+        workers.push(tokio::task::spawn_local(campaigner));
+        let batches = batches::worker(Rc::clone(&me), locks.clone(), rng(5000));
+        workers.push(tokio::task::spawn_local(batches));
+        let scheduler = scheduled::runner(Rc::clone(&me), locks.clone());
+        workers.push(tokio::task::spawn_local(scheduler));
         for worker in workers {
             worker.await?;
         }
         me.liveness(&locks).await;
+        // Background cleanups and deletes still in flight land before the run ends, so that
+        // the masters' data at its end is what the library leaves.
+        tokio::time::sleep(super::lifetime::GRACE).await;
         Ok(())
     }
 
@@ -110,144 +124,183 @@ impl Client {
 
     async fn worker(self: Rc<Self>, locks: Redlock, mut rng: SeedRng) {
         while now() < self.stop_at {
-            // Mostly 100 ms - 1 s; one in eight short, so that a slow round can outlive it.
-            let ttl = match rng.one_in(8) {
-                true => Duration::from_millis(10 + rng.below(40)),
-                false => Duration::from_millis(100 + rng.below(900)),
-            };
-            let pick = rng.below(100);
-            // Some acquisitions are dropped at an await point (a cancelled caller).
-            let cancel_after = rng
-                .one_in(10)
-                .then(|| Duration::from_micros(rng.below(20_000)));
-            let asked = Granted {
-                asked: now(),
-                granted: Duration::ZERO,
-                ttl,
-                remaining: Duration::ZERO,
-                extends_until: None,
-                one_round: true,
-            };
-            match pick {
-                0..35 => {
-                    let resource = format!("l{}", rng.below(LOCKS));
-                    let got = cancellable(cancel_after, locks.try_lock(&resource, ttl)).await;
-                    let Some(Ok(mut guard)) = got else {
-                        Self::back_off(&mut rng).await;
-                        continue;
-                    };
-                    let holds = self.granted(
-                        Kind::Lock,
-                        &[resource],
-                        grant_of(asked, guard.remaining()),
-                        guard.fence(),
-                    );
-                    if rng.one_in(4) {
-                        // Extended: after a while, or at the last moment (just before or just
-                        // after its validity runs out, while its keys may still be there).
-                        match rng.one_in(3) {
-                            true => {
-                                let ms = drift(ttl).as_millis() as u64;
-                                let validity = guard.remaining().as_millis() as u64;
-                                let at = (validity + rng.below(2 * ms + 1)).saturating_sub(ms);
-                                tokio::time::sleep(Duration::from_millis(at)).await;
-                            }
-                            false => self.hold_for(&mut rng, ttl).await,
-                        }
-                        let extends_until = self.history.borrow().holds[holds[0]].until;
-                        let extend_asked = now();
-                        let extended = guard.extend(ttl).await;
-                        self.history.borrow_mut().release(holds[0], now());
-                        if extended.is_ok() {
-                            let again = self.granted_again(
-                                Kind::Lock,
-                                guard.resource(),
-                                Granted {
-                                    asked: extend_asked,
-                                    remaining: guard.remaining(),
-                                    extends_until: Some(extends_until),
-                                    ..asked
-                                },
-                            );
-                            self.hold_for(&mut rng, ttl).await;
-                            self.end(&[again]);
-                        }
-                    } else {
-                        self.hold_for(&mut rng, ttl).await;
-                    }
-                    self.end(&holds);
-                    let _ = guard.release().await;
-                }
-                35..50 => {
-                    let a = rng.below(SET_RESOURCES);
-                    let b = (a + 1 + rng.below(SET_RESOURCES - 1)) % SET_RESOURCES;
-                    let resources = [format!("s{a}"), format!("s{b}")];
-                    let got = cancellable(cancel_after, locks.set(&resources).try_lock(ttl)).await;
-                    let Some(Ok(guard)) = got else {
-                        Self::back_off(&mut rng).await;
-                        continue;
-                    };
-                    let holds = self.granted(
-                        Kind::Set,
-                        &resources,
-                        grant_of(asked, guard.remaining()),
-                        guard.fence(),
-                    );
-                    self.hold_for(&mut rng, ttl).await;
-                    self.end(&holds);
-                    let _ = guard.release().await;
-                }
-                50..70 => {
-                    let semaphore = locks.semaphore("sem", PERMITS);
-                    let got = cancellable(cancel_after, semaphore.try_acquire(ttl)).await;
-                    let Some(Ok(guard)) = got else {
-                        Self::back_off(&mut rng).await;
-                        continue;
-                    };
-                    let holds = self.granted(
-                        Kind::Permit,
-                        &["sem".into()],
-                        rounds_of(asked, guard.remaining()),
-                        None,
-                    );
-                    self.hold_for(&mut rng, ttl).await;
-                    self.end(&holds);
-                    let _ = guard.release().await;
-                }
-                70..90 => {
-                    let got = cancellable(cancel_after, locks.rw_lock("rw").try_read(ttl)).await;
-                    let Some(Ok(guard)) = got else {
-                        Self::back_off(&mut rng).await;
-                        continue;
-                    };
-                    let holds = self.granted(
-                        Kind::Read,
-                        &["rw".into()],
-                        rounds_of(asked, guard.remaining()),
-                        None,
-                    );
-                    self.hold_for(&mut rng, ttl).await;
-                    self.end(&holds);
-                    let _ = guard.release().await;
-                }
-                _ => {
-                    let got = cancellable(cancel_after, locks.rw_lock("rw").try_write(ttl)).await;
-                    let Some(Ok(guard)) = got else {
-                        Self::back_off(&mut rng).await;
-                        continue;
-                    };
-                    let holds = self.granted(
-                        Kind::Write,
-                        &["rw".into()],
-                        rounds_of(asked, guard.remaining()),
-                        None,
-                    );
-                    self.hold_for(&mut rng, ttl).await;
-                    self.end(&holds);
-                    let _ = guard.release().await;
-                }
+            let op = self.begin();
+            let granted = self.operation(&locks, &mut rng, op).await;
+            self.done(op);
+            if !granted {
+                Self::back_off(&mut rng).await;
             }
         }
+    }
+
+    /// One operation of a worker, numbered `op`: whether it was granted.
+    async fn operation(&self, locks: &Redlock, rng: &mut SeedRng, op: u32) -> bool {
+        // Mostly 100 ms - 1 s; one in eight short, so that a slow round can outlive it.
+        let ttl = match rng.one_in(8) {
+            true => Duration::from_millis(10 + rng.below(40)),
+            false => Duration::from_millis(100 + rng.below(900)),
+        };
+        let pick = rng.below(100);
+        // Some acquisitions are dropped at an await point (a cancelled caller).
+        let cancel_after = rng
+            .one_in(10)
+            .then(|| Duration::from_micros(rng.below(20_000)));
+        let asked = Granted {
+            asked: now(),
+            granted: Duration::ZERO,
+            ttl,
+            remaining: Duration::ZERO,
+            extends_until: None,
+            one_round: true,
+        };
+        match pick {
+            0..35 => {
+                let resource = format!("l{}", rng.below(LOCKS));
+                let got = cancellable(
+                    cancel_after,
+                    self.tagged(op, locks.try_lock(&resource, ttl)),
+                )
+                .await;
+                let Some(Ok(mut guard)) = got else {
+                    return false;
+                };
+                let holds = self.granted(
+                    Kind::Lock,
+                    &[resource],
+                    grant_of(asked, guard.remaining()),
+                    guard.fence(),
+                );
+                if rng.one_in(4) {
+                    // Extended: after a while, or at the last moment (just before or just
+                    // after its validity runs out, while its keys may still be there).
+                    match rng.one_in(3) {
+                        true => {
+                            let ms = drift(ttl).as_millis() as u64;
+                            let validity = guard.remaining().as_millis() as u64;
+                            let at = (validity + rng.below(2 * ms + 1)).saturating_sub(ms);
+                            tokio::time::sleep(Duration::from_millis(at)).await;
+                        }
+                        false => self.hold_for(rng, ttl).await,
+                    }
+                    let extends_until = self.history.borrow().holds[holds[0]].until;
+                    let extend_asked = now();
+                    let extended = guard.extend(ttl).await;
+                    self.history.borrow_mut().release(holds[0], now());
+                    if extended.is_ok() {
+                        let again = self.granted_again(
+                            Kind::Lock,
+                            guard.resource(),
+                            Granted {
+                                asked: extend_asked,
+                                remaining: guard.remaining(),
+                                extends_until: Some(extends_until),
+                                ..asked
+                            },
+                        );
+                        self.hold_for(rng, ttl).await;
+                        self.end(&[again]);
+                    }
+                } else {
+                    self.hold_for(rng, ttl).await;
+                }
+                self.end(&holds);
+                let _ = guard.release().await;
+            }
+            35..50 => {
+                let a = rng.below(SET_RESOURCES);
+                let b = (a + 1 + rng.below(SET_RESOURCES - 1)) % SET_RESOURCES;
+                let resources = [format!("s{a}"), format!("s{b}")];
+                let got = cancellable(
+                    cancel_after,
+                    self.tagged(op, locks.set(&resources).try_lock(ttl)),
+                )
+                .await;
+                let Some(Ok(guard)) = got else {
+                    return false;
+                };
+                let holds = self.granted(
+                    Kind::Set,
+                    &resources,
+                    grant_of(asked, guard.remaining()),
+                    guard.fence(),
+                );
+                self.hold_for(rng, ttl).await;
+                self.end(&holds);
+                let _ = guard.release().await;
+            }
+            50..70 => {
+                let semaphore = locks.semaphore("sem", PERMITS);
+                let got =
+                    cancellable(cancel_after, self.tagged(op, semaphore.try_acquire(ttl))).await;
+                let Some(Ok(guard)) = got else {
+                    return false;
+                };
+                let holds = self.granted(
+                    Kind::Permit,
+                    &["sem".into()],
+                    rounds_of(asked, guard.remaining()),
+                    None,
+                );
+                self.hold_for(rng, ttl).await;
+                self.end(&holds);
+                let _ = guard.release().await;
+            }
+            70..90 => {
+                let got = cancellable(
+                    cancel_after,
+                    self.tagged(op, locks.rw_lock("rw").try_read(ttl)),
+                )
+                .await;
+                let Some(Ok(guard)) = got else {
+                    return false;
+                };
+                let holds = self.granted(
+                    Kind::Read,
+                    &["rw".into()],
+                    rounds_of(asked, guard.remaining()),
+                    None,
+                );
+                self.hold_for(rng, ttl).await;
+                self.end(&holds);
+                let _ = guard.release().await;
+            }
+            _ => {
+                let got = cancellable(
+                    cancel_after,
+                    self.tagged(op, locks.rw_lock("rw").try_write(ttl)),
+                )
+                .await;
+                let Some(Ok(guard)) = got else {
+                    return false;
+                };
+                let holds = self.granted(
+                    Kind::Write,
+                    &["rw".into()],
+                    rounds_of(asked, guard.remaining()),
+                    None,
+                );
+                self.hold_for(rng, ttl).await;
+                self.end(&holds);
+                let _ = guard.release().await;
+            }
+        }
+        true
+    }
+
+    /// A new operation of this client, called now: its number, for [`Self::tagged`] and
+    /// [`Self::done`].
+    pub(super) fn begin(&self) -> u32 {
+        self.history.borrow_mut().begin_op(self.index, now())
+    }
+
+    /// `future`, polled as operation `op`: the lock values it draws are `op`'s.
+    pub(super) async fn tagged<F: std::future::Future>(&self, op: u32, future: F) -> F::Output {
+        self.world.tagged(op, future).await
+    }
+
+    /// Operation `op` ended now: it and whatever it held were released, or it failed.
+    pub(super) fn done(&self, op: u32) {
+        self.history.borrow_mut().end_op(op, now());
     }
 
     /// Holds for a while: mostly briefly, sometimes up to half its `ttl`, now and then past it
@@ -344,9 +397,16 @@ impl Client {
         let resource = format!("live{}", self.index);
         let mut outcome: Result<(), LockError> = Ok(());
         while now() < healed + LIVENESS_BOUND {
-            match locks.try_lock(&resource, Duration::from_millis(500)).await {
+            let op = self.begin();
+            let got = self.tagged(op, locks.try_lock(&resource, Duration::from_millis(500)));
+            let got = got.await;
+            if got.is_err() {
+                self.done(op);
+            }
+            match got {
                 Ok(guard) => {
                     let _ = guard.release().await;
+                    self.done(op);
                     let took = now() - healed;
                     let mut history = self.history.borrow_mut();
                     history.event(

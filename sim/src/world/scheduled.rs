@@ -1,0 +1,115 @@
+//! The scheduler crate's runner (`quorumlock-scheduler`, built with its `sim` feature: its wall
+//! clock and jitter come from the simulated world) on every client: one periodic job, every
+//! slot of which must run at most once across the clients. The job's function runs for a while
+//! (now and then longer than its claim's TTL: its lease renews the claim); the runner cancels
+//! it when its lease ends. Each run, from the function's start until it returned or was
+//! dropped, goes to the history for `scheduler-at-most-once`. The clients' wall clocks jump with
+//! the nemesis, so the runners also fire slots early and late.
+
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use quorumlock::Redlock;
+use quorumlock_scheduler::{Job, Scheduler};
+
+use super::history::SlotRun;
+use super::host::now;
+use super::slots::{RETENTION, TTL};
+use super::workload::Client;
+
+/// The job every client's scheduler runs.
+const JOB: &str = "tick";
+/// Its period.
+const PERIOD: Duration = Duration::from_millis(250);
+/// How late a slot may still start.
+const STARTING_DEADLINE: Duration = Duration::from_millis(500);
+
+/// Runs as the job's function recorded them: slot id, start, end.
+type Runs = Arc<Mutex<Vec<(String, Duration, Duration)>>>;
+
+/// Records a run's end when dropped: the runner drops the function's future when it cancels it.
+struct Running {
+    runs: Runs,
+    slot: String,
+    started: Duration,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        runs.push((std::mem::take(&mut self.slot), self.started, now()));
+    }
+}
+
+/// How long the run of `slot` by `worker` lasts, in ms: a hash of both, so that the function
+/// needs no generator of its own (it must be `Send`), mostly short, one in ten longer than the
+/// claim's TTL.
+fn lasts_ms(worker: &str, slot: &str) -> u64 {
+    // FNV-1a.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in worker.bytes().chain(slot.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    match h % 10 {
+        0 => 400 + (h >> 8) % 600,
+        1..4 => 20 + (h >> 8) % 200,
+        _ => (h >> 8) % 30,
+    }
+}
+
+/// `client`'s scheduler on `locks`, from now until the stop time; then shut down, its runs
+/// handed to the history.
+pub async fn runner(client: Rc<Client>, locks: Redlock) {
+    let runs: Runs = Arc::default();
+    let recorded = Arc::clone(&runs);
+    let job = Job::every(JOB, PERIOD, move |ctx| {
+        let running = Running {
+            runs: Arc::clone(&recorded),
+            slot: ctx.slot().id().to_string(),
+            started: now(),
+        };
+        let ms = lasts_ms(ctx.worker(), ctx.slot().id());
+        async move {
+            let _running = running;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, std::convert::Infallible>(())
+        }
+    })
+    .map(|job| {
+        job.claim_ttl(TTL)
+            .retention(RETENTION)
+            .starting_deadline(STARTING_DEADLINE)
+    });
+    let started = job.and_then(|job| {
+        Scheduler::builder(&locks)
+            .worker(format!("c{}", client.index))
+            .job(job)
+            .start()
+    });
+    let scheduler = match started {
+        Ok(scheduler) => scheduler,
+        Err(error) => {
+            client.history.borrow_mut().violation(
+                now(),
+                "scheduler-start",
+                format_args!("c{}: {error}", client.index),
+            );
+            return;
+        }
+    };
+    tokio::time::sleep(client.stop_at.saturating_sub(now())).await;
+    scheduler.shutdown(Duration::from_millis(500)).await;
+    drop(scheduler);
+    let runs = std::mem::take(&mut *runs.lock().unwrap_or_else(PoisonError::into_inner));
+    let mut history = client.history.borrow_mut();
+    for (slot, granted, ended) in runs {
+        history.slot_run(SlotRun {
+            client: client.index,
+            slot: format!("{JOB}/{slot}"),
+            checker: "scheduler-at-most-once",
+            granted,
+            ended,
+        });
+    }
+}
