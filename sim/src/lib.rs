@@ -10,6 +10,7 @@
 //! * [`world`]: the real library against simulated masters on turmoil, faults, checkers;
 //! * [`shrink`]: a smaller run that fails as a failing one did, for a trace short enough to read.
 
+pub mod args;
 pub mod clock;
 pub mod commands;
 pub mod frame;

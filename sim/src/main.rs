@@ -10,82 +10,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use quorumlock_sim::shrink;
-use quorumlock_sim::world::beyond::Beyond;
 use quorumlock_sim::world::{self, Config, Outcome};
 
 /// Runs a shrink may make (each a whole simulated run, most of them much smaller).
 const SHRINK_BUDGET: u32 = 60;
-
-struct Args {
-    seeds: Vec<u64>,
-    minutes: Option<f64>,
-    from: u64,
-    shrink: bool,
-    config: Config,
-}
-
-fn parse() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
-    let (mut seed, mut count, mut from, mut minutes) = (None, None, 1u64, None);
-    let mut shrink = false;
-    let mut config = Config {
-        seed: 0,
-        masters: 3,
-        clients: 4,
-        workers: 8,
-        faulty_for: Duration::from_secs(20),
-        mutant: None,
-        beyond: None,
-    };
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
-        let number = |v: String| v.parse::<u64>().map_err(|e| format!("{flag} {v:?}: {e}"));
-        match flag.as_str() {
-            "--seed" => seed = Some(number(value()?)?),
-            "--seeds" => count = Some(number(value()?)?),
-            "--from" => from = number(value()?)?,
-            "--minutes" => {
-                let v = value()?;
-                minutes = Some(
-                    v.parse::<f64>()
-                        .map_err(|e| format!("--minutes {v:?}: {e}"))?,
-                );
-            }
-            "--seconds" => config.faulty_for = Duration::from_secs(number(value()?)?),
-            "--masters" => config.masters = number(value()?)? as usize,
-            "--clients" => config.clients = number(value()?)? as usize,
-            "--workers" => config.workers = number(value()?)? as usize,
-            "--shrink" => shrink = true,
-            "--beyond" => config.beyond = Some(Beyond::by_name(&value()?)?),
-            "--mutant" => {
-                let name = value()?;
-                world::mutants::by_name(&name)?;
-                config.mutant = Some(name);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if config.mutant.is_some() && config.beyond.is_some() {
-        return Err("--mutant and --beyond each expect a break of their own: one at a time".into());
-    }
-    if config.masters == 0 || config.clients == 0 || config.workers == 0 {
-        return Err("--masters, --clients and --workers must be at least 1".into());
-    }
-    let seeds = match (seed, count, minutes) {
-        (Some(seed), _, _) => vec![seed],
-        (None, Some(n), _) => (from..from.saturating_add(n)).collect(),
-        // Seeds from `from` on until the time runs out.
-        (None, None, Some(_)) => Vec::new(),
-        (None, None, None) => (from..from + 10).collect(),
-    };
-    Ok(Args {
-        seeds,
-        minutes,
-        from,
-        shrink,
-        config,
-    })
-}
 
 /// CPU time this process used (user + system), from `/proc`; wall time where there is none.
 fn cpu_time(started: Instant) -> Duration {
@@ -106,7 +34,7 @@ fn cpu_time(started: Instant) -> Duration {
 }
 
 fn main() -> ExitCode {
-    let args = match parse() {
+    let args = match quorumlock_sim::args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(error) => {
             eprintln!("quorumlock-sim: {error}");
@@ -116,7 +44,7 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let budget = args.minutes.map(|m| Duration::from_secs_f64(m * 60.0));
     let seeds: Box<dyn Iterator<Item = u64>> = if args.seeds.is_empty() {
-        Box::new(args.from..)
+        Box::new(args.from..=u64::MAX)
     } else {
         Box::new(args.seeds.into_iter())
     };
