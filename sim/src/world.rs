@@ -11,6 +11,7 @@ pub mod batches;
 pub mod beyond;
 pub mod checker;
 pub mod flood;
+pub mod handoff;
 pub mod history;
 pub mod host;
 pub mod leases;
@@ -161,6 +162,9 @@ pub fn run(config: &Config) -> Outcome {
     let flood = client(config.clients, 0, rng.next_u64());
     let flood_rng = SeedRng::new(flood.seed);
     sim.client(flood::HOST, flood::run(Rc::new(flood), flood_rng));
+    let probe = client(config.clients + 1, 0, rng.next_u64());
+    let probe_rng = SeedRng::new(probe.seed);
+    sim.client(handoff::HOST, handoff::run(Rc::new(probe), probe_rng));
     let mut error = None;
     loop {
         let now = sim.elapsed();

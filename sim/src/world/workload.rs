@@ -103,6 +103,14 @@ impl Client {
 
     /// A manager of this client: fenced, restart protection as the run says, the mutant's.
     pub(super) fn manager(&self) -> Result<Redlock, Box<dyn std::error::Error>> {
+        self.manager_polling(Duration::from_millis(50))
+    }
+
+    /// [`Self::manager`], its waiters polling below `retry_delay`.
+    pub(super) fn manager_polling(
+        &self,
+        retry_delay: Duration,
+    ) -> Result<Redlock, Box<dyn std::error::Error>> {
         let nodes = (0..self.masters).map(|m| format!("redis://m{m}:{PORT}"));
         let builder = Redlock::builder()
             .nodes(nodes)
@@ -111,7 +119,7 @@ impl Client {
             .node_timeout(Duration::from_millis(50))
             .connect_timeout(Duration::from_millis(200))
             .retry_count(3)
-            .retry_delay(Duration::from_millis(50));
+            .retry_delay(retry_delay);
         let builder = match &self.mutant {
             #[cfg(quorumlock_mutants)]
             Some(name) => builder.mutant(super::mutants::by_name(name)?),
