@@ -14,6 +14,7 @@ pub mod flood;
 pub mod handoff;
 pub mod history;
 pub mod host;
+pub mod intent;
 pub mod leases;
 pub mod lifetime;
 pub mod mutants;
@@ -151,6 +152,7 @@ pub fn run(config: &Config) -> Outcome {
         sim.client(format!("c{c}"), client.run());
     }
     let mut audit = lifetime::KeyAudit::new(masters.clone(), Rc::clone(&world));
+    let mut intents = intent::IntentAudit::new(masters.clone());
     let mut nemesis = Nemesis::new(
         rng.next_u64(),
         Rc::clone(&world),
@@ -170,6 +172,7 @@ pub fn run(config: &Config) -> Outcome {
         let now = sim.elapsed();
         nemesis.step(&mut sim, now, stop_at, &mut history.borrow_mut());
         audit.step(now, &mut history.borrow_mut());
+        intents.step(now, &mut history.borrow_mut());
         match sim.step() {
             Ok(false) => {}
             Ok(true) => break,
