@@ -192,7 +192,10 @@ async fn settle(client: &Client, me: &str, before: usize) {
 /// while it did not answer (a real `redis-server` under `SIGSTOP` lists them too).
 fn connections_bounded(client: &Client, me: &str) {
     for (m, served) in client.served.iter().enumerate() {
-        if served.paused_until.get() + Duration::from_millis(100) > now() {
+        // A paused master has not read the closes yet; a crashed one keeps the connections of
+        // its last life (its software was dropped mid-read) until it restarts.
+        let away = served.paused_until.get().max(served.down_until.get());
+        if away + Duration::from_millis(100) > now() {
             continue;
         }
         let (connections, _) = served.master.borrow().held_by(me);
