@@ -133,11 +133,16 @@ mod tests {
     fn defaults_and_batches() {
         let args = parse_str("").unwrap();
         assert_eq!(args.seeds, (1..=10).collect::<Vec<_>>());
-        assert_eq!(parse_str("--seeds 3 --from 7").unwrap().seeds, vec![7, 8, 9]);
+        assert_eq!(
+            parse_str("--seeds 3 --from 7").unwrap().seeds,
+            vec![7, 8, 9]
+        );
         assert_eq!(parse_str("--seed 0").unwrap().seeds, vec![0]);
         let last = u64::MAX.to_string();
         assert_eq!(
-            parse_str(&format!("--seeds 1 --from {last}")).unwrap().seeds,
+            parse_str(&format!("--seeds 1 --from {last}"))
+                .unwrap()
+                .seeds,
             vec![u64::MAX]
         );
         assert!(parse_str("--minutes 0.5").unwrap().seeds.is_empty());

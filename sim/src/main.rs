@@ -12,6 +12,17 @@ use std::time::{Duration, Instant};
 use quorumlock_sim::shrink;
 use quorumlock_sim::world::{self, Config, Outcome};
 
+/// `println!`, except that a closed stdout (`quorumlock-sim | head`) ends the process quietly
+/// instead of panicking: nobody reads the rest.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(141);
+        }
+    }};
+}
+
 /// Runs a shrink may make (each a whole simulated run, most of them much smaller).
 const SHRINK_BUDGET: u32 = 60;
 
@@ -71,7 +82,7 @@ fn main() -> ExitCode {
             .iter()
             .map(|(c, n)| format!("{c}={n}"))
             .collect();
-        println!(
+        say!(
             "seed {seed}: grants {} violations [{}] trace {} ({} events, {:.1} s simulated){}",
             outcome.grants,
             violations.join(" "),
@@ -87,19 +98,19 @@ fn main() -> ExitCode {
         if !outcome.violations.is_empty() || outcome.error.is_some() {
             failing += 1;
             for line in &outcome.first_violations {
-                println!("  {line}");
+                say!("  {line}");
             }
             if args.shrink {
                 let before = cpu_time(started);
                 report_shrunk(&config, &outcome);
                 shrinking += cpu_time(started).saturating_sub(before);
             } else if !must_break {
-                println!(
+                say!(
                     "  last events of seed {seed} (replay: {}; a smaller run: add --shrink):",
                     shrink::command(&config)
                 );
                 for line in &outcome.tail {
-                    println!("    {line}");
+                    say!("    {line}");
                 }
             }
             if must_break && caught.is_none() {
@@ -112,7 +123,7 @@ fn main() -> ExitCode {
         .saturating_sub(shrinking)
         .max(Duration::from_millis(1));
     let wall = started.elapsed().max(Duration::from_millis(1));
-    println!(
+    say!(
         "summary: {runs} seeds, {grants} grants, {failing} failing; {:.0} grants per CPU-minute \
          ({:.1} s CPU); {:.1} simulated s per wall s",
         grants as f64 / cpu.as_secs_f64() * 60.0,
@@ -126,14 +137,14 @@ fn main() -> ExitCode {
     };
     match (expected, caught) {
         (Some(what), Some((after, seed, checkers, at))) => {
-            println!(
+            say!(
                 "{what} caught after {after} seed(s) (seed {seed}, {checkers}, {:.1} s simulated)",
                 at.as_secs_f64()
             );
             ExitCode::SUCCESS
         }
         (Some(what), None) => {
-            println!("{what} NOT caught in {runs} seed(s)");
+            say!("{what} NOT caught in {runs} seed(s)");
             ExitCode::FAILURE
         }
         (None, _) if failing > 0 => ExitCode::FAILURE,
@@ -144,11 +155,11 @@ fn main() -> ExitCode {
 /// Shrinks the failing run of `config` and prints the smallest failing run found: its command,
 /// violations, first violations and last events.
 fn report_shrunk(config: &Config, outcome: &Outcome) {
-    println!("  shrinking (at most {SHRINK_BUDGET} runs)...");
+    say!("  shrinking (at most {SHRINK_BUDGET} runs)...");
     let Some(shrunk) = shrink::shrink(config, outcome, SHRINK_BUDGET) else {
-        println!("  no smaller run fails; last events of this one:");
+        say!("  no smaller run fails; last events of this one:");
         for line in &outcome.tail {
-            println!("    {line}");
+            say!("    {line}");
         }
         return;
     };
@@ -158,7 +169,7 @@ fn report_shrunk(config: &Config, outcome: &Outcome) {
         .iter()
         .map(|(c, n)| format!("{c}={n}"))
         .collect();
-    println!(
+    say!(
         "  shrunk in {} runs: {} ({} events instead of {}, violations [{}])",
         shrunk.runs,
         shrunk.command(),
@@ -167,10 +178,10 @@ fn report_shrunk(config: &Config, outcome: &Outcome) {
         violations.join(" "),
     );
     for line in &shrunk.outcome.first_violations {
-        println!("    {line}");
+        say!("    {line}");
     }
-    println!("  its last events (all of them: QUORUMLOCK_SIM_TRACE=FILE before the command):");
+    say!("  its last events (all of them: QUORUMLOCK_SIM_TRACE=FILE before the command):");
     for line in &shrunk.outcome.tail {
-        println!("    {line}");
+        say!("    {line}");
     }
 }

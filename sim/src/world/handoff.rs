@@ -62,8 +62,7 @@ pub async fn run(client: Rc<Client>, mut rng: SeedRng) -> turmoil::Result {
                 let deadline = tokio::time::Instant::now().into_std() + Duration::from_secs(4);
                 let got = waiting.lock_until(RESOURCE, HOLD_TTL, deadline).await;
                 let got = got.map(|guard| {
-                    let holds =
-                        grant(&client, asked, HOLD_TTL, guard.remaining(), guard.fence());
+                    let holds = grant(&client, asked, HOLD_TTL, guard.remaining(), guard.fence());
                     (guard, holds)
                 });
                 (asked, now(), got)

@@ -56,7 +56,10 @@ fn parse(key: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
 impl IntentAudit {
     /// The checker of `masters`' data.
     pub fn new(masters: Vec<Rc<Served>>) -> Self {
-        let last = masters.iter().map(|_| (Duration::ZERO, Seen::default())).collect();
+        let last = masters
+            .iter()
+            .map(|_| (Duration::ZERO, Seen::default()))
+            .collect();
         Self {
             masters,
             next_read: EVERY,
@@ -80,8 +83,7 @@ impl IntentAudit {
                     if entry.expires_at.is_some_and(|at| now_ms > at) {
                         continue;
                     }
-                    let (Some((name, permit)), Data::Str(value)) = (parse(key), &entry.data)
-                    else {
+                    let (Some((name, permit)), Data::Str(value)) = (parse(key), &entry.data) else {
                         continue;
                     };
                     match permit {
@@ -89,7 +91,10 @@ impl IntentAudit {
                             seen.intents.insert(name, value.clone());
                         }
                         Some(key) => {
-                            seen.permits.entry(name).or_default().insert(key, value.clone());
+                            seen.permits
+                                .entry(name)
+                                .or_default()
+                                .insert(key, value.clone());
                         }
                     }
                 }
