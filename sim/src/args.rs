@@ -131,21 +131,21 @@ mod tests {
 
     #[test]
     fn defaults_and_batches() {
-        let args = parse_str("").unwrap();
+        let args = parse_str("").expect("defaults");
         assert_eq!(args.seeds, (1..=10).collect::<Vec<_>>());
         assert_eq!(
-            parse_str("--seeds 3 --from 7").unwrap().seeds,
+            parse_str("--seeds 3 --from 7").expect("a batch").seeds,
             vec![7, 8, 9]
         );
-        assert_eq!(parse_str("--seed 0").unwrap().seeds, vec![0]);
+        assert_eq!(parse_str("--seed 0").expect("seed 0").seeds, vec![0]);
         let last = u64::MAX.to_string();
         assert_eq!(
             parse_str(&format!("--seeds 1 --from {last}"))
-                .unwrap()
+                .expect("the last seed")
                 .seeds,
             vec![u64::MAX]
         );
-        assert!(parse_str("--minutes 0.5").unwrap().seeds.is_empty());
+        assert!(parse_str("--minutes 0.5").expect("minutes").seeds.is_empty());
     }
 
     #[test]
