@@ -90,7 +90,9 @@ pub async fn run(cell: Cell, timing: Timing, dir: &Path) -> CellRow {
 
 async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Result<(), String> {
     let peer_links = cell.fault == Fault::MemberPartition;
-    let mut testbed = Testbed::start_with(cell.subject, WORKERS, timing.ttl, peer_links).await?;
+    // The orphans' scene has a holder and a waiter of its own.
+    let rows = WORKERS + if cell.fault == Fault::Orphans { 2 } else { 0 };
+    let mut testbed = Testbed::start_with(cell.subject, rows, timing.ttl, peer_links).await?;
     let store = resource::Server::start()
         .await
         .map_err(|e| format!("starting the fenced store: {e}"))?;
@@ -124,6 +126,7 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
     }
 
     let mut evidence = Evidence::default();
+    let mut orphans = None;
     match cell.fault {
         Fault::None => tokio::time::sleep(timing.warmup).await,
         Fault::ClientPause | Fault::Partition => {
@@ -134,7 +137,19 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             }
             tokio::time::sleep(timing.after).await;
         }
-        Fault::ServerPause | Fault::ServerCrash | Fault::DataLoss | Fault::MemberPartition => {
+        Fault::Orphans => {
+            tokio::time::sleep(timing.warmup).await;
+            let scene = super::orphans::scene(&testbed, WORKERS, &recorder, timing.ttl).await;
+            let (fault, reading) = scene.made;
+            evidence.record(fault, reading);
+            orphans = Some(scene.check);
+            tokio::time::sleep(timing.after).await;
+        }
+        Fault::ServerPause
+        | Fault::ServerCrash
+        | Fault::DataLoss
+        | Fault::MemberPartition
+        | Fault::PacketLoss => {
             tokio::time::sleep(timing.warmup).await;
             let ((fault, reading), note) = strike(
                 cell.fault,
@@ -215,6 +230,22 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             "liveness: no grant within {:?} of the last heal",
             timing.ttl + LIVENESS_SLACK
         );
+    }
+    let mut observed_text = observed_text;
+    match &orphans {
+        Some(Ok(lifetimes)) => {
+            observed_text.push_str("; orphans gone in time");
+            row.notes.push(lifetimes.clone());
+        }
+        Some(Err(outlived)) => {
+            observed_text.push_str("; an orphan outlived its bound");
+            if judgement.verdict == Verdict::Pass {
+                judgement.verdict = Verdict::Fail;
+                judgement.why = format!("orphans: {outlived}");
+            }
+            row.notes.push(outlived.clone());
+        }
+        None => {}
     }
     row.observed = observed_text;
     row.verdict = verdict_text(judgement.verdict).to_owned();

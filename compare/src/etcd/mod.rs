@@ -67,6 +67,11 @@ impl EtcdOptions {
         self
     }
 
+    /// The prefix of `resource`'s keys.
+    pub(crate) fn prefix_of(&self, resource: &str) -> String {
+        format!("{}{}/", self.prefix, escape_segment(resource))
+    }
+
     /// The prefix of every lock key. Defaults to `quorumlock-compare/`.
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -166,7 +171,7 @@ impl EtcdLock {
     ) -> Result<Held, SubjectError> {
         validate_resource(resource)?;
         let lease = self.lease().await?;
-        let prefix = format!("{}{}/", self.inner.options.prefix, escape_segment(resource));
+        let prefix = self.inner.options.prefix_of(resource);
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let key = format!("{prefix}{lease:016x}-{n:x}");
         let mut client = self.inner.client.clone();

@@ -9,6 +9,10 @@
 //! behind. The fencing token is the znode's creation zxid: zxids grow with every transaction
 //! of the ensemble, so a later grant always has a larger one.
 //!
+//! A release, or the removal of a cancelled attempt's znode, that cannot reach the ensemble is
+//! tried again in the background until the znode is gone or the session is over (Curator's
+//! "guaranteed" delete).
+//!
 //! A grant lasts as long as the session: when the ensemble hears nothing from the client for
 //! the session timeout, it expires the session and deletes its znodes.
 
@@ -28,6 +32,8 @@ use crate::SubjectError;
 const LABEL: &str = "zookeeper";
 /// What separates a znode's name from its sequence number.
 const LOCK_MARK: &str = "-lock-";
+/// How long a guaranteed delete waits before it tries again.
+const DELETE_RETRY: Duration = Duration::from_millis(100);
 
 /// How a [`ZkLock`] talks to the ensemble.
 #[derive(Debug, Clone)]
@@ -45,6 +51,11 @@ impl ZkOptions {
             session_timeout,
             root: "/quorumlock-compare".to_owned(),
         }
+    }
+
+    /// The directory of `resource`'s znodes.
+    pub(crate) fn dir_of(&self, resource: &str) -> String {
+        format!("{}/{}", self.root, escape_segment(resource))
     }
 
     /// The directory the resources' directories are made under. Defaults to
@@ -138,7 +149,7 @@ impl ZkLock {
     ) -> Result<Held, SubjectError> {
         validate_resource(resource)?;
         let client = self.client().await?;
-        let dir = format!("{}/{}", self.inner.options.root, escape_segment(resource));
+        let dir = self.inner.options.dir_of(resource);
         client
             .mkdir(&dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
             .await
@@ -253,15 +264,21 @@ fn failure(e: &ZkError) -> SubjectError {
 
 /// A guard that deletes the znode at `path` unless disarmed.
 fn delete_on_drop(client: &Client, path: &str) -> Cleanup {
-    let client = client.clone();
-    let path = path.to_owned();
-    Cleanup::new(
-        async move {
-            // Best effort: otherwise the znode goes with the session.
-            let _ = client.delete(&path, None).await;
+    Cleanup::new(delete_guaranteed(client.clone(), path.to_owned()).boxed())
+}
+
+/// Curator's guaranteed delete: deletes the znode at `path`, trying again while the servers
+/// cannot be reached, until it is gone or the session is over (its ephemeral znodes then go
+/// with it). Without it, a release lost with the connection would leave the znode held for as
+/// long as the client's session lives on another server.
+async fn delete_guaranteed(client: Client, path: String) {
+    loop {
+        match client.delete(&path, None).await {
+            Ok(()) | Err(ZkError::NoNode | ZkError::SessionExpired) => return,
+            Err(_) if client.state().is_terminated() => return,
+            Err(_) => tokio::time::sleep(DELETE_RETRY).await,
         }
-        .boxed(),
-    )
+    }
 }
 
 struct ZkRelease {
@@ -278,7 +295,13 @@ impl Release for ZkRelease {
                 Err(ZkError::NoNode | ZkError::SessionExpired) => {
                     Err(SubjectError::not_held(LABEL, &self.resource))
                 }
-                Err(e) => Err(failure(&e)),
+                Err(e) => {
+                    // The caller hears of the failure; the deletion goes on in the background.
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        runtime.spawn(delete_guaranteed(self.client.clone(), self.path.clone()));
+                    }
+                    Err(failure(&e))
+                }
             }
         }
         .boxed()
