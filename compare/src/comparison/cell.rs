@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jepsen_lite::checker::{self, Params, Report};
-use jepsen_lite::clock::ms;
+use jepsen_lite::clock::{ms, now_ns};
 use jepsen_lite::evidence::Evidence;
 use jepsen_lite::history::{self, Kind};
 use jepsen_lite::outcome::Verdict;
@@ -164,6 +164,15 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             tokio::time::sleep(timing.after).await;
         }
     }
+    // Liveness is judged up to its bound after the last heal: the cell goes on until a grant
+    // came after it or the bound passed, so that a slow recovery is not taken for none.
+    let bound_ns = u64::try_from((timing.ttl + LIVENESS_SLACK).as_nanos()).unwrap_or(u64::MAX);
+    while let Some((heal, false)) = recorder.since_last_heal() {
+        if now_ns() >= heal.saturating_add(bound_ns) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     stop.store(true, Ordering::Release);
     for (id, mut task) in tasks.into_iter().enumerate() {
         match tokio::time::timeout(STOP_WAIT, &mut task).await {
@@ -186,6 +195,14 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             format!("{} by worker 0", cell.fault.label()),
             Err("worker 0 was never granted the lock after the warmup".to_owned()),
         );
+    }
+    // No grant after the heal: what holds the lock, read on the servers (quorumlock's keys
+    // are jepsen-lite's to read).
+    if matches!(recorder.since_last_heal(), Some((_, false)))
+        && !cell.subject.client_bounds_validity()
+    {
+        row.notes
+            .push(super::orphans::describe(&testbed, super::workload::RESOURCE).await);
     }
     tokio::task::block_in_place(move || drop(testbed));
 

@@ -50,24 +50,24 @@ enum Reader {
     Etcd(etcd_client::Client, String),
     Zookeeper(zookeeper_client::Client, String),
     Advisory(tokio_postgres::Client, i64),
-    LeaseRow(tokio_postgres::Client),
+    LeaseRow(tokio_postgres::Client, String),
 }
 
 impl Reader {
-    async fn connect(servers: &Servers, kind: SubjectKind) -> Result<Self, String> {
+    async fn connect(servers: &Servers, kind: SubjectKind, resource: &str) -> Result<Self, String> {
         Ok(match servers {
             Servers::Etcd(cluster) => {
                 let client = etcd_client::Client::connect(cluster.endpoints(), None)
                     .await
                     .map_err(|e| format!("etcd: {e}"))?;
-                let prefix = EtcdOptions::new(Duration::from_secs(2)).prefix_of(RESOURCE);
+                let prefix = EtcdOptions::new(Duration::from_secs(2)).prefix_of(resource);
                 Self::Etcd(client, prefix)
             }
             Servers::Zookeeper(ensemble) => {
                 let client = zookeeper_client::Client::connect(&ensemble.connect_string())
                     .await
                     .map_err(|e| format!("zookeeper: {e}"))?;
-                let dir = ZkOptions::new(Duration::from_secs(2)).dir_of(RESOURCE);
+                let dir = ZkOptions::new(Duration::from_secs(2)).dir_of(resource);
                 Self::Zookeeper(client, dir)
             }
             Servers::Postgres(server) => {
@@ -75,9 +75,9 @@ impl Reader {
                     .await
                     .map_err(|e| e.to_string())?;
                 if kind == SubjectKind::PgAdvisory {
-                    Self::Advisory(client, crate::postgres::advisory_key(RESOURCE))
+                    Self::Advisory(client, crate::postgres::advisory_key(resource))
                 } else {
-                    Self::LeaseRow(client)
+                    Self::LeaseRow(client, resource.to_owned())
                 }
             }
             Servers::Redis(_) => return Err("quorumlock's keys are jepsen-lite's to read".into()),
@@ -113,12 +113,12 @@ impl Reader {
                     .map_err(|e| e.to_string())?;
                 usize::try_from(row.get::<_, i64>(0)).unwrap_or(0)
             }
-            Self::LeaseRow(client) => {
+            Self::LeaseRow(client, resource) => {
                 let row = client
                     .query_one(
                         "SELECT count(*) FROM quorumlock_leases \
                          WHERE name = $1 AND lock_until > now()",
-                        &[&RESOURCE],
+                        &[resource],
                     )
                     .await
                     .map_err(|e| e.to_string())?;
@@ -126,6 +126,40 @@ impl Reader {
             }
         };
         Ok(n)
+    }
+
+    /// The entries themselves where they have names (etcd keys, ZooKeeper znodes).
+    async fn names(&self) -> Result<Vec<String>, String> {
+        Ok(match self {
+            Self::Etcd(client, prefix) => {
+                let options = etcd_client::GetOptions::new().with_prefix().with_keys_only();
+                let reply = client
+                    .kv_client()
+                    .get(prefix.as_str(), Some(options))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                reply
+                    .kvs()
+                    .iter()
+                    .map(|kv| {
+                        format!(
+                            "{} (lease {:x}, revision {})",
+                            String::from_utf8_lossy(kv.key()),
+                            kv.lease(),
+                            kv.create_revision()
+                        )
+                    })
+                    .collect()
+            }
+            Self::Zookeeper(client, dir) => match client.list_children(dir).await {
+                Ok(children) => children,
+                Err(zookeeper_client::Error::NoNode) => Vec::new(),
+                Err(e) => return Err(e.to_string()),
+            },
+            Self::Advisory(..) | Self::LeaseRow(..) => {
+                vec![format!("{} holding or waiting", self.entries().await?)]
+            }
+        })
     }
 
     /// Reads until `done` says yes or `within` passes; when it said yes, and the last count.
@@ -174,7 +208,7 @@ async fn play(
 ) -> Result<Scene, String> {
     let fault = "cancel a queued acquisition, then crash the holder".to_owned();
     let bound = ttl + GRACE;
-    let reader = Reader::connect(&testbed.servers, testbed.kind).await?;
+    let reader = Reader::connect(&testbed.servers, testbed.kind, RESOURCE).await?;
     let holder = testbed
         .client(holder_row)
         .await
@@ -251,4 +285,17 @@ async fn play(
         made: (fault, proof),
         check,
     })
+}
+
+/// What the servers hold for `resource` now, read on them directly: for a cell whose lock
+/// was not granted again after the heal.
+pub(super) async fn describe(testbed: &Testbed, resource: &str) -> String {
+    let read = async {
+        let reader = Reader::connect(&testbed.servers, testbed.kind, resource).await?;
+        reader.names().await
+    };
+    match read.await {
+        Ok(names) => format!("on the servers at the end, {resource:?} has: {names:?}"),
+        Err(e) => format!("could not read {resource:?} on the servers at the end: {e}"),
+    }
 }

@@ -220,8 +220,11 @@ impl ZkLock {
 }
 
 /// Creates the ephemeral sequential znode `<dir>/<protection>-lock-<seq>` and returns its
-/// name and creation zxid. When the connection is lost before the reply, the znode may exist
-/// all the same: it is looked for by its protection prefix.
+/// name and creation zxid. When the connection fails before the reply (lost, or silent past
+/// the client's timeout), the znode may exist all the same: it is looked for by its
+/// protection prefix; if it cannot be looked for now, it is deleted in the background once
+/// the servers answer again (Curator's protection), so that it never holds the lock for the
+/// rest of the session.
 async fn create_protected(
     client: &Client,
     dir: &str,
@@ -231,19 +234,56 @@ async fn create_protected(
     let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     match client.create(&prefix, b"", &options).await {
         Ok((stat, seq)) => Ok((format!("{protection}{LOCK_MARK}{seq}"), stat.czxid)),
-        Err(ZkError::ConnectionLoss) => {
-            let children = client.list_children(dir).await.map_err(|e| failure(&e))?;
-            let Some(name) = children.into_iter().find(|c| c.starts_with(protection)) else {
-                return Err(failure(&ZkError::ConnectionLoss));
-            };
-            let stat = client
-                .check_stat(&format!("{dir}/{name}"))
-                .await
-                .map_err(|e| failure(&e))?
-                .ok_or_else(|| failure(&ZkError::ConnectionLoss))?;
-            Ok((name, stat.czxid))
+        // The session is over: its ephemeral znodes with it.
+        Err(e @ ZkError::SessionExpired) => Err(failure(&e)),
+        Err(e) => match find_protected(client, dir, protection).await {
+            Ok(Some(found)) => Ok(found),
+            Ok(None) => Err(failure(&e)),
+            Err(_) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(delete_protected(
+                        client.clone(),
+                        dir.to_owned(),
+                        protection.to_owned(),
+                    ));
+                }
+                Err(failure(&e))
+            }
+        },
+    }
+}
+
+/// The znode of `dir` whose name starts with `protection`, with its creation zxid.
+async fn find_protected(
+    client: &Client,
+    dir: &str,
+    protection: &str,
+) -> Result<Option<(String, i64)>, ZkError> {
+    let children = client.list_children(dir).await?;
+    let Some(name) = children.into_iter().find(|c| c.starts_with(protection)) else {
+        return Ok(None);
+    };
+    Ok(client
+        .check_stat(&format!("{dir}/{name}"))
+        .await?
+        .map(|stat| (name, stat.czxid)))
+}
+
+/// Deletes the znode of `dir` whose name starts with `protection`, if there is one, trying
+/// again until the servers answer or the session is over.
+async fn delete_protected(client: Client, dir: String, protection: String) {
+    loop {
+        match client.list_children(&dir).await {
+            Ok(children) => {
+                if let Some(name) = children.into_iter().find(|c| c.starts_with(&protection)) {
+                    delete_guaranteed(client, format!("{dir}/{name}")).await;
+                }
+                return;
+            }
+            Err(ZkError::NoNode | ZkError::SessionExpired) => return,
+            Err(_) if client.state().is_terminated() => return,
+            Err(_) => tokio::time::sleep(DELETE_RETRY).await,
         }
-        Err(e) => Err(failure(&e)),
     }
 }
 
