@@ -210,6 +210,11 @@ async fn isolate_leader(
         (_, Err(e)) => return (fault, Err(format!("the cut could not be removed: {e}"))),
     };
     let reading = match replaced {
+        // Cut off both ways, it cannot know who leads the others now, nor serve.
+        Some((_, _, k)) if hears_the_others(&isolated_view, k) => Err(format!(
+            "the cut-off one still hears the others: {}",
+            isolated_view.trim()
+        )),
         Some((after, j, k)) if discarded > 0 => Ok(format!(
             "{discarded} packets of its peer connections dropped; after {} ms member {j} \
              named {k} leader; the cut-off one then: {}",
@@ -223,6 +228,13 @@ async fn isolate_leader(
         )),
     };
     (fault, reading)
+}
+
+/// Whether what the cut-off member said shows that it still hears the others: it names the
+/// leader they elected (etcd), or it serves as a follower or leader (ZooKeeper).
+fn hears_the_others(view: &str, new_leader: usize) -> bool {
+    let view = view.trim();
+    view == format!("names {new_leader} leader") || view == "follower" || view == "leader"
 }
 
 /// The first line of a server's error and the last line of its log tail, shortened.
