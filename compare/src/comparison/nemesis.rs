@@ -132,7 +132,10 @@ pub(super) async fn strike(
         }
         Fault::PacketLoss => {
             let ports = servers.ports();
-            (super::loss::packet_loss(&ports, recorder, length).await, None)
+            (
+                super::loss::packet_loss(&ports, recorder, length).await,
+                None,
+            )
         }
         Fault::None | Fault::ClientPause | Fault::Partition | Fault::Orphans => (
             (

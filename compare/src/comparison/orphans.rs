@@ -47,7 +47,7 @@ pub(super) struct Scene {
 
 /// Reads a resource's entries on the servers.
 enum Reader {
-    Etcd(etcd_client::Client, String),
+    Etcd(Box<etcd_client::Client>, String),
     Zookeeper(zookeeper_client::Client, String),
     Advisory(tokio_postgres::Client, i64),
     LeaseRow(tokio_postgres::Client, String),
@@ -61,7 +61,7 @@ impl Reader {
                     .await
                     .map_err(|e| format!("etcd: {e}"))?;
                 let prefix = EtcdOptions::new(Duration::from_secs(2)).prefix_of(resource);
-                Self::Etcd(client, prefix)
+                Self::Etcd(Box::new(client), prefix)
             }
             Servers::Zookeeper(ensemble) => {
                 let client = zookeeper_client::Client::connect(&ensemble.connect_string())
@@ -88,7 +88,9 @@ impl Reader {
     async fn entries(&self) -> Result<usize, String> {
         let n = match self {
             Self::Etcd(client, prefix) => {
-                let options = etcd_client::GetOptions::new().with_prefix().with_count_only();
+                let options = etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only();
                 let reply = client
                     .kv_client()
                     .get(prefix.as_str(), Some(options))
@@ -132,7 +134,9 @@ impl Reader {
     async fn names(&self) -> Result<Vec<String>, String> {
         Ok(match self {
             Self::Etcd(client, prefix) => {
-                let options = etcd_client::GetOptions::new().with_prefix().with_keys_only();
+                let options = etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only();
                 let reply = client
                     .kv_client()
                     .get(prefix.as_str(), Some(options))
@@ -236,7 +240,12 @@ async fn play(
         (!wait.is_finished()).then(|| format!("the waiter polled for {POLL_WAIT:?} (no queue)"))
     } else {
         let (seen, n) = reader.until(QUEUE_WAIT, |n| n > alone).await?;
-        seen.map(|after| format!("the waiter's entry seen on the servers after {} ms ({n} entries)", after.as_millis()))
+        seen.map(|after| {
+            format!(
+                "the waiter's entry seen on the servers after {} ms ({n} entries)",
+                after.as_millis()
+            )
+        })
     };
     wait.abort();
     let _ = wait.await;

@@ -90,8 +90,17 @@ fn marks(groups: &[u32]) -> Result<Rules, String> {
     }
     let mut rules = Rules::new();
     for (i, gid) in groups.iter().enumerate() {
-        let matches = ["-o", "lo", "-p", "tcp", "-m", "owner", "--gid-owner", &gid.to_string()]
-            .map(str::to_owned);
+        let matches = [
+            "-o",
+            "lo",
+            "-p",
+            "tcp",
+            "-m",
+            "owner",
+            "--gid-owner",
+            &gid.to_string(),
+        ]
+        .map(str::to_owned);
         let bit = format!("{:#x}", bit(i));
         rules.insert(
             "mangle",
@@ -116,7 +125,11 @@ pub(super) fn etcd(n: usize) -> Result<(EtcdCluster, PeerLinks), String> {
     let groups = groups(n);
     let marks = marks(&groups)?;
     let cluster = EtcdCluster::start_tagged(&groups).map_err(|e| format!("etcd: {e}"))?;
-    let peer_ports = cluster.members().iter().map(|m| vec![m.peer_port()]).collect();
+    let peer_ports = cluster
+        .members()
+        .iter()
+        .map(|m| vec![m.peer_port()])
+        .collect();
     Ok((
         cluster,
         PeerLinks {

@@ -95,9 +95,7 @@ impl Rules {
             .iter()
             .find(|r| r.comment == comment)
             .ok_or_else(|| format!("no rule {comment} was installed here"))?;
-        let listing = iptables(&[
-            "-w", "-t", rule.table, "-L", rule.chain, "-v", "-x", "-n",
-        ])?;
+        let listing = iptables(&["-w", "-t", rule.table, "-L", rule.chain, "-v", "-x", "-n"])?;
         packets_of(&listing, comment).ok_or_else(|| format!("rule {comment} is not listed"))
     }
 
@@ -156,8 +154,19 @@ pub fn check() -> Result<(), String> {
     ]
     .map(str::to_owned);
     rules.insert("filter", "INPUT", &spec, &[])?;
-    let owner = ["-o", "lo", "-p", "tcp", "--dport", "9", "-m", "owner", "--gid-owner", "1"]
-        .map(str::to_owned);
+    let owner = [
+        "-o",
+        "lo",
+        "-p",
+        "tcp",
+        "--dport",
+        "9",
+        "-m",
+        "owner",
+        "--gid-owner",
+        "1",
+    ]
+    .map(str::to_owned);
     rules.insert("mangle", "OUTPUT", &owner, &[])?;
     rules.remove()
 }
@@ -207,7 +216,10 @@ fn sweep_dead() {
             };
             let mut args = vec!["-w".to_owned(), "-t".to_owned(), table.to_owned()];
             args.push("-D".to_owned());
-            args.extend(rest.split_whitespace().map(|a| a.trim_matches('"').to_owned()));
+            args.extend(
+                rest.split_whitespace()
+                    .map(|a| a.trim_matches('"').to_owned()),
+            );
             let _ = iptables(&args);
         }
     }

@@ -124,10 +124,7 @@ impl ZkEnsemble {
                 .map_err(|e| ServerError::io(format!("creating {}", data_dir.display()), e))?;
             write(&data_dir.join("myid"), &format!("{id}\n"))?;
             let config = home.join("zoo.cfg");
-            write(
-                &config,
-                &config_text(&data_dir, client_port, &members),
-            )?;
+            write(&config, &config_text(&data_dir, client_port, &members))?;
             let args: Vec<OsString> = vec![
                 // Small heaps and one GC thread: up to a few ensembles share two cores.
                 "-Xms32m".into(),
