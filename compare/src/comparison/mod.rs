@@ -36,7 +36,6 @@ pub use cells::{catalog, expectation, Cell, Fault};
 pub use page::{html, NOT_DONE};
 pub use peers::{Cut, PeerLinks};
 pub use results::{default_dir, BenchRow, CellRow, FaultProof, Figures, Provenance, Results};
-pub use rules::{check as check_iptables, Rules};
 pub use servers::Servers;
 pub use subjects::SubjectKind;
 pub use table::{bench_table, cell_table};

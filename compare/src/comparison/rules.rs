@@ -42,14 +42,14 @@ impl Rule {
 
 /// Rules installed together, removed when dropped.
 #[derive(Debug, Default)]
-pub struct Rules {
+pub(super) struct Rules {
     installed: Vec<Rule>,
 }
 
 impl Rules {
     /// No rules yet. The first guard of a process removes rules that processes now dead
     /// left behind.
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         SWEEP.call_once(sweep_dead);
         Self::default()
     }
@@ -60,7 +60,7 @@ impl Rules {
     /// # Errors
     ///
     /// What iptables said (it is missing, we are not root, a match is not available).
-    pub fn insert(
+    pub(super) fn insert(
         &mut self,
         table: &'static str,
         chain: &'static str,
@@ -89,7 +89,7 @@ impl Rules {
     /// # Errors
     ///
     /// The listing could not be read, or the rule is not in it.
-    pub fn packets(&self, comment: &str) -> Result<u64, String> {
+    pub(super) fn packets(&self, comment: &str) -> Result<u64, String> {
         let rule = self
             .installed
             .iter()
@@ -104,7 +104,7 @@ impl Rules {
     /// # Errors
     ///
     /// The rules that could not be removed (the others are gone).
-    pub fn remove(&mut self) -> Result<(), String> {
+    pub(super) fn remove(&mut self) -> Result<(), String> {
         let failed: Vec<String> = self
             .installed
             .drain(..)
@@ -122,53 +122,6 @@ impl Drop for Rules {
     fn drop(&mut self) {
         let _ = self.remove();
     }
-}
-
-/// Whether iptables runs here, with the matches the faults need (`statistic`, `multiport`,
-/// `connmark`, `owner`, `comment`): a rule that matches nothing is inserted and removed.
-///
-/// # Errors
-///
-/// What iptables said.
-pub fn check() -> Result<(), String> {
-    let mut rules = Rules::new();
-    let spec = [
-        "-i",
-        "lo",
-        "-p",
-        "tcp",
-        "-m",
-        "multiport",
-        "--ports",
-        "9",
-        "-m",
-        "statistic",
-        "--mode",
-        "random",
-        "--probability",
-        "0.5",
-        "-m",
-        "connmark",
-        "--mark",
-        "0x0/0x0",
-    ]
-    .map(str::to_owned);
-    rules.insert("filter", "INPUT", &spec, &[])?;
-    let owner = [
-        "-o",
-        "lo",
-        "-p",
-        "tcp",
-        "--dport",
-        "9",
-        "-m",
-        "owner",
-        "--gid-owner",
-        "1",
-    ]
-    .map(str::to_owned);
-    rules.insert("mangle", "OUTPUT", &owner, &[])?;
-    rules.remove()
 }
 
 /// The packet counter of the rule whose comment is `comment`, in an `iptables -L -v -x -n`
