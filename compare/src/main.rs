@@ -45,7 +45,7 @@ struct Choice {
     #[arg(long = "subject")]
     subjects: Vec<String>,
     /// Only these faults (repeatable): none, client-pause, partition, server-pause,
-    /// server-crash, data-loss, member-partition.
+    /// server-crash, data-loss, member-partition, packet-loss, orphans.
     #[arg(long = "fault")]
     faults: Vec<String>,
     #[command(flatten)]

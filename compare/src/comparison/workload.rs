@@ -63,6 +63,21 @@ impl Recorder {
         self.log(Process::nemesis(), Kind::Info, f, value, None);
     }
 
+    /// When the last heal was recorded, and whether a grant was recorded after it; `None`
+    /// before any heal.
+    pub(super) fn since_last_heal(&self) -> Option<(u64, bool)> {
+        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let heal = events
+            .iter()
+            .filter(|e| e.process == Process::nemesis() && e.f == "heal")
+            .map(|e| e.time_ns)
+            .max()?;
+        let granted = events
+            .iter()
+            .any(|e| e.f == "acquire" && e.kind == Kind::Ok && e.time_ns >= heal);
+        Some((heal, granted))
+    }
+
     /// The history, in time order.
     pub(super) fn events(&self) -> Vec<Event> {
         let mut events = self

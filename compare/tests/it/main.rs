@@ -1,6 +1,7 @@
 //! Integration tests of the subjects, each starting its own servers: one module per subject.
 
 mod etcd;
+mod faults;
 mod postgres;
 mod redlock;
 mod support;
