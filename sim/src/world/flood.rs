@@ -188,11 +188,13 @@ async fn settle(client: &Client, me: &str, before: usize) {
 }
 
 /// No master holds more than [`MAX_CONNECTIONS`] of this host's connections. A master paused
-/// lately is not asked: it has not read the closes of the connections the client gave up on
-/// while it did not answer (a real `redis-server` under `SIGSTOP` lists them too).
+/// or down lately is not asked: it has not read the closes of the connections the client gave
+/// up on while it did not answer (a real `redis-server` under `SIGSTOP` lists them too), and a
+/// crashed one keeps its list as it was until it restarts.
 fn connections_bounded(client: &Client, me: &str) {
     for (m, served) in client.served.iter().enumerate() {
-        if served.paused_until.get() + Duration::from_millis(100) > now() {
+        let unanswering = served.paused_until.get().max(served.down_until.get());
+        if unanswering + Duration::from_millis(100) > now() {
             continue;
         }
         let (connections, _) = served.master.borrow().held_by(me);
