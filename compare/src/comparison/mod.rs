@@ -7,7 +7,7 @@
 //!   `peers.rs`: the proxy between etcd or ZooKeeper members.
 //! * `cells.rs`: the faults and each cell's expectation; `cell.rs`: one cell's run and
 //!   verdict; `workload.rs`: its workers (and the holder's faults); `nemesis.rs`: the faults
-//!   on the servers, each with its proof.
+//!   on the servers, each with its proof; `lost_data.rs`: the proof of a data loss.
 //! * `bench.rs`: the benchmark; `results.rs`: the file; `page.rs`, `charts.rs`: the page;
 //!   `table.rs`: the terminal's tables.
 
@@ -15,6 +15,7 @@ mod bench;
 mod cell;
 mod cells;
 mod charts;
+mod lost_data;
 mod nemesis;
 mod page;
 mod peers;
