@@ -7,7 +7,8 @@
 //!   `peers.rs`: the proxy between etcd or ZooKeeper members.
 //! * `cells.rs`: the faults and each cell's expectation; `cell.rs`: one cell's run and
 //!   verdict; `workload.rs`: its workers (and the holder's faults); `nemesis.rs`: the faults
-//!   on the servers, each with its proof; `lost_data.rs`: the proof of a data loss.
+//!   on the servers, each with its proof; `lost_data.rs`: the proof of a data loss;
+//!   `stray.rs`: overlapping grants a holder's fault does not explain.
 //! * `bench.rs`: the benchmark; `results.rs`: the file; `page.rs`, `charts.rs`: the page;
 //!   `table.rs`: the terminal's tables.
 
@@ -21,6 +22,7 @@ mod page;
 mod peers;
 mod results;
 mod servers;
+mod stray;
 mod subjects;
 mod table;
 mod testbed;

@@ -230,7 +230,7 @@ impl Worker {
         let row = self.id as usize;
         let before = self.links.row_affected(row);
         self.recorder
-            .nemesis("pause-client", json!({"client": self.id}));
+            .nemesis("pause-client", json!({"client": self.id, "lease": section.lease}));
         self.links.set_row(row, Mode::Blackhole);
         let silent = Instant::now();
         tokio::time::sleep(stall.length).await;
@@ -276,7 +276,7 @@ impl Worker {
         let row = self.id as usize;
         let before = self.links.row_affected(row);
         self.recorder
-            .nemesis("partition", json!({"client": self.id}));
+            .nemesis("partition", json!({"client": self.id, "lease": section.lease}));
         self.links.set_row(row, Mode::Blackhole);
         let cut = Instant::now();
         let probe = tokio::time::timeout(PROBE_WAIT, self.subject.try_acquire("partition-probe"));
