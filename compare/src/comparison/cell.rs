@@ -120,6 +120,7 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             stall,
             ttl_ms: cell.subject.client_bounds_validity().then_some(ttl_ms),
             stalled: Arc::clone(&stalled),
+            heartbeats: cell.subject.keeps_alive(),
         };
         tasks.push(tokio::spawn(worker.run()));
     }
