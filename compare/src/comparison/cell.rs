@@ -19,6 +19,7 @@ use jepsen_lite::verdict::{fenced_observation, judge, ClaimsCheck};
 use super::cells::{Cell, Fault};
 use super::nemesis::strike;
 use super::results::{CellRow, FaultProof, Figures};
+use super::stray;
 use super::testbed::Testbed;
 use super::workload::{Recorder, Stall, Worker};
 
@@ -121,6 +122,7 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             stall,
             ttl_ms: cell.subject.client_bounds_validity().then_some(ttl_ms),
             stalled: Arc::clone(&stalled),
+            heartbeats: cell.subject.keeps_alive(),
         };
         tasks.push(tokio::spawn(worker.run()));
     }
@@ -219,7 +221,18 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             .unwrap_or(u64::MAX),
     };
     let report = checker::check(&events, &accesses, &unfenced, &fenced, &params);
-    let (observed, observed_text) = observe(&report, cell.subject.fences());
+    let (mut observed, mut observed_text) = observe(&report, cell.subject.fences());
+    let stray = stray::unexplained(&report.claims.overlaps, &events);
+    if let Some(first) = stray.first() {
+        observed = Expect::Break;
+        observed_text = format!(
+            "break: {} overlaps between grants no fault touched ({} and {}, {:.1} ms)",
+            stray.len(),
+            first.first,
+            first.second,
+            first.overlap_ms
+        );
+    }
     let claims_observed = if report.claims.overlaps.is_empty() {
         Expect::Hold
     } else {

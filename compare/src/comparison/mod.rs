@@ -9,7 +9,8 @@
 //! * `cells.rs`: the faults and each cell's expectation; `cell.rs`: one cell's run and
 //!   verdict; `workload.rs`: its workers (and the holder's faults); `nemesis.rs`: the faults
 //!   on the servers, each with its proof; `loss.rs`: packet loss; `orphans.rs`: what a
-//!   cancelled acquisition and a crashed holder leave on the servers.
+//!   cancelled acquisition and a crashed holder leave on the servers; `lost_data.rs`: the
+//!   proof of a data loss; `stray.rs`: overlapping grants a holder's fault does not explain.
 //! * `bench.rs`: the benchmark; `results.rs`: the file; `page.rs`, `charts.rs`: the page;
 //!   `table.rs`: the terminal's tables.
 
@@ -18,6 +19,7 @@ mod cell;
 mod cells;
 mod charts;
 mod loss;
+mod lost_data;
 mod nemesis;
 mod orphans;
 mod page;
@@ -25,6 +27,7 @@ mod peers;
 mod results;
 mod rules;
 mod servers;
+mod stray;
 mod subjects;
 mod table;
 mod testbed;

@@ -9,6 +9,7 @@ use jepsen_lite::evidence::process_stopped;
 use serde_json::json;
 
 use super::cells::Fault;
+use super::lost_data;
 use super::peers::PeerLinks;
 use super::servers::Servers;
 use super::workload::{Made, Recorder};
@@ -102,30 +103,38 @@ pub(super) async fn strike(
             let i = tokio::task::block_in_place(|| servers.follower());
             let name = tokio::task::block_in_place(|| servers.name(i));
             let before = servers.pid(i);
+            let marked = servers
+                .data_dir(i)
+                .ok_or_else(|| format!("{name} has no data directory"))
+                .and_then(|dir| lost_data::mark(&dir));
             recorder.nemesis("crash", json!({"node": i, "name": name, "data": "lost"}));
             let restarted = tokio::task::block_in_place(|| servers.restart_empty(i));
             recorder.nemesis("restart", json!({"node": i}));
             recorder.nemesis("heal", json!({}));
             let after = servers.pid(i);
-            let pids = format!(
-                "pid {} killed, its data deleted",
-                before.map_or("?".to_owned(), |p| p.to_string())
-            );
+            let lost = lost_data::lost(&marked).map(|deleted| {
+                format!(
+                    "pid {} killed, {deleted}",
+                    before.map_or("?".to_owned(), |p| p.to_string())
+                )
+            });
             match restarted {
                 Ok(()) => (
                     (
                         format!("{name} loses its data"),
-                        Ok(format!(
-                            "{pids}, rejoined empty as pid {}",
-                            after.map_or("?".to_owned(), |p| p.to_string())
-                        )),
+                        lost.map(|lost| {
+                            format!(
+                                "{lost}, rejoined empty as pid {}",
+                                after.map_or("?".to_owned(), |p| p.to_string())
+                            )
+                        }),
                     ),
                     None,
                 ),
                 // The member is down without its data: the fault happened; that it could not
                 // rejoin is the subject's answer, noted on the page.
                 Err(e) => (
-                    (format!("{name} loses its data"), Ok(pids)),
+                    (format!("{name} loses its data"), lost),
                     Some(format!("the member did not rejoin: {}", gist(&e))),
                 ),
             }

@@ -1,5 +1,6 @@
 //! Integration tests of the subjects, each starting its own servers: one module per subject.
 
+mod breaking;
 mod etcd;
 mod faults;
 mod postgres;
