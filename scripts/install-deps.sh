@@ -5,7 +5,8 @@
 #   scripts/install-deps.sh             # redis-server, openssl, protoc (tests and builds)
 #   scripts/install-deps.sh --jepsen    # also a C compiler (clock shim) and iptables (jepsen-lite)
 #   scripts/install-deps.sh --compare   # also etcd, ZooKeeper (with Java) and PostgreSQL, the
-#                                       # servers of the comparison (quorumlock-compare)
+#                                       # servers of the comparison (quorumlock-compare), and
+#                                       # iptables (its packet loss and member partitions)
 # The flags combine: scripts/install-deps.sh --jepsen --compare.
 set -euo pipefail
 
@@ -43,6 +44,8 @@ if $compare; then
     command -v etcd >/dev/null 2>&1 || [[ -x /usr/bin/etcd ]] || missing+=(etcd-server)
     [[ -f /usr/share/java/zookeeper.jar ]] || missing+=(zookeeper)
     compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
+    # Packet loss and the cut between members are iptables rules on loopback.
+    command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 fi
 
 if ((${#missing[@]} > 0)); then

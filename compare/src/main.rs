@@ -45,7 +45,7 @@ struct Choice {
     #[arg(long = "subject")]
     subjects: Vec<String>,
     /// Only these faults (repeatable): none, client-pause, partition, server-pause,
-    /// server-crash, data-loss, member-partition.
+    /// server-crash, data-loss, member-partition, packet-loss, orphans.
     #[arg(long = "fault")]
     faults: Vec<String>,
     #[command(flatten)]
@@ -79,13 +79,32 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    match runtime.block_on(until_stopped(dispatch(cli.command))) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Runs `work` until it ends or the process is asked to stop (`SIGINT`, `SIGTERM`). Then the
+/// work is dropped, and with it the servers it started: their drops kill them and delete
+/// their directories, which an exit by the signal's default action would leave behind.
+async fn until_stopped(
+    work: impl std::future::Future<Output = Result<bool, String>>,
+) -> Result<bool, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let listen = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|e| format!("listening for {name}: {e}"))
+    };
+    let mut interrupt = listen(SignalKind::interrupt(), "SIGINT")?;
+    let mut terminate = listen(SignalKind::terminate(), "SIGTERM")?;
+    tokio::select! {
+        done = work => done,
+        _ = interrupt.recv() => Err("interrupted (SIGINT); the servers were stopped".to_owned()),
+        _ = terminate.recv() => Err("terminated (SIGTERM); the servers were stopped".to_owned()),
     }
 }
 
@@ -145,6 +164,16 @@ async fn run(choice: &Choice) -> Result<bool, String> {
             ));
         }
         cells.retain(|c| choice.faults.iter().any(|f| f == c.fault.label()));
+    }
+    if cells.is_empty() {
+        return Err(format!(
+            "no cell to run: no chosen fault applies to a chosen subject{}",
+            if choice.quick {
+                " (the smoke runs only none and client-pause)"
+            } else {
+                ""
+            }
+        ));
     }
     let timing = Timing::new(choice.quick);
     let histories = dir.join("compare");

@@ -145,7 +145,10 @@ mod tests {
                 .seeds,
             vec![u64::MAX]
         );
-        assert!(parse_str("--minutes 0.5").expect("minutes").seeds.is_empty());
+        assert!(parse_str("--minutes 0.5")
+            .expect("minutes")
+            .seeds
+            .is_empty());
     }
 
     #[test]

@@ -60,6 +60,7 @@ fn main() -> ExitCode {
         Box::new(args.seeds.into_iter())
     };
     let (mut runs, mut grants, mut failing, mut simulated) = (0u64, 0u64, 0u64, Duration::ZERO);
+    let mut scripts = 0u64;
     let mut caught = None;
     // A mutant or a fault outside the model must break the lock: a run stops at the first break.
     let must_break = args.config.mutant.is_some() || args.config.beyond.is_some();
@@ -76,6 +77,7 @@ fn main() -> ExitCode {
         let outcome = world::run(&config);
         runs += 1;
         grants += outcome.grants;
+        scripts += outcome.scripts;
         simulated += outcome.simulated;
         let violations: Vec<String> = outcome
             .violations
@@ -125,10 +127,12 @@ fn main() -> ExitCode {
     let wall = started.elapsed().max(Duration::from_millis(1));
     say!(
         "summary: {runs} seeds, {grants} grants, {failing} failing; {:.0} grants per CPU-minute \
-         ({:.1} s CPU); {:.1} simulated s per wall s",
+         ({:.1} s CPU); {:.1} simulated s per wall s; {scripts} scripts run by the masters \
+         ({:.1} per grant)",
         grants as f64 / cpu.as_secs_f64() * 60.0,
         cpu.as_secs_f64(),
         simulated.as_secs_f64() / wall.as_secs_f64(),
+        scripts as f64 / grants.max(1) as f64,
     );
     let expected = match (&args.config.mutant, args.config.beyond) {
         (Some(name), _) => Some(format!("mutant {name}")),

@@ -58,6 +58,7 @@ pub struct SimMaster {
     state: State,
     engine: Engine,
     rng: SeedRng,
+    scripts_run: u64,
 }
 
 impl SimMaster {
@@ -90,6 +91,7 @@ impl SimMaster {
             },
             engine: Engine::new()?,
             rng,
+            scripts_run: 0,
         })
     }
 
@@ -178,6 +180,12 @@ impl SimMaster {
             .fold((0, 0), |(connections, channels), c| {
                 (connections + 1, channels + c.channels.len())
             })
+    }
+
+    /// Scripts run (`EVAL`, `EVALSHA`) since the master was made, across its restarts: what
+    /// most of a simulation's time goes to.
+    pub fn scripts_run(&self) -> u64 {
+        self.scripts_run
     }
 
     /// The client went away (its side closed the connection).
@@ -294,6 +302,7 @@ impl SimMaster {
             commands::lossy(&args[1])
         };
         let (keys, argv) = rest.split_at(numkeys);
+        self.scripts_run += 1;
         let state = &mut self.state;
         let mut exec = |call: &[Vec<u8>]| state.script_command(call);
         self.engine.run(&sha, keys, argv, &mut exec)

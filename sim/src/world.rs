@@ -63,6 +63,8 @@ pub struct Config {
 pub struct Outcome {
     /// Acquisitions granted.
     pub grants: u64,
+    /// Scripts the masters ran.
+    pub scripts: u64,
     /// Violations, by checker.
     pub violations: Violations,
     /// The hash of the event trace.
@@ -104,6 +106,7 @@ pub fn run(config: &Config) -> Outcome {
         Err(e) => {
             return Outcome {
                 grants: 0,
+                scripts: 0,
                 violations: Violations::default(),
                 trace_hash: String::new(),
                 trace_lines: 0,
@@ -198,8 +201,13 @@ pub fn run(config: &Config) -> Outcome {
     if !history.dead.is_empty() {
         violations.insert(workload::LIVENESS, history.dead.len() as u64);
     }
+    let scripts = masters
+        .iter()
+        .map(|m| m.master.borrow().scripts_run())
+        .sum();
     Outcome {
         grants: history.grants,
+        scripts,
         violations,
         trace_hash: history.trace_hash(),
         trace_lines: history.lines(),

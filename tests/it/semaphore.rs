@@ -7,10 +7,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::{limits, InvalidArgument, LockError, Redlock};
-use support::{builder, cluster, manager, warm_up, PATIENCE};
+use quorumlock_testkit::RedisMaster;
+use support::{builder, cluster, manager, our_keys, wait_until, warm_up, PATIENCE};
 
 const TTL: Duration = Duration::from_secs(30);
+
+/// How many of semaphore `name`'s permit keys `master` holds (which must not be paused).
+fn held_permits(master: &RedisMaster, name: &str) -> usize {
+    let permit = format!("{KEY_PREFIX}\u{1f}permit:");
+    our_keys(master)
+        .into_iter()
+        .filter(|k| k.starts_with(&permit) && k.ends_with(&format!(":{name}")))
+        .count()
+}
 
 /// Whether `error` is the argument error `check` accepts.
 fn is_invalid(error: &LockError, check: impl Fn(&InvalidArgument) -> bool) -> bool {
@@ -193,11 +204,21 @@ async fn a_permit_won_after_a_refusal_is_not_held_back_by_its_cleanup() {
         .expect("build manager");
     warm_up(&locks, &cluster).await;
     let uploads = locks.semaphore("uploads", 2);
-    let held = manager(&cluster)
+    // The held permit must stand on every master, so that the two left running refuse it: held
+    // on two masters only, one of them the paused one, its refusal would rightly wait for that
+    // master's vote (one grant, one refusal, one unknown decide nothing). The holder's round is
+    // decided by two grants; warmed up, its third `SET` is sent all the same, and lands.
+    let other = manager(&cluster);
+    warm_up(&other, &cluster).await;
+    let held = other
         .semaphore("uploads", 2)
         .try_acquire(Duration::from_secs(60))
         .await
         .expect("the other holder's permit");
+    wait_until("the held permit on every master", PATIENCE, || {
+        cluster.iter().all(|m| held_permits(m, "uploads") == 1)
+    })
+    .await;
     cluster[2].pause().expect("pause");
     // Each try starts at a random permit: about half of them are refused the held one first.
     for attempt in 0..12 {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jepsen_lite::checker::{self, Params, Report};
-use jepsen_lite::clock::ms;
+use jepsen_lite::clock::{ms, now_ns};
 use jepsen_lite::evidence::Evidence;
 use jepsen_lite::history::{self, Kind};
 use jepsen_lite::outcome::Verdict;
@@ -19,6 +19,7 @@ use jepsen_lite::verdict::{fenced_observation, judge, ClaimsCheck};
 use super::cells::{Cell, Fault};
 use super::nemesis::strike;
 use super::results::{CellRow, FaultProof, Figures};
+use super::stray;
 use super::testbed::Testbed;
 use super::workload::{Recorder, Stall, Worker};
 
@@ -90,7 +91,9 @@ pub async fn run(cell: Cell, timing: Timing, dir: &Path) -> CellRow {
 
 async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Result<(), String> {
     let peer_links = cell.fault == Fault::MemberPartition;
-    let mut testbed = Testbed::start_with(cell.subject, WORKERS, timing.ttl, peer_links).await?;
+    // The orphans' scene has a holder and a waiter of its own.
+    let rows = WORKERS + if cell.fault == Fault::Orphans { 2 } else { 0 };
+    let mut testbed = Testbed::start_with(cell.subject, rows, timing.ttl, peer_links).await?;
     let store = resource::Server::start()
         .await
         .map_err(|e| format!("starting the fenced store: {e}"))?;
@@ -119,11 +122,13 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             stall,
             ttl_ms: cell.subject.client_bounds_validity().then_some(ttl_ms),
             stalled: Arc::clone(&stalled),
+            heartbeats: cell.subject.keeps_alive(),
         };
         tasks.push(tokio::spawn(worker.run()));
     }
 
     let mut evidence = Evidence::default();
+    let mut orphans = None;
     match cell.fault {
         Fault::None => tokio::time::sleep(timing.warmup).await,
         Fault::ClientPause | Fault::Partition => {
@@ -134,7 +139,19 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             }
             tokio::time::sleep(timing.after).await;
         }
-        Fault::ServerPause | Fault::ServerCrash | Fault::DataLoss | Fault::MemberPartition => {
+        Fault::Orphans => {
+            tokio::time::sleep(timing.warmup).await;
+            let scene = super::orphans::scene(&testbed, WORKERS, &recorder, timing.ttl).await;
+            let (fault, reading) = scene.made;
+            evidence.record(fault, reading);
+            orphans = Some(scene.check);
+            tokio::time::sleep(timing.after).await;
+        }
+        Fault::ServerPause
+        | Fault::ServerCrash
+        | Fault::DataLoss
+        | Fault::MemberPartition
+        | Fault::PacketLoss => {
             tokio::time::sleep(timing.warmup).await;
             let ((fault, reading), note) = strike(
                 cell.fault,
@@ -148,6 +165,15 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             row.notes.extend(note);
             tokio::time::sleep(timing.after).await;
         }
+    }
+    // Liveness is judged up to its bound after the last heal: the cell goes on until a grant
+    // came after it or the bound passed, so that a slow recovery is not taken for none.
+    let bound_ns = u64::try_from((timing.ttl + LIVENESS_SLACK).as_nanos()).unwrap_or(u64::MAX);
+    while let Some((heal, false)) = recorder.since_last_heal() {
+        if now_ns() >= heal.saturating_add(bound_ns) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.store(true, Ordering::Release);
     for (id, mut task) in tasks.into_iter().enumerate() {
@@ -172,6 +198,14 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             Err("worker 0 was never granted the lock after the warmup".to_owned()),
         );
     }
+    // No grant after the heal: what holds the lock, read on the servers (quorumlock's keys
+    // are jepsen-lite's to read).
+    if matches!(recorder.since_last_heal(), Some((_, false)))
+        && !cell.subject.client_bounds_validity()
+    {
+        row.notes
+            .push(super::orphans::describe(&testbed, super::workload::RESOURCE).await);
+    }
     tokio::task::block_in_place(move || drop(testbed));
 
     let events = recorder.events();
@@ -187,7 +221,18 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             .unwrap_or(u64::MAX),
     };
     let report = checker::check(&events, &accesses, &unfenced, &fenced, &params);
-    let (observed, observed_text) = observe(&report, cell.subject.fences());
+    let (mut observed, mut observed_text) = observe(&report, cell.subject.fences());
+    let stray = stray::unexplained(&report.claims.overlaps, &events);
+    if let Some(first) = stray.first() {
+        observed = Expect::Break;
+        observed_text = format!(
+            "break: {} overlaps between grants no fault touched ({} and {}, {:.1} ms)",
+            stray.len(),
+            first.first,
+            first.second,
+            first.overlap_ms
+        );
+    }
     let claims_observed = if report.claims.overlaps.is_empty() {
         Expect::Hold
     } else {
@@ -215,6 +260,22 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             "liveness: no grant within {:?} of the last heal",
             timing.ttl + LIVENESS_SLACK
         );
+    }
+    let mut observed_text = observed_text;
+    match &orphans {
+        Some(Ok(lifetimes)) => {
+            observed_text.push_str("; orphans gone in time");
+            row.notes.push(lifetimes.clone());
+        }
+        Some(Err(outlived)) => {
+            observed_text.push_str("; an orphan outlived its bound");
+            if judgement.verdict == Verdict::Pass {
+                judgement.verdict = Verdict::Fail;
+                judgement.why = format!("orphans: {outlived}");
+            }
+            row.notes.push(outlived.clone());
+        }
+        None => {}
     }
     row.observed = observed_text;
     row.verdict = verdict_text(judgement.verdict).to_owned();

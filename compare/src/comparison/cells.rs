@@ -34,11 +34,18 @@ pub enum Fault {
     /// The etcd or ZooKeeper leader is cut off from the other members (their peer links
     /// blackholed) for longer than a TTL while every client still reaches every member.
     MemberPartition,
+    /// A random share of the packets to and from the servers' client ports is dropped, below
+    /// TCP, for longer than a TTL.
+    PacketLoss,
+    /// An acquisition that queued is cancelled, then a holder crashes without releasing:
+    /// what each left on the servers must be gone (or free) within its bound, read on the
+    /// servers themselves.
+    Orphans,
 }
 
 impl Fault {
     /// Every fault, in the order of the page.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 9] = [
         Self::None,
         Self::ClientPause,
         Self::Partition,
@@ -46,6 +53,8 @@ impl Fault {
         Self::ServerCrash,
         Self::DataLoss,
         Self::MemberPartition,
+        Self::PacketLoss,
+        Self::Orphans,
     ];
 
     /// The label of reports.
@@ -58,6 +67,8 @@ impl Fault {
             Self::ServerCrash => "server-crash",
             Self::DataLoss => "data-loss",
             Self::MemberPartition => "member-partition",
+            Self::PacketLoss => "packet-loss",
+            Self::Orphans => "orphans",
         }
     }
 
@@ -142,11 +153,39 @@ pub fn expectation(subject: SubjectKind, fault: Fault) -> Option<(Expect, &'stat
                 "the others elect a leader; the old one steps down, its lease grants and \
                  revocations commit only through a majority",
             ),
-            // Left out of the catalog: the ensemble's election votes still reach the cut-off
-            // leader (the route is not found yet), so the cut takes effect in about a third
-            // of the runs and the cell would fail as "did not take effect" (docs/comparison.md).
+            S::Zookeeper => (
+                Expect::Hold,
+                "the others elect a leader; the old one loses its quorum and stops serving, \
+                 znodes and session expiries commit only through a majority",
+            ),
             // Independent masters or one server: no members to cut apart.
             _ => return None,
+        },
+        Fault::PacketLoss => (
+            Expect::Hold,
+            "TCP retransmits below the lock: requests and replies come late, never twice or \
+             out of order; holders act for far less than a TTL",
+        ),
+        Fault::Orphans => match subject {
+            S::Etcd => (
+                Expect::Hold,
+                "a cancelled wait deletes its key; a crashed holder's key goes with its lease",
+            ),
+            S::Zookeeper => (
+                Expect::Hold,
+                "a cancelled wait deletes its znode; a crashed holder's goes with its session",
+            ),
+            S::PgAdvisory => (
+                Expect::Hold,
+                "a cancelled wait is cancelled on the server; a crashed holder's session ends \
+                 with its connection, and the lock with it",
+            ),
+            S::PgLease => (
+                Expect::Hold,
+                "a wait leaves no row; a crashed holder's row expires with its TTL",
+            ),
+            // jepsen-lite's own orphan checks read quorumlock's keys on the masters.
+            S::RedisSingle | S::Redlock3 | S::Redlock5 => return None,
         },
     })
 }
@@ -179,9 +218,9 @@ pub fn catalog(subjects: &[SubjectKind], quick: bool) -> Vec<Cell> {
 mod tests {
     use super::*;
 
-    /// Every subject has a no-fault cell that must hold and a pause cell; data loss and
-    /// partitions between members only where there are members (etcd; ZooKeeper's cut is not
-    /// reliable yet).
+    /// Every subject has a no-fault cell that must hold, a pause cell and a packet-loss cell;
+    /// data loss and partitions between members only where there are members; orphans for
+    /// the subjects jepsen-lite does not read.
     #[test]
     fn the_catalog_covers_every_subject() {
         let cells = catalog(&SubjectKind::ALL, false);
@@ -190,9 +229,11 @@ mod tests {
             assert_eq!(of(Fault::None).map(|c| c.expect), Some(Expect::Hold));
             assert!(of(Fault::ClientPause).is_some());
             assert_eq!(of(Fault::DataLoss).is_some(), subject.has_leader());
+            assert_eq!(of(Fault::MemberPartition).is_some(), subject.has_leader());
+            assert_eq!(of(Fault::PacketLoss).map(|c| c.expect), Some(Expect::Hold));
             assert_eq!(
-                of(Fault::MemberPartition).is_some(),
-                subject == SubjectKind::Etcd
+                of(Fault::Orphans).is_some(),
+                !subject.client_bounds_validity()
             );
         }
         let quick = catalog(&SubjectKind::ALL, true);

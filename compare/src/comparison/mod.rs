@@ -4,10 +4,13 @@
 //!
 //! * `subjects.rs`: the subjects by label; `servers.rs`: their servers behind one interface
 //!   for the faults; `testbed.rs`: the servers, the proxy and a client per proxy row;
-//!   `peers.rs`: the proxy between etcd or ZooKeeper members.
+//!   `peers.rs`: the cut between etcd or ZooKeeper members; `rules.rs`: the iptables rules
+//!   of the kernel's faults, removed by a guard.
 //! * `cells.rs`: the faults and each cell's expectation; `cell.rs`: one cell's run and
 //!   verdict; `workload.rs`: its workers (and the holder's faults); `nemesis.rs`: the faults
-//!   on the servers, each with its proof.
+//!   on the servers, each with its proof; `loss.rs`: packet loss; `orphans.rs`: what a
+//!   cancelled acquisition and a crashed holder leave on the servers; `lost_data.rs`: the
+//!   proof of a data loss; `stray.rs`: overlapping grants a holder's fault does not explain.
 //! * `bench.rs`: the benchmark; `results.rs`: the file; `page.rs`, `charts.rs`: the page;
 //!   `table.rs`: the terminal's tables.
 
@@ -15,11 +18,16 @@ mod bench;
 mod cell;
 mod cells;
 mod charts;
+mod loss;
+mod lost_data;
 mod nemesis;
+mod orphans;
 mod page;
 mod peers;
 mod results;
+mod rules;
 mod servers;
+mod stray;
 mod subjects;
 mod table;
 mod testbed;
@@ -29,7 +37,7 @@ pub use bench::{bench, Sizes};
 pub use cell::{run, Timing};
 pub use cells::{catalog, expectation, Cell, Fault};
 pub use page::{html, NOT_DONE};
-pub use peers::PeerLinks;
+pub use peers::{Cut, PeerLinks};
 pub use results::{default_dir, BenchRow, CellRow, FaultProof, Figures, Provenance, Results};
 pub use servers::Servers;
 pub use subjects::SubjectKind;

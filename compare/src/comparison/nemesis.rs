@@ -6,10 +6,10 @@
 use std::time::{Duration, Instant};
 
 use jepsen_lite::evidence::process_stopped;
-use quorumlock_testkit::Mode;
 use serde_json::json;
 
 use super::cells::Fault;
+use super::lost_data;
 use super::peers::PeerLinks;
 use super::servers::Servers;
 use super::workload::{Made, Recorder};
@@ -41,7 +41,7 @@ pub(super) async fn strike(
             None => (
                 (
                     fault.label().to_owned(),
-                    Err("the members' traffic does not go through the proxy".to_owned()),
+                    Err("the members were not started to be cut apart".to_owned()),
                 ),
                 None,
             ),
@@ -103,35 +103,50 @@ pub(super) async fn strike(
             let i = tokio::task::block_in_place(|| servers.follower());
             let name = tokio::task::block_in_place(|| servers.name(i));
             let before = servers.pid(i);
+            let marked = servers
+                .data_dir(i)
+                .ok_or_else(|| format!("{name} has no data directory"))
+                .and_then(|dir| lost_data::mark(&dir));
             recorder.nemesis("crash", json!({"node": i, "name": name, "data": "lost"}));
             let restarted = tokio::task::block_in_place(|| servers.restart_empty(i));
             recorder.nemesis("restart", json!({"node": i}));
             recorder.nemesis("heal", json!({}));
             let after = servers.pid(i);
-            let pids = format!(
-                "pid {} killed, its data deleted",
-                before.map_or("?".to_owned(), |p| p.to_string())
-            );
+            let lost = lost_data::lost(&marked).map(|deleted| {
+                format!(
+                    "pid {} killed, {deleted}",
+                    before.map_or("?".to_owned(), |p| p.to_string())
+                )
+            });
             match restarted {
                 Ok(()) => (
                     (
                         format!("{name} loses its data"),
-                        Ok(format!(
-                            "{pids}, rejoined empty as pid {}",
-                            after.map_or("?".to_owned(), |p| p.to_string())
-                        )),
+                        lost.map(|lost| {
+                            format!(
+                                "{lost}, rejoined empty as pid {}",
+                                after.map_or("?".to_owned(), |p| p.to_string())
+                            )
+                        }),
                     ),
                     None,
                 ),
                 // The member is down without its data: the fault happened; that it could not
                 // rejoin is the subject's answer, noted on the page.
                 Err(e) => (
-                    (format!("{name} loses its data"), Ok(pids)),
+                    (format!("{name} loses its data"), lost),
                     Some(format!("the member did not rejoin: {}", gist(&e))),
                 ),
             }
         }
-        Fault::None | Fault::ClientPause | Fault::Partition => (
+        Fault::PacketLoss => {
+            let ports = servers.ports();
+            (
+                super::loss::packet_loss(&ports, recorder, length).await,
+                None,
+            )
+        }
+        Fault::None | Fault::ClientPause | Fault::Partition | Fault::Orphans => (
             (
                 fault.label().to_owned(),
                 Err("not a fault of the servers".to_owned()),
@@ -152,24 +167,30 @@ async fn isolate_leader(
 ) -> Made {
     let i = tokio::task::block_in_place(|| servers.target());
     let name = tokio::task::block_in_place(|| servers.name(i));
-    let before = peers.affected(i);
-    peers.set_member(i, Mode::Blackhole);
+    let fault = format!(
+        "cut {name} (peer ports {:?}) off from the other members",
+        peers.ports_of(i)
+    );
+    let cut = match peers.cut(i) {
+        Ok(cut) => cut,
+        Err(e) => return (fault, Err(e)),
+    };
     recorder.nemesis(
         "partition",
-        json!({"node": i, "name": name, "from": "members"}),
+        json!({"node": i, "name": name, "from": "members", "how": "iptables"}),
     );
-    let cut = Instant::now();
+    let started = Instant::now();
     let mut replaced: Option<(Duration, usize, usize)> = None;
     let mut isolated_view = String::new();
     let give_up = length + ELECTION_WAIT;
-    while cut.elapsed() < length || (replaced.is_none() && cut.elapsed() < give_up) {
+    while started.elapsed() < length || (replaced.is_none() && started.elapsed() < give_up) {
         if replaced.is_none() {
             replaced = tokio::task::block_in_place(|| {
                 (0..servers.len()).filter(|&j| j != i).find_map(|j| {
                     servers
                         .leader_seen_by(j)
                         .filter(|&k| k != i)
-                        .map(|k| (cut.elapsed(), j, k))
+                        .map(|k| (started.elapsed(), j, k))
                 })
             });
             if replaced.is_some() {
@@ -185,32 +206,47 @@ async fn isolate_leader(
         }
         tokio::time::sleep(POLL).await;
     }
-    let discarded = peers.affected(i).saturating_sub(before);
+    let dropped = cut.dropped();
     let views: Vec<Option<usize>> = tokio::task::block_in_place(|| {
         (0..servers.len())
             .map(|j| servers.leader_seen_by(j))
             .collect()
     });
-    peers.set_member(i, Mode::Pass);
+    let healed = cut.heal();
     recorder.nemesis("heal", json!({}));
+    let lasted = started.elapsed();
+    let fault = format!("{fault} for {lasted:.1?}");
+    let discarded = match (dropped, healed) {
+        (Ok(n), Ok(())) => n,
+        (Err(e), _) => return (fault, Err(format!("cannot read the counters: {e}"))),
+        (_, Err(e)) => return (fault, Err(format!("the cut could not be removed: {e}"))),
+    };
     let reading = match replaced {
+        // Cut off both ways, it cannot know who leads the others now, nor serve.
+        Some((_, _, k)) if hears_the_others(&isolated_view, k) => Err(format!(
+            "the cut-off one still hears the others: {}",
+            isolated_view.trim()
+        )),
         Some((after, j, k)) if discarded > 0 => Ok(format!(
-            "{discarded} bytes of its peer links discarded; after {} ms member {j} named \
-             {k} leader; the cut-off one then: {}",
+            "{discarded} packets of its peer connections dropped; after {} ms member {j} \
+             named {k} leader; the cut-off one then: {}",
             after.as_millis(),
             isolated_view.trim()
         )),
-        Some(_) => Err("a new leader, but nothing crossed the cut links".to_owned()),
+        Some(_) => Err("a new leader, but the cut dropped no packet".to_owned()),
         None => Err(format!(
-            "no other member named a new leader within {give_up:?} ({discarded} bytes \
-             discarded); who leads as each sees it: {views:?}"
+            "no other member named a new leader within {give_up:?} ({discarded} packets \
+             dropped); who leads as each sees it: {views:?}"
         )),
     };
-    let lasted = cut.elapsed();
-    (
-        format!("cut {name} off from the other members for {lasted:.1?}"),
-        reading,
-    )
+    (fault, reading)
+}
+
+/// Whether what the cut-off member said shows that it still hears the others: it names the
+/// leader they elected (etcd), or it serves as a follower or leader (ZooKeeper).
+fn hears_the_others(view: &str, new_leader: usize) -> bool {
+    let view = view.trim();
+    view == format!("names {new_leader} leader") || view == "follower" || view == "leader"
 }
 
 /// The first line of a server's error and the last line of its log tail, shortened.

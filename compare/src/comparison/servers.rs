@@ -239,6 +239,16 @@ impl Servers {
         }
     }
 
+    /// The directory server `i` loses in [`restart_empty`](Self::restart_empty), where it
+    /// has one.
+    pub fn data_dir(&self, i: usize) -> Option<std::path::PathBuf> {
+        match self {
+            Self::Etcd(c) => c.members().get(i).map(|m| m.data_dir().to_owned()),
+            Self::Zookeeper(e) => e.servers().get(i).map(|s| s.data_dir().join("version-2")),
+            Self::Redis(_) | Self::Postgres(_) => None,
+        }
+    }
+
     /// Kills server `i`, deletes its data and starts it again: a member that lost its disk.
     ///
     /// # Errors

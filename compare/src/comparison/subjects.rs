@@ -85,6 +85,12 @@ impl SubjectKind {
         }
     }
 
+    /// Whether the client keeps its grants alive with heartbeats (etcd's lease keep-alives,
+    /// ZooKeeper's pings): a paused holder's silence then shows as heartbeats discarded.
+    pub fn keeps_alive(self) -> bool {
+        matches!(self, Self::Etcd | Self::Zookeeper)
+    }
+
     /// Whether one server leads the others (etcd, ZooKeeper): the target of server faults.
     pub fn has_leader(self) -> bool {
         matches!(self, Self::Etcd | Self::Zookeeper)

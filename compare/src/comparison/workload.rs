@@ -63,6 +63,21 @@ impl Recorder {
         self.log(Process::nemesis(), Kind::Info, f, value, None);
     }
 
+    /// When the last heal was recorded, and whether a grant was recorded after it; `None`
+    /// before any heal.
+    pub(super) fn since_last_heal(&self) -> Option<(u64, bool)> {
+        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let heal = events
+            .iter()
+            .filter(|e| e.process == Process::nemesis() && e.f == "heal")
+            .map(|e| e.time_ns)
+            .max()?;
+        let granted = events
+            .iter()
+            .any(|e| e.f == "acquire" && e.kind == Kind::Ok && e.time_ns >= heal);
+        Some((heal, granted))
+    }
+
     /// The history, in time order.
     pub(super) fn events(&self) -> Vec<Event> {
         let mut events = self
@@ -107,6 +122,8 @@ pub(super) struct Worker {
     pub(super) ttl_ms: Option<u64>,
     /// Set by worker 0 once its stall is over.
     pub(super) stalled: Arc<AtomicBool>,
+    /// Whether its client sends heartbeats, which a pause must be seen to stop.
+    pub(super) heartbeats: bool,
 }
 
 /// A fault worker 0 made, and the reading that shows it took effect (or why not).
@@ -229,8 +246,10 @@ impl Worker {
         let read = section.read_all().await?;
         let row = self.id as usize;
         let before = self.links.row_affected(row);
-        self.recorder
-            .nemesis("pause-client", json!({"client": self.id}));
+        self.recorder.nemesis(
+            "pause-client",
+            json!({"client": self.id, "lease": section.lease}),
+        );
         self.links.set_row(row, Mode::Blackhole);
         let silent = Instant::now();
         tokio::time::sleep(stall.length).await;
@@ -244,6 +263,7 @@ impl Worker {
         section.write_all(read).await?;
         let fault = format!("pause client {} for {:?}", self.id, stall.length);
         let past_validity = valid_until.is_none_or(|u| Instant::now() > u);
+        let silenced = !self.heartbeats || discarded > 0;
         let reading = format!(
             "holding lease {}, silent {} ms with its links blackholed ({discarded} bytes of \
              its heartbeats discarded){}",
@@ -257,7 +277,7 @@ impl Worker {
         );
         Ok((
             fault,
-            if slept >= stall.length && past_validity {
+            if slept >= stall.length && past_validity && silenced {
                 Ok(reading)
             } else {
                 Err(reading)
@@ -275,8 +295,10 @@ impl Worker {
     ) -> std::io::Result<Made> {
         let row = self.id as usize;
         let before = self.links.row_affected(row);
-        self.recorder
-            .nemesis("partition", json!({"client": self.id}));
+        self.recorder.nemesis(
+            "partition",
+            json!({"client": self.id, "lease": section.lease}),
+        );
         self.links.set_row(row, Mode::Blackhole);
         let cut = Instant::now();
         let probe = tokio::time::timeout(PROBE_WAIT, self.subject.try_acquire("partition-probe"));

@@ -13,7 +13,10 @@
 //! the client-side recipe.
 //!
 //! Each acquisition uses its own key, unlike the Go recipe (one key per session and mutex), so
-//! that several tasks of one client queue separately instead of sharing a grant.
+//! that several tasks of one client queue separately instead of sharing a grant. The Go recipe
+//! finds its session's own key again on its next attempt; here a key left behind would block
+//! every later attempt while the lease lives, so a release or an attempt's cleanup that cannot
+//! reach the cluster goes on in the background until the key is deleted (for up to a minute).
 
 mod retry;
 mod session;
@@ -38,6 +41,10 @@ use crate::SubjectError;
 
 /// The subject's label in reports.
 const LABEL: &str = "etcd";
+/// How long a key's deletion goes on trying while the cluster cannot be reached.
+const DELETE_PATIENCE: Duration = Duration::from_secs(60);
+/// How long it waits between tries.
+const DELETE_RETRY: Duration = Duration::from_millis(100);
 
 /// How an [`EtcdLock`] talks to the cluster.
 #[derive(Debug, Clone)]
@@ -65,6 +72,11 @@ impl EtcdOptions {
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
+    }
+
+    /// The prefix of `resource`'s keys.
+    pub(crate) fn prefix_of(&self, resource: &str) -> String {
+        format!("{}{}/", self.prefix, escape_segment(resource))
     }
 
     /// The prefix of every lock key. Defaults to `quorumlock-compare/`.
@@ -166,7 +178,7 @@ impl EtcdLock {
     ) -> Result<Held, SubjectError> {
         validate_resource(resource)?;
         let lease = self.lease().await?;
-        let prefix = format!("{}{}/", self.inner.options.prefix, escape_segment(resource));
+        let prefix = self.inner.options.prefix_of(resource);
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let key = format!("{prefix}{lease:016x}-{n:x}");
         let mut client = self.inner.client.clone();
@@ -293,19 +305,26 @@ async fn wait_predecessors(
 
 /// A guard that deletes `key` unless disarmed.
 fn delete_on_drop(client: &Client, key: &str) -> Cleanup {
-    let client = client.clone();
-    let key = key.to_owned();
-    Cleanup::new(
-        async move {
-            // Best effort: otherwise the key goes with the lease.
-            let _ = unsent_again(|| {
-                let (mut client, key) = (client.clone(), key.clone());
-                async move { client.delete(key, None).await }
-            })
-            .await;
+    Cleanup::new(delete_guaranteed(client.clone(), key.to_owned()).boxed())
+}
+
+/// Deletes `key`, trying again while the cluster cannot be reached, for at most
+/// [`DELETE_PATIENCE`]. Each acquisition has a key of its own, so a key left behind by a
+/// release or an attempt lost with the connection would otherwise hold the lock for as long
+/// as the client keeps its lease alive, its own next attempts queued behind it.
+async fn delete_guaranteed(client: Client, key: String) {
+    let give_up = Instant::now() + DELETE_PATIENCE;
+    loop {
+        let deleted = unsent_again(|| {
+            let (mut client, key) = (client.clone(), key.clone());
+            async move { client.delete(key, None).await }
+        })
+        .await;
+        if deleted.is_ok() || Instant::now() >= give_up {
+            return;
         }
-        .boxed(),
-    )
+        tokio::time::sleep(DELETE_RETRY).await;
+    }
 }
 
 struct EtcdRelease {
@@ -326,8 +345,17 @@ impl Release for EtcdRelease {
                 let (mut client, key) = (client.clone(), key.clone());
                 async move { client.delete(key, None).await }
             })
-            .await
-            .map_err(|e| SubjectError::unavailable(LABEL, e))?;
+            .await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(e) => {
+                    // The caller hears of the failure; the deletion goes on in the background.
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        runtime.spawn(delete_guaranteed(client.clone(), key.clone()));
+                    }
+                    return Err(SubjectError::unavailable(LABEL, e));
+                }
+            };
             if reply.deleted() == 0 {
                 return Err(SubjectError::not_held(LABEL, &resource));
             }

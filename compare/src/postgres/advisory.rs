@@ -246,7 +246,7 @@ impl PgAdvisoryLock {
 
 /// FNV-1a over the resource's bytes: stable across processes and versions, unlike std's
 /// hasher, so that every client maps a resource to the same key.
-fn advisory_key(resource: &str) -> i64 {
+pub(crate) fn advisory_key(resource: &str) -> i64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in resource.bytes() {
         hash ^= u64::from(byte);

@@ -5,13 +5,17 @@
 mod advisory;
 mod lease_row;
 
+pub(crate) use advisory::advisory_key;
 pub use advisory::{PgAdvisoryLock, PgAdvisoryOptions};
 pub use lease_row::{PgLeaseLock, PgLeaseOptions};
 
 use crate::SubjectError;
 
 /// Opens one connection (one server session) and drives it on the current runtime.
-async fn connect(conninfo: &str, label: &str) -> Result<tokio_postgres::Client, SubjectError> {
+pub(crate) async fn connect(
+    conninfo: &str,
+    label: &str,
+) -> Result<tokio_postgres::Client, SubjectError> {
     let (client, connection) = tokio_postgres::connect(conninfo, tokio_postgres::NoTls)
         .await
         .map_err(|e| SubjectError::unavailable(label, e))?;

@@ -10,7 +10,7 @@ use quorumlock_testkit::free_port;
 use tempfile::TempDir;
 
 use super::ports::on_fresh_ports;
-use super::process::{locate, ServerProcess, Spec};
+use super::process::{locate, RunAs, ServerProcess, Spec};
 use super::{probe, ServerError};
 
 /// How long starting waits for every member to report healthy (a leader elected): generous,
@@ -37,6 +37,7 @@ pub struct EtcdCluster {
 pub struct EtcdMember {
     name: String,
     client_port: u16,
+    peer_port: u16,
     data_dir: PathBuf,
     process: ServerProcess,
 }
@@ -54,41 +55,33 @@ impl EtcdCluster {
             let peers = (0..n)
                 .map(|_| free_port())
                 .collect::<Result<Vec<u16>, _>>()?;
-            Self::start_once(&binary, &peers, &peers)
+            Self::start_once(&binary, &peers, None)
         })
     }
 
-    /// Starts one member per port of `peer_ports`, member `i` listening for its peers on
-    /// `peer_ports[i]` but known to them as `127.0.0.1:advertised[i]` (a fault proxy that
-    /// forwards to its peer port, to cut it off from the others); waits as [`start`](Self::start) does.
-    ///
-    /// etcd names a member by its advertised URLs, so every member must know the others by
-    /// the same address: one proxy per member, shared by the others.
+    /// Starts `n` members as [`start`](Self::start) does, member `i` running with group id
+    /// `groups[i]` (still as the current user): iptables' `owner` match then tells each
+    /// member's packets apart, connections it dialed included, to cut it off from the others.
     ///
     /// # Errors
     ///
-    /// As [`start`](Self::start); [`ServerError::Io`] when the lists differ in
-    /// length. The ports are not replaced when taken: the proxy already points at them.
-    pub fn start_routed(peer_ports: &[u16], advertised: &[u16]) -> Result<Self, ServerError> {
-        if peer_ports.len() != advertised.len() {
-            let why = format!(
-                "{} peer ports but {} advertised addresses",
-                peer_ports.len(),
-                advertised.len()
-            );
-            return Err(ServerError::io(
-                "starting etcd",
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
-            ));
-        }
+    /// As [`start`](Self::start); [`ServerError::Spawn`] when the group cannot be set (not
+    /// root).
+    pub fn start_tagged(groups: &[u32]) -> Result<Self, ServerError> {
         let binary = locate("etcd", "QUORUMLOCK_ETCD", &["etcd"], &["/usr/bin/etcd"])?;
-        Self::start_once(&binary, peer_ports, advertised)
+        on_fresh_ports(|| {
+            let peers = groups
+                .iter()
+                .map(|_| free_port())
+                .collect::<Result<Vec<u16>, _>>()?;
+            Self::start_once(&binary, &peers, Some(groups))
+        })
     }
 
     fn start_once(
         binary: &Path,
         peer_ports: &[u16],
-        advertised: &[u16],
+        groups: Option<&[u32]>,
     ) -> Result<Self, ServerError> {
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-etcd-")
@@ -98,7 +91,7 @@ impl EtcdCluster {
             .iter()
             .map(|&peer| Ok((free_port()?, peer)))
             .collect::<Result<Vec<(u16, u16)>, ServerError>>()?;
-        let initial_cluster = advertised
+        let initial_cluster = peer_ports
             .iter()
             .enumerate()
             .map(|(i, peer)| format!("m{i}=http://127.0.0.1:{peer}"))
@@ -116,7 +109,6 @@ impl EtcdCluster {
             let data_dir = dir.path().join(&name);
             let client_url = format!("http://127.0.0.1:{client_port}");
             let peer_url = format!("http://127.0.0.1:{peer_port}");
-            let advertised_url = format!("http://127.0.0.1:{}", advertised[i]);
             let args: Vec<OsString> = [
                 "--name",
                 &name,
@@ -129,7 +121,7 @@ impl EtcdCluster {
                 "--listen-peer-urls",
                 &peer_url,
                 "--initial-advertise-peer-urls",
-                &advertised_url,
+                &peer_url,
                 "--initial-cluster",
                 &initial_cluster,
                 // Ignored once the member has data: a restart rejoins with what it kept.
@@ -149,13 +141,17 @@ impl EtcdCluster {
                 what: format!("etcd {name} on 127.0.0.1:{client_port}"),
                 program: binary.to_path_buf(),
                 args,
-                run_as: None,
+                run_as: groups.and_then(|g| g.get(i)).map(|&gid| RunAs {
+                    uid: nix::unistd::getuid().as_raw(),
+                    gid,
+                }),
                 log: dir.path().join(format!("{name}.log")),
                 stop_signal: Signal::SIGTERM,
             };
             members.push(EtcdMember {
                 name,
                 client_port,
+                peer_port,
                 data_dir,
                 process: ServerProcess::spawn(spec)?,
             });
@@ -251,6 +247,11 @@ impl EtcdMember {
     /// The client port.
     pub fn client_port(&self) -> u16 {
         self.client_port
+    }
+
+    /// The port it listens on for its peers.
+    pub fn peer_port(&self) -> u16 {
+        self.peer_port
     }
 
     /// The data directory (its `member/` holds the WAL and the database).

@@ -11,7 +11,7 @@ use quorumlock_testkit::free_port;
 use tempfile::TempDir;
 
 use super::ports::on_fresh_ports;
-use super::process::{locate, ServerProcess, Spec};
+use super::process::{locate, RunAs, ServerProcess, Spec};
 use super::{probe, ServerError};
 
 /// How long starting waits for every server to serve (a leader elected and followed).
@@ -45,6 +45,7 @@ pub struct ZkEnsemble {
 pub struct ZkServer {
     id: usize,
     client_port: u16,
+    peer_ports: [u16; 2],
     data_dir: PathBuf,
     process: ServerProcess,
 }
@@ -64,41 +65,35 @@ impl ZkEnsemble {
             let peers = (0..n)
                 .map(|_| Ok([free_port()?, free_port()?]))
                 .collect::<Result<Vec<[u16; 2]>, ServerError>>()?;
-            Self::start_once(&java, &jar, &peers, &|_, j| peers[j], "")
+            Self::start_once(&java, &jar, &peers, None)
         })
     }
 
-    /// Starts one server per entry of `peer_ports` (its quorum and election ports), server
-    /// `i` reaching server `j` at `127.0.0.1:route(i, j)` (a fault proxy per pair, to cut
-    /// one server off from the others both ways); waits as [`start`](Self::start) does.
-    ///
-    /// A server binds the ports of its own `server.N` line and dials those of the others,
-    /// so each server gets a configuration where only the others' lines name proxies.
+    /// Starts `n` servers as [`start`](Self::start) does, server `i` running with group id
+    /// `groups[i]` (still as the current user): iptables' `owner` match then tells each
+    /// server's packets apart, connections it dialed included, to cut it off from the others.
     ///
     /// # Errors
     ///
-    /// As [`start`](Self::start). The ports are not replaced when taken: the proxy already
-    /// points at them.
-    pub fn start_routed(
-        peer_ports: &[[u16; 2]],
-        route: &dyn Fn(usize, usize) -> [u16; 2],
-    ) -> Result<Self, ServerError> {
+    /// As [`start`](Self::start); [`ServerError::Spawn`] when the group cannot be set (not
+    /// root).
+    pub fn start_tagged(groups: &[u32]) -> Result<Self, ServerError> {
         let java = locate("java", "QUORUMLOCK_JAVA", &["java"], &["/usr/bin/java"])?;
         let jar = locate("zookeeper", "QUORUMLOCK_ZOOKEEPER_JAR", &[], JARS)?;
-        // A server that receives a connection from a lower id drops it and dials back; by
-        // default at the address the caller sent (its own line, the real port), which would
-        // go around the proxy. With multi-address on, it dials the address of its own
-        // configuration instead (a single address: nothing to check for reachability).
-        let routed = "multiAddress.enabled=true\nmultiAddress.reachabilityCheckEnabled=false\n";
-        Self::start_once(&java, &jar, peer_ports, route, routed)
+        on_fresh_ports(|| {
+            let peers = groups
+                .iter()
+                .map(|_| Ok([free_port()?, free_port()?]))
+                .collect::<Result<Vec<[u16; 2]>, ServerError>>()?;
+            Self::start_once(&java, &jar, &peers, Some(groups))
+        })
     }
 
     fn start_once(
         java: &Path,
         jar: &Path,
         peer_ports: &[[u16; 2]],
-        route: &dyn Fn(usize, usize) -> [u16; 2],
-        extra: &str,
+        groups: Option<&[u32]>,
     ) -> Result<Self, ServerError> {
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-zookeeper-")
@@ -108,15 +103,13 @@ impl ZkEnsemble {
         let client_ports = (0..n)
             .map(|_| free_port())
             .collect::<Result<Vec<u16>, _>>()?;
-        // Server i's view of the ensemble: its own ports, the others as `route` says.
-        let members = |i: usize| -> String {
-            (0..n)
-                .map(|j| {
-                    let [quorum, election] = if i == j { peer_ports[j] } else { route(i, j) };
-                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1)
-                })
-                .collect()
-        };
+        let members: String = peer_ports
+            .iter()
+            .enumerate()
+            .map(|(j, [quorum, election])| {
+                format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1)
+            })
+            .collect();
         let mut classpath = jar.as_os_str().to_owned();
         if Path::new(LOG_BINDING).exists() {
             classpath.push(":");
@@ -131,10 +124,7 @@ impl ZkEnsemble {
                 .map_err(|e| ServerError::io(format!("creating {}", data_dir.display()), e))?;
             write(&data_dir.join("myid"), &format!("{id}\n"))?;
             let config = home.join("zoo.cfg");
-            write(
-                &config,
-                &config_text(&data_dir, client_port, &(members(i) + extra)),
-            )?;
+            write(&config, &config_text(&data_dir, client_port, &members))?;
             let args: Vec<OsString> = vec![
                 // Small heaps and one GC thread: up to a few ensembles share two cores.
                 "-Xms32m".into(),
@@ -149,13 +139,17 @@ impl ZkEnsemble {
                 what: format!("zookeeper {id} on 127.0.0.1:{client_port}"),
                 program: java.to_path_buf(),
                 args,
-                run_as: None,
+                run_as: groups.and_then(|g| g.get(i)).map(|&gid| RunAs {
+                    uid: nix::unistd::getuid().as_raw(),
+                    gid,
+                }),
                 log: home.join("server.log"),
                 stop_signal: Signal::SIGTERM,
             };
             servers.push(ZkServer {
                 id,
                 client_port,
+                peer_ports: peer_ports[i],
                 data_dir,
                 process: ServerProcess::spawn(spec)?,
             });
@@ -223,6 +217,11 @@ impl ZkServer {
     /// The client port.
     pub fn client_port(&self) -> u16 {
         self.client_port
+    }
+
+    /// The ports it listens on for the others: quorum, then election.
+    pub fn peer_ports(&self) -> [u16; 2] {
+        self.peer_ports
     }
 
     /// The data directory (`myid`, the transaction log and snapshots under `version-2/`).

@@ -9,6 +9,10 @@
 //! behind. The fencing token is the znode's creation zxid: zxids grow with every transaction
 //! of the ensemble, so a later grant always has a larger one.
 //!
+//! A release, or the removal of a cancelled attempt's znode, that cannot reach the ensemble is
+//! tried again in the background until the znode is gone or the session is over (Curator's
+//! "guaranteed" delete).
+//!
 //! A grant lasts as long as the session: when the ensemble hears nothing from the client for
 //! the session timeout, it expires the session and deletes its znodes.
 
@@ -28,6 +32,8 @@ use crate::SubjectError;
 const LABEL: &str = "zookeeper";
 /// What separates a znode's name from its sequence number.
 const LOCK_MARK: &str = "-lock-";
+/// How long a guaranteed delete waits before it tries again.
+const DELETE_RETRY: Duration = Duration::from_millis(100);
 
 /// How a [`ZkLock`] talks to the ensemble.
 #[derive(Debug, Clone)]
@@ -45,6 +51,11 @@ impl ZkOptions {
             session_timeout,
             root: "/quorumlock-compare".to_owned(),
         }
+    }
+
+    /// The directory of `resource`'s znodes.
+    pub(crate) fn dir_of(&self, resource: &str) -> String {
+        format!("{}/{}", self.root, escape_segment(resource))
     }
 
     /// The directory the resources' directories are made under. Defaults to
@@ -138,7 +149,7 @@ impl ZkLock {
     ) -> Result<Held, SubjectError> {
         validate_resource(resource)?;
         let client = self.client().await?;
-        let dir = format!("{}/{}", self.inner.options.root, escape_segment(resource));
+        let dir = self.inner.options.dir_of(resource);
         client
             .mkdir(&dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
             .await
@@ -209,8 +220,11 @@ impl ZkLock {
 }
 
 /// Creates the ephemeral sequential znode `<dir>/<protection>-lock-<seq>` and returns its
-/// name and creation zxid. When the connection is lost before the reply, the znode may exist
-/// all the same: it is looked for by its protection prefix.
+/// name and creation zxid. When the connection fails before the reply (lost, or silent past
+/// the client's timeout), the znode may exist all the same: it is looked for by its
+/// protection prefix; if it cannot be looked for now, it is deleted in the background once
+/// the servers answer again (Curator's protection), so that it never holds the lock for the
+/// rest of the session.
 async fn create_protected(
     client: &Client,
     dir: &str,
@@ -220,19 +234,56 @@ async fn create_protected(
     let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     match client.create(&prefix, b"", &options).await {
         Ok((stat, seq)) => Ok((format!("{protection}{LOCK_MARK}{seq}"), stat.czxid)),
-        Err(ZkError::ConnectionLoss) => {
-            let children = client.list_children(dir).await.map_err(|e| failure(&e))?;
-            let Some(name) = children.into_iter().find(|c| c.starts_with(protection)) else {
-                return Err(failure(&ZkError::ConnectionLoss));
-            };
-            let stat = client
-                .check_stat(&format!("{dir}/{name}"))
-                .await
-                .map_err(|e| failure(&e))?
-                .ok_or_else(|| failure(&ZkError::ConnectionLoss))?;
-            Ok((name, stat.czxid))
+        // The session is over: its ephemeral znodes with it.
+        Err(e @ ZkError::SessionExpired) => Err(failure(&e)),
+        Err(e) => match find_protected(client, dir, protection).await {
+            Ok(Some(found)) => Ok(found),
+            Ok(None) => Err(failure(&e)),
+            Err(_) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(delete_protected(
+                        client.clone(),
+                        dir.to_owned(),
+                        protection.to_owned(),
+                    ));
+                }
+                Err(failure(&e))
+            }
+        },
+    }
+}
+
+/// The znode of `dir` whose name starts with `protection`, with its creation zxid.
+async fn find_protected(
+    client: &Client,
+    dir: &str,
+    protection: &str,
+) -> Result<Option<(String, i64)>, ZkError> {
+    let children = client.list_children(dir).await?;
+    let Some(name) = children.into_iter().find(|c| c.starts_with(protection)) else {
+        return Ok(None);
+    };
+    Ok(client
+        .check_stat(&format!("{dir}/{name}"))
+        .await?
+        .map(|stat| (name, stat.czxid)))
+}
+
+/// Deletes the znode of `dir` whose name starts with `protection`, if there is one, trying
+/// again until the servers answer or the session is over.
+async fn delete_protected(client: Client, dir: String, protection: String) {
+    loop {
+        match client.list_children(&dir).await {
+            Ok(children) => {
+                if let Some(name) = children.into_iter().find(|c| c.starts_with(&protection)) {
+                    delete_guaranteed(client, format!("{dir}/{name}")).await;
+                }
+                return;
+            }
+            Err(ZkError::NoNode | ZkError::SessionExpired) => return,
+            Err(_) if client.state().is_terminated() => return,
+            Err(_) => tokio::time::sleep(DELETE_RETRY).await,
         }
-        Err(e) => Err(failure(&e)),
     }
 }
 
@@ -253,15 +304,21 @@ fn failure(e: &ZkError) -> SubjectError {
 
 /// A guard that deletes the znode at `path` unless disarmed.
 fn delete_on_drop(client: &Client, path: &str) -> Cleanup {
-    let client = client.clone();
-    let path = path.to_owned();
-    Cleanup::new(
-        async move {
-            // Best effort: otherwise the znode goes with the session.
-            let _ = client.delete(&path, None).await;
+    Cleanup::new(delete_guaranteed(client.clone(), path.to_owned()).boxed())
+}
+
+/// Curator's guaranteed delete: deletes the znode at `path`, trying again while the servers
+/// cannot be reached, until it is gone or the session is over (its ephemeral znodes then go
+/// with it). Without it, a release lost with the connection would leave the znode held for as
+/// long as the client's session lives on another server.
+async fn delete_guaranteed(client: Client, path: String) {
+    loop {
+        match client.delete(&path, None).await {
+            Ok(()) | Err(ZkError::NoNode | ZkError::SessionExpired) => return,
+            Err(_) if client.state().is_terminated() => return,
+            Err(_) => tokio::time::sleep(DELETE_RETRY).await,
         }
-        .boxed(),
-    )
+    }
 }
 
 struct ZkRelease {
@@ -278,7 +335,13 @@ impl Release for ZkRelease {
                 Err(ZkError::NoNode | ZkError::SessionExpired) => {
                     Err(SubjectError::not_held(LABEL, &self.resource))
                 }
-                Err(e) => Err(failure(&e)),
+                Err(e) => {
+                    // The caller hears of the failure; the deletion goes on in the background.
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        runtime.spawn(delete_guaranteed(self.client.clone(), self.path.clone()));
+                    }
+                    Err(failure(&e))
+                }
             }
         }
         .boxed()

@@ -5,13 +5,13 @@
 //! bounded and go away once they are gone:
 //!
 //! * `task-flood`: the tasks alive on the host's runtime while they wait do not grow with the
-//!   waiters while every master answers ([`FLOOD_TASKS`] above the count before; seen: 7 to 24
+//!   waiters while every master answers (`FLOOD_TASKS` above the count before; seen: 7 to 24
 //!   for 300 waiters). While a master is down or paused, a round decided without it leaves its
 //!   request to it to finish in a task of its own for up to the node timeout, so the tasks
-//!   follow the waiters' rounds in flight: then a few per waiter ([`FLOOD_TASKS_FAULTED`];
+//!   follow the waiters' rounds in flight: then a few per waiter (`FLOOD_TASKS_FAULTED`;
 //!   seen: 124);
 //! * `task-leak`: the tasks alive on the host's runtime (the library's connection drivers,
-//!   cleanups, subscriber) come back to what they were before the flood, within [`SETTLE`];
+//!   cleanups, subscriber) come back to what they were before the flood, within `SETTLE`;
 //! * `connection-flood`: the host never holds more connections on a master than its pool and
 //!   the pub/sub connection of notified hand-offs, however many callers wait;
 //! * `subscription-leak`: once the last waiter is gone, the host is subscribed to nothing.
@@ -152,7 +152,7 @@ async fn flood(
 }
 
 /// After a flood: the tasks come back to `before` (within [`TASK_SLACK`]) and the host's
-/// subscriptions to none, within [`SETTLE`].
+/// subscriptions to none, within `SETTLE`.
 async fn settle(client: &Client, me: &str, before: usize) {
     let deadline = now() + SETTLE;
     loop {
@@ -188,14 +188,13 @@ async fn settle(client: &Client, me: &str, before: usize) {
 }
 
 /// No master holds more than [`MAX_CONNECTIONS`] of this host's connections. A master paused
-/// lately is not asked: it has not read the closes of the connections the client gave up on
-/// while it did not answer (a real `redis-server` under `SIGSTOP` lists them too).
+/// or down lately is not asked: it has not read the closes of the connections the client gave
+/// up on while it did not answer (a real `redis-server` under `SIGSTOP` lists them too), and a
+/// crashed one keeps its list as it was until it restarts.
 fn connections_bounded(client: &Client, me: &str) {
     for (m, served) in client.served.iter().enumerate() {
-        // A paused master has not read the closes yet; a crashed one keeps the connections of
-        // its last life (its software was dropped mid-read) until it restarts.
-        let away = served.paused_until.get().max(served.down_until.get());
-        if away + Duration::from_millis(100) > now() {
+        let unanswering = served.paused_until.get().max(served.down_until.get());
+        if unanswering + Duration::from_millis(100) > now() {
             continue;
         }
         let (connections, _) = served.master.borrow().held_by(me);

@@ -33,7 +33,7 @@ pub struct SimWorld {
 const KEPT: u64 = !(0xF0 << 48);
 
 /// The first draw behind a lock value (32 hex digits, then anything: an election's value carries
-/// `:identity`), masked as [`KEPT`]; `None` for a value that is no UUID of ours.
+/// `:identity`), masked as `KEPT`; `None` for a value that is no UUID of ours.
 pub fn first_half(value: &[u8]) -> Option<u64> {
     let hex = value.get(..16)?;
     let mut bytes = [0u8; 8];

@@ -181,7 +181,7 @@ impl Client {
                 if rng.one_in(4) {
                     // Extended: after a while, or at the last moment (just before or just
                     // after its validity runs out, while its keys may still be there).
-                    match rng.one_in(3) {
+                    match rng.one_in(10) {
                         true => {
                             let ms = drift(ttl).as_millis() as u64;
                             let validity = guard.remaining().as_millis() as u64;
@@ -273,11 +273,19 @@ impl Client {
                 let _ = guard.release().await;
             }
             _ => {
-                let got = cancellable(
-                    cancel_after,
-                    self.tagged(op, locks.rw_lock("rw").try_write(ttl)),
-                )
-                .await;
+                // Readers arrive without a gap: a writer that only tries gets in a few times a
+                // run. One in ten waits a little, its intent holding new readers back.
+                let rw = locks.rw_lock("rw");
+                let write: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> =
+                    match rng.one_in(10) {
+                        true => {
+                            let patience = Duration::from_millis(100 + rng.below(300));
+                            let deadline = tokio::time::Instant::now().into_std() + patience;
+                            Box::pin(rw.write_until(ttl, deadline))
+                        }
+                        false => Box::pin(rw.try_write(ttl)),
+                    };
+                let got = cancellable(cancel_after, self.tagged(op, write)).await;
                 let Some(Ok(guard)) = got else {
                     return false;
                 };
