@@ -1,10 +1,10 @@
 //! Notified hand-offs delivered: a host of its own (`handoff`, which the nemesis's link faults
 //! leave alone) holds a lock while a waiter on a second manager waits for it with
-//! `lock_until`, then releases it. The waiter's manager polls only below [`POLL_BELOW`] (2 s):
+//! `lock_until`, then releases it. The waiter's manager polls only below `POLL_BELOW` (2 s):
 //! woken by the release's announcement it is granted within a few round trips, left to its
 //! poll (or the holder's TTL running out) it is not. So:
 //!
-//! * `handoff-missed`: where no fault touched a whole master from [`QUIET_BEFORE`] before the
+//! * `handoff-missed`: where no fault touched a whole master from `QUIET_BEFORE` before the
 //!   waiter was called until it returned, the waiter is granted within [`HANDOFF_BOUND`] of the
 //!   holder's `release()` returning.
 //!
@@ -41,7 +41,7 @@ const QUIET_BEFORE: Duration = Duration::from_millis(2_500);
 /// How long after the heal the probe goes on: hand-offs without faults around.
 const AFTER_HEAL: Duration = Duration::from_secs(4);
 
-/// The probe's software: a hand-off every few hundred ms until [`AFTER_HEAL`] after the stop.
+/// The probe's software: a hand-off every few hundred ms until `AFTER_HEAL` after the stop.
 pub async fn run(client: Rc<Client>, mut rng: SeedRng) -> turmoil::Result {
     let holding = client.manager()?;
     let waiting = client.manager_polling(POLL_BELOW)?;
