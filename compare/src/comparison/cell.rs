@@ -261,7 +261,6 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             timing.ttl + LIVENESS_SLACK
         );
     }
-    let mut observed_text = observed_text;
     match &orphans {
         Some(Ok(lifetimes)) => {
             observed_text.push_str("; orphans gone in time");
