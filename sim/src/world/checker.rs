@@ -90,6 +90,21 @@ pub struct Granted {
     pub one_round: bool,
 }
 
+impl Granted {
+    /// The grant of a call of several rounds (a waiter's): asked at `asked` for `ttl`, with
+    /// `remaining` left on return; `granted` is stamped when it is recorded.
+    pub fn of_rounds(asked: Duration, ttl: Duration, remaining: Duration) -> Self {
+        Self {
+            asked,
+            granted: Duration::ZERO,
+            ttl,
+            remaining,
+            extends_until: None,
+            one_round: false,
+        }
+    }
+}
+
 /// The checker a grant breaks, if any. The model lets a grant count on `ttl − drift` from the
 /// start of its round, at most (the key lives `ttl` on each master, whose clock may run
 /// `drift` fast); a grant must leave some validity (one that arrives expired was never

@@ -115,14 +115,7 @@ async fn flood(
                 let Some(Ok(guard)) = got else {
                     return;
                 };
-                let grant = Granted {
-                    asked,
-                    granted: Duration::ZERO,
-                    ttl,
-                    remaining: guard.remaining(),
-                    extends_until: None,
-                    one_round: false,
-                };
+                let grant = Granted::of_rounds(asked, ttl, guard.remaining());
                 let holds = client.granted(Kind::Lock, &[RESOURCE.into()], grant, guard.fence());
                 tokio::time::sleep(hold).await;
                 client.end(&holds);

@@ -99,14 +99,7 @@ fn grant(
     remaining: Duration,
     fence: Option<u64>,
 ) -> Vec<usize> {
-    let grant = Granted {
-        asked,
-        granted: Duration::ZERO,
-        ttl,
-        remaining,
-        extends_until: None,
-        one_round: false,
-    };
+    let grant = Granted::of_rounds(asked, ttl, remaining);
     client.granted(Kind::Lock, &[RESOURCE.into()], grant, fence)
 }
 

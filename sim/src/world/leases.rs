@@ -25,15 +25,8 @@ pub const ELECTION: &str = "lead";
 
 /// A hold from its grant until now ("until further notice": ended by [`Client::end`]).
 fn open_ended(asked: Duration, ttl: Duration) -> Granted {
-    Granted {
-        asked,
-        granted: Duration::ZERO,
-        ttl,
-        // Any validity: the hold ends when its holder learns that its lease ended, or releases.
-        remaining: Duration::from_secs(24 * 3600),
-        extends_until: None,
-        one_round: false,
-    }
+    // Any validity: the hold ends when its holder learns that its lease ended, or releases.
+    Granted::of_rounds(asked, ttl, Duration::from_secs(24 * 3600))
 }
 
 /// How long a holder keeps what it got: mostly a few renewals, sometimes far past its TTL.

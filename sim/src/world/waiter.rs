@@ -95,14 +95,7 @@ pub async fn waiter(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
             client.done(op);
             continue;
         };
-        let grant = Granted {
-            asked,
-            granted: Duration::ZERO,
-            ttl,
-            remaining: guard.remaining(),
-            extends_until: None,
-            one_round: false,
-        };
+        let grant = Granted::of_rounds(asked, ttl, guard.remaining());
         let holds = match (&guard, &single) {
             (Held::One(_), Some(resource)) => client.granted(
                 Kind::Lock,
