@@ -447,6 +447,7 @@ impl Master for RedisNode {
             (
                 AcquireReply {
                     granted,
+                    blocked: false,
                     token: None,
                     epoch_age: None,
                     remaining: None,
