@@ -39,6 +39,7 @@ mod reset_connection;
 mod restart_protection;
 mod restarted_master;
 mod retries;
+mod rw_intent_minority;
 mod rw_lock;
 mod rw_semaphore_breaking;
 mod semaphore;

@@ -933,12 +933,18 @@ async fn nothing_keeps_running_after_writers_and_permits() {
             tokio::time::sleep(Duration::from_millis(500)).await;
             before = metrics.num_alive_tasks();
         }
-        let reader = other
-            .rw_lock("tasks")
-            .max_readers(2)
-            .try_read(TTL)
-            .await
-            .expect("reader");
+        // The last writer's intent, dropped or given up, is released in the background: a
+        // reader refused by it stops at its first permit, so it tries again until it is gone.
+        let deadline = Instant::now() + PATIENCE;
+        let reader = loop {
+            match other.rw_lock("tasks").max_readers(2).try_read(TTL).await {
+                Ok(reader) => break reader,
+                Err(e) if e.is_contended() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(e) => panic!("reader: {e}"),
+            }
+        };
         let mut writing = Box::pin(rw.write_until(TTL, Instant::now() + PATIENCE));
         // The writer waits behind the reader (its intent up and leased) for a moment.
         let early = tokio::time::timeout(Duration::from_millis(200), &mut writing).await;
