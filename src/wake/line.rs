@@ -239,7 +239,6 @@ impl Lines {
         self.channels.values().map(Channel::wake).sum()
     }
 
-    /// The channels wanted now, and the version of that set.
     /// The channels, the waiters and observers in line on them, and the release ids they
     /// remember.
     #[cfg(feature = "sim")]
@@ -255,6 +254,7 @@ impl Lines {
         )
     }
 
+    /// The channels wanted now, and the version of that set.
     pub(crate) fn wanted(&self) -> (u64, Vec<Arc<str>>) {
         (self.version, self.channels.keys().cloned().collect())
     }
