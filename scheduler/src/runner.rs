@@ -262,8 +262,9 @@ async fn claim_once(shared: &Arc<Shared>, job: &Arc<JobState>, slot: &Slot) -> O
         return None;
     }
     let slot = slot.clone();
-    let late = lateness(&slot, now);
     let job_lock = forbid_check(shared, job, &slot, false).await?;
+    // After the check, which may have waited for the job lock.
+    let late = lateness(&slot, shared.clock.now());
     match shared
         .claims
         .claim(&job.name, slot.id(), &job.terms, false)
@@ -385,7 +386,14 @@ async fn refused_job_lock(
     slot: &Slot,
 ) -> Option<Option<Box<dyn JobLock>>> {
     let patience = FORBID_RECHECK.max(shared.claims.round_bound() * CLAIM_ROUNDS);
-    let deadline = tokio::time::Instant::now() + patience;
+    // Never beyond the slot's starting deadline: a lock freed later frees it for the next
+    // slot, and this one was forbidden until then.
+    let left = job
+        .job
+        .starting_deadline
+        .saturating_sub(lateness(slot, shared.clock.now()));
+    let deadline = tokio::time::Instant::now() + patience.min(left);
+    let mut phase = shared.phase.subscribe();
     loop {
         match shared.claims.status(&job.name, slot.id()).await {
             Ok(SlotState::Running(r)) => {
@@ -404,9 +412,25 @@ async fn refused_job_lock(
                 return None;
             }
         }
-        tokio::time::sleep(FORBID_POLL).await;
+        tokio::select! {
+            () = tokio::time::sleep(FORBID_POLL) => {}
+            // Draining: no new claims, and the slot is left unrecorded, as by the job's loop.
+            () = until(&mut phase, Phase::Draining) => return None,
+        }
         match shared.claims.try_job_lock(&job.name, &job.terms).await {
-            Ok(Some(held)) => return Some(Some(held)),
+            Ok(Some(held)) => {
+                if *phase.borrow() != Phase::Running {
+                    release(Some(held)).await;
+                    return None;
+                }
+                if past_deadline(slot, shared.clock.now(), job.job.starting_deadline) {
+                    release(Some(held)).await;
+                    job.counters.bump(Count::Forbidden);
+                    job.note(slot, SlotOutcome::Forbidden, None);
+                    return None;
+                }
+                return Some(Some(held));
+            }
             Ok(None) => {}
             Err(e) => {
                 claim_failed(job, slot, &e);

@@ -845,3 +845,110 @@ async fn a_split_retry_of_an_abandoned_slot_is_claimed_again() {
         SlotState::Completed(_)
     ));
 }
+
+/// Two workers of a Forbid job without a fleet, no stagger: slot 01 runs from 01.0 (t0 +
+/// 0.5 s) for `work`; slot 02 falls due at 02.0 (t0 + 1.5 s), which its runner skips (its own run) and the
+/// other worker, refused the job lock beside a free slot, rechecks.
+fn forbid_pair(
+    claims: &FakeClaims,
+    runs: &Runs,
+    work: Duration,
+    deadline: Duration,
+) -> Vec<Scheduler> {
+    let t0 = Instant::now();
+    ["a", "b"]
+        .iter()
+        .map(|w| {
+            builder(claims, t0, w, 0)
+                .job(
+                    job(runs, work)
+                        .catch_up(CatchUp::None)
+                        .stagger(Duration::ZERO)
+                        .starting_deadline(deadline)
+                        .concurrency(Concurrency::Forbid),
+                )
+                .start()
+                .expect("start")
+        })
+        .collect()
+}
+
+/// A shutdown while a worker rechecks a slot refused the job lock: once it returned, nothing
+/// is claimed, although the run holding the job lock ends and frees it within the recheck.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_during_the_forbid_recheck_claims_nothing() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    // Slot 01 runs until 02.1 (t0 + 1.6 s), within the recheck of slot 02.
+    let workers = forbid_pair(
+        &claims,
+        &runs,
+        Duration::from_millis(1_100),
+        Duration::from_secs(60),
+    );
+    // Slot 02 fell due at t0 + 1.5 s: one worker rechecks it.
+    sleep(Duration::from_millis(1_550)).await;
+    futures::future::join_all(workers.iter().map(|w| w.shutdown(Duration::from_secs(5)))).await;
+    sleep(Duration::from_secs(2)).await;
+    let ran: Vec<String> = runs.lock().expect("runs").keys().cloned().collect();
+    assert_eq!(
+        ran,
+        vec!["2024-01-01T00:00:01.000Z"],
+        "claimed after shutdown"
+    );
+    assert_eq!(workers.iter().map(Scheduler::running).sum::<usize>(), 0);
+}
+
+/// A slot whose job lock is freed during the recheck, but only after its starting deadline
+/// passed, is not run: it was forbidden until then.
+#[tokio::test(start_paused = true)]
+async fn the_forbid_recheck_does_not_start_a_slot_past_its_deadline() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    // Slot 01 runs until 02.2 (t0 + 1.7 s): slot 02 is then 200 ms late, past its 100 ms.
+    let workers = forbid_pair(
+        &claims,
+        &runs,
+        Duration::from_millis(1_200),
+        Duration::from_millis(100),
+    );
+    sleep(Duration::from_millis(1_900)).await;
+    let ran: Vec<String> = runs.lock().expect("runs").keys().cloned().collect();
+    assert_eq!(
+        ran,
+        vec!["2024-01-01T00:00:01.000Z"],
+        "run past its deadline"
+    );
+    let forbidden: u64 = workers
+        .iter()
+        .map(|w| w.stats("tick").expect("job").forbidden)
+        .sum();
+    assert_eq!(forbidden, 2, "both workers skip 02");
+}
+
+/// A slot started once the job lock was freed during the recheck counts the wait as lateness.
+#[tokio::test(start_paused = true)]
+async fn a_slot_started_after_the_forbid_recheck_counts_its_wait_as_lateness() {
+    let claims = FakeClaims::default();
+    let runs = Runs::default();
+    // Slot 01 runs until 02.1 (t0 + 1.6 s): slot 02 starts then, 100 ms late.
+    let workers = forbid_pair(
+        &claims,
+        &runs,
+        Duration::from_millis(1_100),
+        Duration::from_secs(60),
+    );
+    sleep(Duration::from_millis(1_900)).await;
+    let started: Vec<Duration> = workers
+        .iter()
+        .flat_map(|w| w.status()[0].recent.clone())
+        .filter(|e| e.slot.id().contains(":02.") && e.outcome == SlotOutcome::Running)
+        .filter_map(|e| e.lateness)
+        .collect();
+    assert_eq!(started.len(), 1, "slot 02 started once: {started:?}");
+    assert!(
+        started[0] >= Duration::from_millis(100),
+        "lateness {:?}",
+        started[0]
+    );
+}
