@@ -29,7 +29,10 @@ pub enum Concurrency {
     /// The slot is skipped while an earlier slot of the job runs. Fleet-wide, through a job lock
     /// held for the whole run (one more quorum round per slot). A
     /// [fleet](crate::SchedulerBuilder::fleet)'s backup reads the slot before taking the lock
-    /// and leaves it alone when the slot ran elsewhere, so only a run holds it.
+    /// and leaves it alone when the slot ran elsewhere, so only a run holds it. A claim holds
+    /// it for a moment too, so a worker refused it beside a slot still free tries it again for
+    /// a few of the masters' timeouts (at least 250 ms, never past the slot's starting
+    /// deadline): a run that ends within that time lets the slot start late, not be skipped.
     Forbid,
     /// The earlier slot's run is cancelled when the next slot falls due (by the worker running
     /// it, which watches the schedule too) and recorded as completed, so it is not retried.
