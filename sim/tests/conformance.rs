@@ -304,6 +304,14 @@ fn single_key_locks(p: &mut Pair) {
         &args,
         EXACT,
     );
+    // A read permit behind a writer intent (the blocker, KEYS[5]): refused with 2 and the
+    // intent's TTL; granted once it is gone.
+    p.check(0, &["SET", "c:intent", "w", "PX", LONG], EXACT);
+    let read = ["c:read", "c:read", "c:read", "c:read", "c:intent"];
+    let blocked = ["r", LONG, "0", "0", LONG, "", "0", CAP, "1"];
+    script(p, "acquire", &read, &blocked, ACQUIRE_REPLY);
+    p.check(0, &["DEL", "c:intent"], EXACT);
+    script(p, "acquire", &read, &blocked, ACQUIRE_REPLY);
 }
 
 fn reentrant_locks(p: &mut Pair) {
