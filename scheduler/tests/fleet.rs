@@ -764,3 +764,74 @@ async fn huge_durations_are_refused_readably() {
     .await;
     long.shutdown(Duration::from_secs(5)).await;
 }
+
+/// `Concurrency::Forbid` on real masters, two workers without a fleet, runs of 1.3 s on a 1 s
+/// period, and a recheck that lasts a whole period (4 x the 250 ms node timeout): a worker
+/// refused the job lock beside a free slot keeps trying it and may start the slot late once
+/// the run before ends, but two runs never overlap, no slot runs twice, and slots due while a
+/// run goes on are skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbid_runs_never_overlap_while_a_worker_rechecks_the_job_lock() {
+    type Spans = Arc<Mutex<Vec<(String, Instant, Instant)>>>;
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let spans = Spans::default();
+    let workers: Vec<Scheduler> = ["a", "b"]
+        .iter()
+        .map(|w| {
+            let spans = Arc::clone(&spans);
+            let job = Job::every("forbid", Duration::from_secs(1), move |ctx: JobContext| {
+                let spans = Arc::clone(&spans);
+                async move {
+                    let started = Instant::now();
+                    tokio::time::sleep(Duration::from_millis(1_300)).await;
+                    spans
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((due(&ctx), started, Instant::now()));
+                    Ok::<_, std::io::Error>(())
+                }
+            })
+            .expect("valid job")
+            .catch_up(CatchUp::None)
+            .claim_ttl(Duration::from_secs(2))
+            .concurrency(quorumlock_scheduler::Concurrency::Forbid);
+            Scheduler::builder(&manager(&cluster))
+                .worker(*w)
+                .job(job)
+                .start()
+                .expect("start")
+        })
+        .collect();
+    wait_until("five runs", || {
+        spans
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+            >= 5
+    })
+    .await;
+    for w in &workers {
+        w.shutdown(Duration::from_secs(10)).await;
+    }
+    let mut spans = spans
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    spans.sort_by_key(|(_, started, _)| *started);
+    for pair in spans.windows(2) {
+        assert!(
+            pair[1].1 >= pair[0].2,
+            "{} started before {} ended: {spans:?}",
+            pair[1].0,
+            pair[0].0
+        );
+    }
+    let slots: std::collections::BTreeSet<&String> =
+        spans.iter().map(|(slot, _, _)| slot).collect();
+    assert_eq!(slots.len(), spans.len(), "a slot ran twice: {spans:?}");
+    let forbidden: u64 = workers
+        .iter()
+        .map(|w| w.stats("forbid").expect("job").forbidden)
+        .sum();
+    assert!(forbidden > 0, "no slot was skipped beside a 1.3 s run");
+}
