@@ -386,13 +386,23 @@ async fn refused_job_lock(
     slot: &Slot,
 ) -> Option<Option<Box<dyn JobLock>>> {
     let patience = FORBID_RECHECK.max(shared.claims.round_bound() * CLAIM_ROUNDS);
-    // Never beyond the slot's starting deadline: a lock freed later frees it for the next
-    // slot, and this one was forbidden until then.
-    let left = job
+    // The slot starts only before its starting deadline and before the next slot falls due
+    // (the job's loop waits for this check, and a lock freed then is the next slot's): this
+    // one was forbidden until then. Its state is still read for the least recheck, so that a
+    // loser of this very slot sees its winner's claim.
+    let now = shared.clock.now();
+    let mut left = job
         .job
         .starting_deadline
-        .saturating_sub(lateness(slot, shared.clock.now()));
-    let deadline = tokio::time::Instant::now() + patience.min(left);
+        .saturating_sub(lateness(slot, now));
+    if let Some(next) = job.job.schedule.next_after(slot.due()) {
+        left = left.min((next - now).to_std().unwrap_or(Duration::ZERO));
+    }
+    let started = tokio::time::Instant::now();
+    let (deadline, too_late) = (
+        started + FORBID_RECHECK.max(patience.min(left)),
+        started + left,
+    );
     let mut phase = shared.phase.subscribe();
     loop {
         match shared.claims.status(&job.name, slot.id()).await {
@@ -417,13 +427,16 @@ async fn refused_job_lock(
             // Draining: no new claims, and the slot is left unrecorded, as by the job's loop.
             () = until(&mut phase, Phase::Draining) => return None,
         }
+        if tokio::time::Instant::now() > too_late {
+            continue;
+        }
         match shared.claims.try_job_lock(&job.name, &job.terms).await {
             Ok(Some(held)) => {
                 if *phase.borrow() != Phase::Running {
                     release(Some(held)).await;
                     return None;
                 }
-                if past_deadline(slot, shared.clock.now(), job.job.starting_deadline) {
+                if tokio::time::Instant::now() > too_late {
                     release(Some(held)).await;
                     job.counters.bump(Count::Forbidden);
                     job.note(slot, SlotOutcome::Forbidden, None);

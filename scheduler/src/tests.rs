@@ -952,3 +952,26 @@ async fn a_slot_started_after_the_forbid_recheck_counts_its_wait_as_lateness() {
         started[0]
     );
 }
+
+/// Masters slow enough that the recheck would outlast the period (4 x 2 s): it ends when the
+/// next slot falls due. Slot 01 runs until 02.6 (t0 + 2.1 s); the worker rechecking 02 must
+/// not start it once 03 fell due (at 02.5), and starts 03 instead when the lock is freed.
+#[tokio::test(start_paused = true)]
+async fn the_forbid_recheck_ends_when_the_next_slot_falls_due() {
+    let claims = FakeClaims::default();
+    *claims.round_bound.lock().expect("fake") = Duration::from_secs(2);
+    let runs = Runs::default();
+    let _workers = forbid_pair(
+        &claims,
+        &runs,
+        Duration::from_millis(2_100),
+        Duration::from_secs(60),
+    );
+    sleep(Duration::from_millis(2_900)).await;
+    let ran: Vec<String> = runs.lock().expect("runs").keys().cloned().collect();
+    assert_eq!(
+        ran,
+        vec!["2024-01-01T00:00:01.000Z", "2024-01-01T00:00:03.000Z"],
+        "02 started after 03 fell due"
+    );
+}

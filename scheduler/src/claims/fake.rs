@@ -46,6 +46,8 @@ pub(crate) struct FakeClaims {
     /// How many of the next claims that retry an abandoned slot split the vote (a
     /// [`LockError::Contended`]: racing retriers each got a minority, nobody holds it).
     pub(crate) split_retries: Arc<std::sync::atomic::AtomicUsize>,
+    /// What [`SlotClaims::round_bound`] says (the fake answers at once: zero by default).
+    pub(crate) round_bound: Arc<Mutex<Duration>>,
 }
 
 fn unreachable(job: &str) -> LockError {
@@ -179,8 +181,10 @@ impl SlotClaims for FakeClaims {
     }
 
     fn round_bound(&self) -> std::time::Duration {
-        // The fake answers at once.
-        std::time::Duration::ZERO
+        *self
+            .round_bound
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn try_job_lock<'a>(
