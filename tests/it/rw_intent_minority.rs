@@ -133,10 +133,7 @@ async fn a_waiting_reader_gets_in_once_a_crashed_writer_s_intent_expires() {
             set_intent(master, &name, INTENT);
         }
         let config = locks.rw_lock(&name).max_readers(16);
-        let refused = config
-            .try_read(TTL)
-            .await
-            .expect_err("behind the intent");
+        let refused = config.try_read(TTL).await.expect_err("behind the intent");
         assert!(refused.is_contended(), "{refused}");
         let started = Instant::now();
         let reader = config
@@ -170,7 +167,9 @@ async fn a_hash_at_the_intent_key_refuses_readers_cleanly() {
         .expect_err("behind a key at the intent");
     assert!(refused.is_contended(), "{refused}");
     for master in &cluster.masters()[..1] {
-        master.command(&["DEL", &intent_key("hashed")]).expect("DEL");
+        master
+            .command(&["DEL", &intent_key("hashed")])
+            .expect("DEL");
     }
     locks
         .rw_lock("hashed")
