@@ -66,13 +66,43 @@ exec {real} "$@"
         Ok((Self { dir }, wrapper))
     }
 
+    /// The environment that puts another server program (one started without the wrapper)
+    /// under the shim, with its clock in the control file named `node`: `LD_PRELOAD` and the
+    /// control file's variable. The control file is made now (the server maps it when it
+    /// starts, and every process it forks shares the mapping).
+    ///
+    /// # Errors
+    ///
+    /// When the control file cannot be written.
+    pub fn preload(&self, node: &str) -> std::io::Result<Vec<(&'static str, PathBuf)>> {
+        self.set_node(node, 0, 0)?;
+        Ok(vec![
+            ("LD_PRELOAD", self.dir.join("libjlclock.so")),
+            ("JEPSEN_LITE_CLOCK_FILE", self.control(node)),
+        ])
+    }
+
     /// Sets node `port`'s clock to `real + offset_ms + (real − now) × rate_ppm / 1e6`.
     ///
     /// # Errors
     ///
     /// When the control file cannot be written.
     pub fn set(&self, port: u16, offset_ms: i64, rate_ppm: i64) -> std::io::Result<()> {
-        let path = self.dir.join(format!("{port}.clock"));
+        self.set_node(&port.to_string(), offset_ms, rate_ppm)
+    }
+
+    fn control(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("{node}.clock"))
+    }
+
+    /// As [`set`](Self::set), for the control file named `node` (see
+    /// [`preload`](Self::preload)).
+    ///
+    /// # Errors
+    ///
+    /// When the control file cannot be written.
+    pub fn set_node(&self, node: &str, offset_ms: i64, rate_ppm: i64) -> std::io::Result<()> {
+        let path = self.control(node);
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)

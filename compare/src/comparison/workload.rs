@@ -20,6 +20,7 @@ use quorumlock_testkit::Mode;
 use serde_json::{json, Value};
 
 use super::cells::Fault;
+use super::rendezvous::{Holding, Rendezvous};
 use super::testbed::Links;
 use crate::LockSubject;
 
@@ -124,6 +125,8 @@ pub(super) struct Worker {
     pub(super) stalled: Arc<AtomicBool>,
     /// Whether its client sends heartbeats, which a pause must be seen to stop.
     pub(super) heartbeats: bool,
+    /// The nemesis's meeting with a holder, in a cell whose fault falls inside a section.
+    pub(super) rendezvous: Option<Arc<Rendezvous>>,
 }
 
 /// A fault worker 0 made, and the reading that shows it took effect (or why not).
@@ -152,6 +155,7 @@ impl Worker {
         while !self.stop.load(Ordering::Acquire) {
             let lease = format!("{}-{n}", self.id);
             n += 1;
+            let invoked = Instant::now();
             self.log(
                 Kind::Invoke,
                 "acquire",
@@ -199,6 +203,15 @@ impl Worker {
                 None => granted["valid_until_ns"] = json!(u64::MAX),
             }
             self.log(Kind::Ok, "acquire", granted, None);
+            let claimed = self.rendezvous.as_ref().filter(|meeting| {
+                let holding = Holding {
+                    worker: self.id,
+                    lease: lease.clone(),
+                    token: held.token(),
+                    valid_until: held.valid_until(),
+                };
+                meeting.claim(holding, invoked)
+            });
             let stall = self
                 .stall
                 .filter(|s| made.is_none() && started.elapsed() >= s.after);
@@ -210,6 +223,10 @@ impl Worker {
                 op: &mut op,
             };
             match stall {
+                None if claimed.is_some() => {
+                    let hold = claimed.map_or(Duration::ZERO, |m| m.hold());
+                    section.read_hold_write(Instant::now() + hold).await?;
+                }
                 None => section.read_modify_write().await?,
                 Some(stall) if stall.fault == Fault::Partition => {
                     made = Some(
@@ -359,6 +376,13 @@ impl Section<'_> {
 
     async fn read_modify_write(&mut self) -> std::io::Result<()> {
         let read = self.read_all().await?;
+        self.write_all(read).await
+    }
+
+    /// Reads at once and writes at `until`: a section the nemesis strikes inside.
+    async fn read_hold_write(&mut self, until: Instant) -> std::io::Result<()> {
+        let read = self.read_all().await?;
+        tokio::time::sleep_until(until.into()).await;
         self.write_all(read).await
     }
 
