@@ -116,32 +116,56 @@ struct Look {
     offset_ms: i64,
 }
 
-/// Steps the clocks of servers `targets` forward by `step` while `holder` holds; the reading
-/// proves it on the servers. With `bare`, the proof also shows that the holder stood on a
-/// bare majority: its mark on exactly a majority of the servers before the step.
+/// Steps the clocks of `count` servers that carry `holder`'s mark (the first ones) forward by
+/// `step` while it holds; the reading proves it on the servers. With `bare`, the proof also
+/// shows that the holder stood on a bare majority: its mark on exactly a majority of the
+/// servers before the step.
 pub(super) async fn bump(
     shim: &Shim,
     servers: &Servers,
-    targets: &[usize],
+    count: usize,
     bare: bool,
     holder: &Holding,
     recorder: &Recorder,
     step: Duration,
 ) -> Made {
     let step_ms = i64::try_from(step.as_millis()).unwrap_or(i64::MAX);
-    let names: Vec<String> = targets.iter().map(|&i| servers.name(i)).collect();
-    let fault = format!(
-        "step the clock of {} {step_ms} ms forward while {} holds",
-        names.join(", "),
-        holder.lease
-    );
+    let fault = |targets: &[usize]| {
+        let names: Vec<String> = targets.iter().map(|&i| servers.name(i)).collect();
+        format!(
+            "step the clock of {} {step_ms} ms forward while {} holds",
+            if names.is_empty() {
+                format!("{count} of the servers holding its lock")
+            } else {
+                names.join(", ")
+            },
+            holder.lease
+        )
+    };
     let mut before = Vec::new();
     for i in 0..servers.len() {
         match look(servers, i).await {
             Ok(l) => before.push(l),
-            Err(e) => return (fault, Err(format!("{} before the step: {e}", servers.name(i)))),
+            Err(e) => {
+                return (
+                    fault(&[]),
+                    Err(format!("{} before the step: {e}", servers.name(i))),
+                )
+            }
         }
     }
+    let targets = holders_servers(&before, count);
+    let fault = fault(&targets);
+    if targets.len() < count {
+        return (
+            fault,
+            Err(format!(
+                "the holder's lock was on fewer than {count} servers before the step: {:?}",
+                before.iter().map(|l| l.lock.as_deref()).collect::<Vec<_>>()
+            )),
+        );
+    }
+    let targets = targets.as_slice();
     for &i in targets {
         if let Err(e) = shim.step(servers, i, step_ms) {
             return (fault, Err(format!("stepping {}'s clock: {e}", servers.name(i))));
@@ -172,6 +196,28 @@ pub(super) async fn bump(
         reading = reading.and_then(|text| bare_majority(&before, targets, text));
     }
     (fault, reading)
+}
+
+/// The first `count` servers that carry the holder's mark: the mark on the most servers (a
+/// holder's lock is on a majority, a waiter's leftovers on fewer).
+fn holders_servers(before: &[Look], count: usize) -> Vec<usize> {
+    let on = |mark: &str| {
+        before
+            .iter()
+            .filter(|l| l.lock.as_deref() == Some(mark))
+            .count()
+    };
+    let Some(mark) = before
+        .iter()
+        .filter_map(|l| l.lock.as_deref())
+        .max_by_key(|mark| on(mark))
+    else {
+        return Vec::new();
+    };
+    (0..before.len())
+        .filter(|&i| before[i].lock.as_deref() == Some(mark))
+        .take(count)
+        .collect()
 }
 
 /// Whether the first stepped server's mark was on exactly a majority of the servers.

@@ -3,6 +3,9 @@
 //! (counter + 1, set ∪ {op}), the fenced one with the subject's token. Everything is recorded
 //! in jepsen-lite's history format, so that its checkers judge the run.
 //!
+//! In a clock bump's cell, the first grant after the nemesis arms its rendezvous is held for a
+//! fixed time (read at once, write at the end), and the nemesis steps the clocks inside it.
+//!
 //! Worker 0 makes the holder's faults itself, once, at its first grant after a given time: a
 //! pause (it reads, goes silent past its TTL or session, then writes) or a partition (it keeps
 //! working while cut off). A stopped process's kernel keeps its TCP connections up and sends
