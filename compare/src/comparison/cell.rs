@@ -362,22 +362,14 @@ async fn clock_bump(
     let Some(holder) = meeting.holder(wait).await else {
         return (
             fault.label().to_owned(),
-            Err(format!("no holder was granted within {wait:?} of the arming")),
+            Err(format!(
+                "no holder was granted within {wait:?} of the arming"
+            )),
         );
     };
     // More than the TTL: every key or lease the step reaches has expired at once.
     let step = timing.ttl * 2;
-    let made = clock::bump(
-        shim,
-        &testbed.servers,
-        count,
-        bare,
-        &holder,
-        recorder,
-        step,
-    )
-    .await;
-    made
+    clock::bump(shim, &testbed.servers, count, bare, &holder, recorder, step).await
 }
 
 /// Hold, break or caught, as jepsen-lite's runner reads a run with or without tokens.

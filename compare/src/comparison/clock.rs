@@ -87,14 +87,13 @@ impl Shim {
                     .into_iter()
                     .map(|(k, v)| (k.into(), v.into_os_string()))
                     .collect();
-                let server = PgServer::start_with_env(&env)
-                    .map_err(|e| format!("{}: {e}", kind.label()))?;
+                let server =
+                    PgServer::start_with_env(&env).map_err(|e| format!("{}: {e}", kind.label()))?;
                 Ok(Servers::Postgres(server))
             }
-            SubjectKind::Etcd | SubjectKind::Zookeeper => Err(format!(
-                "the clock shim does not reach {}",
-                kind.label()
-            )),
+            SubjectKind::Etcd | SubjectKind::Zookeeper => {
+                Err(format!("the clock shim does not reach {}", kind.label()))
+            }
         }
     }
 
@@ -112,6 +111,8 @@ struct Look {
     /// The holder's mark on the server: the key's value, the lease row's token and whether
     /// the database takes it to be live; `None` when there is nothing.
     lock: Option<String>,
+    /// What the server holds, as read (a lease row the database takes to be expired too).
+    seen: Option<String>,
     /// Its clock ahead of this host's, in ms.
     offset_ms: i64,
 }
@@ -168,7 +169,10 @@ pub(super) async fn bump(
     let targets = targets.as_slice();
     for &i in targets {
         if let Err(e) = shim.step(servers, i, step_ms) {
-            return (fault, Err(format!("stepping {}'s clock: {e}", servers.name(i))));
+            return (
+                fault,
+                Err(format!("stepping {}'s clock: {e}", servers.name(i))),
+            );
         }
     }
     recorder.nemesis(
@@ -179,7 +183,12 @@ pub(super) async fn bump(
     for &i in targets {
         match look(servers, i).await {
             Ok(l) => after.push(l),
-            Err(e) => return (fault, Err(format!("{} after the step: {e}", servers.name(i)))),
+            Err(e) => {
+                return (
+                    fault,
+                    Err(format!("{} after the step: {e}", servers.name(i))),
+                )
+            }
         }
     }
     let still_valid = holder.valid_until.is_none_or(|u| Instant::now() < u);
@@ -189,7 +198,8 @@ pub(super) async fn bump(
     if let (Servers::Postgres(_), Some(token)) = (servers, holder.token) {
         let mark = format!("token {token}, live");
         if before.first().and_then(|l| l.lock.as_deref()) != Some(mark.as_str()) {
-            reading = reading.and_then(|text| Err(format!("{text}; not the holder's row ({mark})")));
+            reading =
+                reading.and_then(|text| Err(format!("{text}; not the holder's row ({mark})")));
         }
     }
     if bare {
@@ -252,7 +262,13 @@ fn judge(
     let marks: Vec<String> = before
         .iter()
         .enumerate()
-        .map(|(i, l)| format!("{}: {}", servers.name(i), l.lock.as_deref().unwrap_or("none")))
+        .map(|(i, l)| {
+            format!(
+                "{}: {}",
+                servers.name(i),
+                l.lock.as_deref().unwrap_or("none")
+            )
+        })
         .collect();
     let mut text = format!("before, the lock on each server: [{}]", marks.join("; "));
     let mut ok = still_valid;
@@ -264,7 +280,7 @@ fn judge(
         text.push_str(&format!(
             "; after, {} holds {} ({}), its clock {} ms ahead",
             servers.name(i),
-            now.lock.as_deref().unwrap_or("none"),
+            now.seen.as_deref().unwrap_or("none"),
             if gone {
                 "the holder's is gone"
             } else {
@@ -295,13 +311,17 @@ async fn look(servers: &Servers, i: usize) -> Result<Look, String> {
                 let value = master
                     .command(&["GET", &key])
                     .map_err(|e| format!("GET: {e}"))?;
-                let time = master.command(&["TIME"]).map_err(|e| format!("TIME: {e}"))?;
+                let time = master
+                    .command(&["TIME"])
+                    .map_err(|e| format!("TIME: {e}"))?;
                 let mut fields = time.lines().filter_map(|l| l.trim().parse::<u64>().ok());
                 let (Some(secs), Some(micros)) = (fields.next(), fields.next()) else {
                     return Err(format!("TIME answered {time:?}"));
                 };
+                let lock = (value != "(nil)").then_some(value);
                 Ok(Look {
-                    lock: (value != "(nil)").then_some(value),
+                    seen: lock.clone(),
+                    lock,
                     offset_ms: clock_offset_ms(secs, micros, host_us()),
                 })
             })
@@ -336,7 +356,8 @@ async fn look(servers: &Servers, i: usize) -> Result<Look, String> {
             let server_us = u64::try_from(server_us).unwrap_or(0);
             Ok(Look {
                 // Only a live lease is the holder's mark.
-                lock: lock.filter(|l| l.ends_with("live")),
+                lock: lock.clone().filter(|l| l.ends_with("live")),
+                seen: lock,
                 offset_ms: clock_offset_ms(server_us / 1_000_000, server_us % 1_000_000, host),
             })
         }

@@ -122,7 +122,10 @@ mod tests {
         let meeting = Rendezvous::new(Some(0), Duration::from_secs(1));
         assert!(!meeting.claim(holding(0), before), "not armed");
         meeting.arm();
-        assert!(!meeting.claim(holding(0), before), "started before the arming");
+        assert!(
+            !meeting.claim(holding(0), before),
+            "started before the arming"
+        );
         let after = Instant::now();
         assert!(!meeting.claim(holding(1), after), "not the chosen worker");
         assert!(meeting.claim(holding(0), after));
