@@ -146,6 +146,25 @@ mod tests {
             .unwrap_or(0)
     }
 
+    /// Another server's environment names the shim and a control file of its own, made at
+    /// once (the server maps it when it starts) and rewritten in place by `set_node`.
+    #[test]
+    fn preload_names_the_shim_and_a_control_file() {
+        let dir = std::env::temp_dir().join(format!("jl-preload-{}", std::process::id()));
+        let (clocks, _) = Clocks::install(&dir).expect("cc builds the shim");
+        let env = clocks.preload("postgres").expect("preload");
+        let value = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone());
+        let lib = value("LD_PRELOAD").expect("LD_PRELOAD");
+        assert!(lib.is_file(), "{}", lib.display());
+        let control = value("JEPSEN_LITE_CLOCK_FILE").expect("the control file's variable");
+        assert_eq!(std::fs::read(&control).expect("made").len(), 24);
+        clocks.set_node("postgres", 4000, 0).expect("set");
+        let bytes = std::fs::read(&control).expect("read");
+        let offset_ns = i64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+        assert_eq!(offset_ns, 4_000_000_000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// The shim moves a real redis-server's wall clock (TIME and key expiry) and nothing else.
     #[test]
     fn shim_jumps_redis_wall_clock_and_expiry() {
