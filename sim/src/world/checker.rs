@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::history::{Hold, Kind, SlotRun};
+use super::history::{Hold, Kind, PauseWindow, SlotRun};
 
 /// Violations found, by checker.
 pub type Violations = BTreeMap<&'static str, u64>;
@@ -34,6 +34,40 @@ pub fn check(holds: &[Hold], limits: Limits) -> Violations {
         token_order(group, &mut violations);
     }
     violations
+}
+
+/// Cuts the beliefs of paused holders to what the lock's model grants them: a hold kept by a
+/// lease (a lease's, a leader's, a slot run's) whose client was paused while it lasted counts
+/// until its library's validity, or the pause's start if later, and no further (see
+/// [`PauseWindow::caps`]). A process frozen past its validity cannot learn that it lost: that is
+/// outside the lock's model (a GC pause), so exclusion past it is not the library's to keep;
+/// fencing tokens are (`token-order` judges every hold, cut or not). Holds with no lease (a
+/// plain lock, a permit) already end at their validity. The number of beliefs cut.
+pub fn cap_paused(holds: &mut [Hold], runs: &mut [SlotRun], pauses: &[PauseWindow]) -> u64 {
+    if pauses.is_empty() {
+        return 0;
+    }
+    let mut cut = 0;
+    let mut cap = |client: usize, start: Duration, end: &mut Duration, valid: Option<Duration>| {
+        let Some(valid) = valid else {
+            return;
+        };
+        for pause in pauses.iter().filter(|p| p.client == client) {
+            if let Some(capped) = pause.caps(start, *end, valid) {
+                if capped < *end {
+                    *end = capped;
+                    cut += 1;
+                }
+            }
+        }
+    };
+    for hold in holds.iter_mut() {
+        cap(hold.client, hold.granted, &mut hold.until, hold.valid_until);
+    }
+    for run in runs.iter_mut() {
+        cap(run.client, run.granted, &mut run.ended, run.valid_until);
+    }
+    cut
 }
 
 /// Slots run at most once (each run counted under its own checker: how it was claimed): a run
@@ -196,6 +230,7 @@ mod tests {
             granted: Duration::from_millis(from),
             until: Duration::from_millis(to),
             token,
+            valid_until: None,
         }
     }
 

@@ -1,18 +1,21 @@
 //! The faults, all drawn from the seed, injected between simulation steps: links held (a
 //! partition: TCP keeps the bytes and delivers them when it heals, never loses them inside a
-//! connection), slow links, a slow master, a master isolated, paused, crashed and restarted (at once or after
-//! a while) with all its data, none, or an older snapshot (on a durable master: a restored
-//! backup), and the clients' wall clocks jumping (they only propose fencing tokens: outside
-//! the lock's model, inside the tokens'). Clock drift within the bound is set per master at
-//! the start (see `world`). At the stop time everything heals.
+//! connection), held one way only, or in a ring (each client cut from a different minority of
+//! the masters), slow links, a slow master, a master isolated, paused, crashed and restarted
+//! (at once or after a while) with all its data, none, or an older snapshot (on a durable
+//! master: a restored backup), a client process frozen (every task and timer of its host) for
+//! longer than its leases, and the clients' wall clocks jumping (they only propose fencing
+//! tokens: outside the lock's model, inside the tokens'). Clock drift within the bound is set
+//! per master at the start (see `world`). At the stop time everything heals.
 
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use turmoil::Sim;
 
 use super::beyond::Beyond;
-use super::history::History;
+use super::history::{History, PauseWindow};
 use super::host::Served;
 use super::seams::SimWorld;
 use crate::keyspace::Keyspace;
@@ -26,6 +29,32 @@ enum Active {
     Held {
         client: usize,
         master: usize,
+    },
+    /// One direction of a link held (TCP keeps the bytes: a real connection retransmits
+    /// them until the path heals), the other open: the link is held both ways in turmoil and
+    /// what goes the open way is let through at every step.
+    OneWay {
+        client: usize,
+        master: usize,
+        /// Requests held (client to master); else replies and pushes (master to client).
+        requests: bool,
+        /// The open direction: (from, to).
+        open: (IpAddr, IpAddr),
+        /// Segments let through the open way so far.
+        passed: u64,
+    },
+    /// Every client cut (links held both ways) from all but a majority of the masters, each
+    /// client from a different minority: client `c` reaches the masters `c + offset ..` (a
+    /// majority of them, around the ring).
+    Ring {
+        offset: usize,
+        cut: Vec<(usize, usize)>,
+    },
+    /// A client's process frozen: no task of its host runs, no timer fires, nothing is
+    /// delivered to it, while the rest goes on; then its clock jumps and it resumes with what
+    /// it believed (outside the lock's model, like a GC pause; inside the fencing tokens').
+    ClientPause {
+        client: usize,
     },
     Isolated {
         master: usize,
@@ -165,13 +194,14 @@ impl Nemesis {
             self.next_fault = now + self.millis(100, 1500);
             self.start(sim, now, history);
         }
+        self.pass_one_way(sim);
     }
 
     fn start(&mut self, sim: &mut Sim<'_>, now: Duration, history: &mut History) {
         let master = self.below(self.masters.len() as u64) as usize;
         let client = self.below(self.clients as u64) as usize;
         let busy = self.active.iter().any(|(_, f, _)| match f {
-            Active::ClientClock { .. } => false,
+            Active::ClientClock { .. } | Active::Ring { .. } | Active::ClientPause { .. } => false,
             Active::MasterClock { master: m, .. } => *m == master,
             Active::QuorumRestore { cut, restored, .. } => *cut == master || *restored == master,
             Active::Down { master: m, .. }
@@ -180,6 +210,11 @@ impl Nemesis {
             Active::Held {
                 client: c,
                 master: m,
+            }
+            | Active::OneWay {
+                client: c,
+                master: m,
+                ..
             }
             | Active::Slow {
                 client: c,
@@ -198,16 +233,68 @@ impl Nemesis {
             self.start_fault(now, lasts, Active::MasterClock { master, ahead }, history);
             return;
         }
-        let fault = match self.below(10) {
+        let fault = match self.below(13) {
             0 => {
+                if self.holding(&[(client, master)]) {
+                    return;
+                }
                 sim.hold(format!("c{client}"), format!("m{master}"));
                 Active::Held { client, master }
             }
             1 => {
+                let links: Vec<_> = (0..self.clients).map(|c| (c, master)).collect();
+                if self.holding(&links) {
+                    return;
+                }
                 for c in 0..self.clients {
                     sim.hold(format!("c{c}"), format!("m{master}"));
                 }
                 Active::Isolated { master }
+            }
+            10 => {
+                if self.holding(&[(client, master)]) {
+                    return;
+                }
+                let requests = self.rng.one_in(2);
+                let (c, m) = (format!("c{client}"), format!("m{master}"));
+                let (c_ip, m_ip) = (sim.lookup(c.as_str()), sim.lookup(m.as_str()));
+                sim.hold(c, m);
+                let open = match requests {
+                    true => (m_ip, c_ip),
+                    false => (c_ip, m_ip),
+                };
+                Active::OneWay {
+                    client,
+                    master,
+                    requests,
+                    open,
+                    passed: 0,
+                }
+            }
+            11 => {
+                let n = self.masters.len();
+                let offset = self.below(n as u64) as usize;
+                let cut: Vec<(usize, usize)> = (0..self.clients)
+                    .flat_map(|c| (n / 2 + 1..n).map(move |k| (c, (c + offset + k) % n)))
+                    .collect();
+                if self.holding(&cut) {
+                    return;
+                }
+                for &(c, m) in &cut {
+                    sim.hold(format!("c{c}"), format!("m{m}"));
+                }
+                Active::Ring { offset, cut }
+            }
+            12 => {
+                if self
+                    .active
+                    .iter()
+                    .any(|(_, f, _)| matches!(f, Active::ClientPause { client: c } if *c == client))
+                {
+                    return;
+                }
+                sim.pause(format!("c{client}"));
+                Active::ClientPause { client }
             }
             2 => {
                 let latency = self.millis(5, 300);
@@ -244,6 +331,10 @@ impl Nemesis {
                 let Some(&restored) = pool.get(self.below(pool.len() as u64) as usize) else {
                     return;
                 };
+                let links: Vec<_> = (0..self.clients).map(|c| (c, master)).collect();
+                if self.holding(&links) {
+                    return;
+                }
                 if self.active.iter().any(|(_, f, _)| match f {
                     Active::Down { master: m, .. }
                     | Active::Isolated { master: m }
@@ -339,17 +430,133 @@ impl Nemesis {
                 lasts.as_millis()
             ),
         );
-        let windows = touched(&fault)
+        if let Active::ClientPause { client } = fault {
+            history.pauses.push(PauseWindow {
+                client,
+                from: now,
+                to: Duration::MAX,
+            });
+        }
+        let windows = touched(&fault, self.masters.len())
             .into_iter()
             .map(|(master, client)| history.fault(master, client, now))
             .collect();
         self.active.push((now + lasts, fault, windows));
     }
 
+    /// Whether a fault in force holds any of `links` ((client, master)): holds are per link in
+    /// turmoil, so the first lift would release the other's.
+    fn holding(&self, links: &[(usize, usize)]) -> bool {
+        let clients = self.clients;
+        self.active.iter().any(|(_, f, _)| {
+            let held: Vec<(usize, usize)> = match f {
+                Active::Held { client, master } | Active::OneWay { client, master, .. } => {
+                    vec![(*client, *master)]
+                }
+                Active::Isolated { master } | Active::QuorumRestore { cut: master, .. } => {
+                    (0..clients).map(|c| (c, *master)).collect()
+                }
+                Active::Ring { cut, .. } => cut.clone(),
+                _ => Vec::new(),
+            };
+            held.iter().any(|link| links.contains(link))
+        })
+    }
+
+    /// Lets what goes the open way of every one-way hold through (called at every step while
+    /// one is in force).
+    fn pass_one_way(&mut self, sim: &Sim<'_>) {
+        for (_, fault, _) in &mut self.active {
+            let Active::OneWay { open, passed, .. } = fault else {
+                continue;
+            };
+            let (from, to) = *open;
+            sim.links(|links| {
+                for link in links {
+                    let (a, b) = link.pair();
+                    if (a, b) != (from, to) && (a, b) != (to, from) {
+                        continue;
+                    }
+                    for sent in link {
+                        let (src, dst) = sent.pair();
+                        if (src.ip(), dst.ip()) == (from, to) {
+                            sent.deliver();
+                            *passed += 1;
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// Segments held on the link between `client` and `master` (those from `from` only, if
+    /// given), before it is released.
+    fn held_on(sim: &Sim<'_>, client: usize, master: usize, from: Option<IpAddr>) -> u64 {
+        let (c, m) = (
+            sim.lookup(format!("c{client}")),
+            sim.lookup(format!("m{master}")),
+        );
+        let mut held = 0;
+        sim.links(|links| {
+            for link in links {
+                let (a, b) = link.pair();
+                if (a, b) != (c, m) && (a, b) != (m, c) {
+                    continue;
+                }
+                held += link
+                    .filter(|sent| from.is_none_or(|from| sent.pair().0.ip() == from))
+                    .count() as u64;
+            }
+        });
+        held
+    }
+
     fn lift(&mut self, sim: &mut Sim<'_>, fault: Active, now: Duration, history: &mut History) {
+        let mut effect = String::new();
         match &fault {
             Active::Held { client, master } => {
                 sim.release(format!("c{client}"), format!("m{master}"))
+            }
+            Active::OneWay {
+                client,
+                master,
+                requests,
+                open,
+                passed,
+            } => {
+                // The held way is the open way reversed.
+                let held = Self::held_on(sim, *client, *master, Some(open.1));
+                let kind = match requests {
+                    true => "one-way-requests-held",
+                    false => "one-way-replies-held",
+                };
+                *history.effects.entry(kind).or_default() += held;
+                *history.effects.entry("one-way-passed").or_default() += passed;
+                effect = format!(" (held {held} segments, let {passed} through)");
+                sim.release(format!("c{client}"), format!("m{master}"));
+            }
+            Active::Ring { cut, .. } => {
+                let held: u64 = cut
+                    .iter()
+                    .map(|&(c, m)| Self::held_on(sim, c, m, None))
+                    .sum();
+                *history.effects.entry("ring-held").or_default() += held;
+                effect = format!(" (held {held} segments)");
+                for &(c, m) in cut {
+                    sim.release(format!("c{c}"), format!("m{m}"));
+                }
+            }
+            Active::ClientPause { client } => {
+                sim.resume(format!("c{client}"));
+                if let Some(pause) = history
+                    .pauses
+                    .iter_mut()
+                    .rev()
+                    .find(|p| p.client == *client)
+                {
+                    pause.to = now;
+                }
+                *history.effects.entry("client-pauses").or_default() += 1;
             }
             Active::Isolated { master } => {
                 for c in 0..self.clients {
@@ -404,17 +611,25 @@ impl Nemesis {
                 }
             }
         }
-        history.event(now, format_args!("nemesis lift {}", describe(&fault)));
+        history.event(
+            now,
+            format_args!("nemesis lift {}{effect}", describe(&fault)),
+        );
     }
 }
 
 /// The masters (and links: with a client) a fault may leave keys on beyond their operations.
 /// A client's clock jump leaves none: it only proposes fencing tokens.
-fn touched(fault: &Active) -> Vec<(usize, Option<usize>)> {
+/// A client's pause touches its links to every master: its cleanups wait with it.
+fn touched(fault: &Active, masters: usize) -> Vec<(usize, Option<usize>)> {
     match *fault {
-        Active::Held { client, master } | Active::Slow { client, master } => {
+        Active::Held { client, master }
+        | Active::Slow { client, master }
+        | Active::OneWay { client, master, .. } => {
             vec![(master, Some(client))]
         }
+        Active::Ring { ref cut, .. } => cut.iter().map(|&(c, m)| (m, Some(c))).collect(),
+        Active::ClientPause { client } => (0..masters).map(|m| (m, Some(client))).collect(),
         Active::Isolated { master }
         | Active::SlowMaster { master }
         | Active::Down { master, .. }
@@ -427,6 +642,17 @@ fn touched(fault: &Active) -> Vec<(usize, Option<usize>)> {
 fn describe(fault: &Active) -> String {
     match fault {
         Active::Held { client, master } => format!("hold c{client}-m{master}"),
+        Active::OneWay {
+            client,
+            master,
+            requests,
+            ..
+        } => match requests {
+            true => format!("hold one way c{client}->m{master}"),
+            false => format!("hold one way m{master}->c{client}"),
+        },
+        Active::Ring { offset, .. } => format!("ring +{offset}"),
+        Active::ClientPause { client } => format!("pause c{client}"),
         Active::Isolated { master } => format!("isolate m{master}"),
         Active::Slow { client, master } => format!("slow c{client}-m{master}"),
         Active::Down { master, restart } => format!("crash m{master} restart {restart:?}"),
