@@ -1,5 +1,5 @@
 //! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME
-//! | --beyond FAULT] [--shrink]`: runs seeds of the deterministic simulation, one line per seed
+//! | --beyond FAULT] [--faults NAME,...] [--shrink]`: runs seeds of the deterministic simulation, one line per seed
 //! (grants, violations by checker, the trace hash), then a summary with grants per CPU-minute.
 //! Exits non-zero on any violation, or, with `--mutant` (a library mutant) or `--beyond` (a
 //! fault outside the model), when no seed broke: those must break. With `--shrink`, a failing

@@ -56,6 +56,8 @@ pub struct Config {
     pub mutant: Option<String>,
     /// A fault outside the model, which must break the lock (see [`beyond`]); none unless named.
     pub beyond: Option<beyond::Beyond>,
+    /// The only faults injected, by name ([`nemesis::FAULTS`]); all of them if `None`.
+    pub faults: Option<Vec<&'static str>>,
 }
 
 /// What one run found.
@@ -165,6 +167,7 @@ pub fn run(config: &Config) -> Outcome {
         masters.clone(),
         config.clients,
         config.beyond,
+        config.faults.as_deref(),
     );
     // Drawn after the nemesis's seed, so that adding the flood moved no fault.
     let flood = client(config.clients, 0, rng.next_u64());
@@ -193,7 +196,10 @@ pub fn run(config: &Config) -> Outcome {
     audit.finish(simulated, &mut history.borrow_mut());
     let mut history = history.borrow_mut();
     let paused = &mut *history;
-    let outlived = checker::cap_paused(&mut paused.holds, &mut paused.slot_runs, &paused.pauses);
+    let outlived = match config.beyond {
+        Some(beyond::Beyond::PausedHolders) => 0,
+        _ => checker::cap_paused(&mut paused.holds, &mut paused.slot_runs, &paused.pauses),
+    };
     if outlived > 0 {
         *history
             .effects

@@ -21,6 +21,43 @@ use super::seams::SimWorld;
 use crate::keyspace::Keyspace;
 use crate::seed::SeedRng;
 
+/// The faults by name (`--faults`), with the draw that picks each: one in 13 draws each, but
+/// a crash three.
+pub const FAULTS: [(&str, u64); 11] = [
+    ("hold", 0),
+    ("isolate", 1),
+    ("slow-link", 2),
+    ("master-pause", 3),
+    ("client-clock", 4),
+    ("crash", 5),
+    ("slow-master", 8),
+    ("quorum-restore", 9),
+    ("one-way", 10),
+    ("ring", 11),
+    ("client-pause", 12),
+];
+
+/// The faults named in `names` (comma-separated), as `--faults` takes them.
+///
+/// # Errors
+///
+/// An unknown name, with the known ones.
+pub fn faults_by_name(names: &str) -> Result<Vec<&'static str>, String> {
+    names
+        .split(',')
+        .map(|name| {
+            FAULTS
+                .iter()
+                .find(|(known, _)| *known == name)
+                .map(|(known, _)| *known)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = FAULTS.iter().map(|(n, _)| *n).collect();
+                    format!("unknown fault {name:?}; known: {}", known.join(", "))
+                })
+        })
+        .collect()
+}
+
 /// The usual link latency bound.
 const BASE_LATENCY: Duration = Duration::from_millis(2);
 
@@ -114,18 +151,29 @@ pub struct Nemesis {
     next_snapshot: Duration,
     healed: bool,
     beyond: Option<Beyond>,
+    /// The draws of the only faults injected, if not all of them (`--faults`).
+    only: Option<Vec<u64>>,
 }
 
 impl Nemesis {
     /// A nemesis over `masters` and `clients` client hosts, drawing from `seed`, with the fault
-    /// outside the model `beyond`, if any, among its faults.
+    /// outside the model `beyond`, if any, among its faults, and only the faults named in
+    /// `only` ([`FAULTS`]) if given.
     pub fn new(
         seed: u64,
         world: Rc<SimWorld>,
         masters: Vec<Rc<Served>>,
         clients: usize,
         beyond: Option<Beyond>,
+        only: Option<&[&str]>,
     ) -> Self {
+        let only = only.map(|names| {
+            FAULTS
+                .iter()
+                .filter(|(name, _)| names.contains(name))
+                .map(|&(_, draw)| draw)
+                .collect()
+        });
         let snapshots = masters.iter().map(|_| Keyspace::default()).collect();
         Self {
             rng: SeedRng::new(seed),
@@ -138,6 +186,7 @@ impl Nemesis {
             next_snapshot: Duration::from_secs(1),
             healed: false,
             beyond,
+            only,
         }
     }
 
@@ -233,7 +282,12 @@ impl Nemesis {
             self.start_fault(now, lasts, Active::MasterClock { master, ahead }, history);
             return;
         }
-        let fault = match self.below(13) {
+        let draw = match &self.only {
+            None if self.beyond == Some(Beyond::PausedHolders) && self.rng.one_in(3) => 12,
+            None => self.below(13),
+            Some(only) => only[self.rng.next_u64() as usize % only.len().max(1)],
+        };
+        let fault = match draw {
             0 => {
                 if self.holding(&[(client, master)]) {
                     return;
