@@ -21,8 +21,10 @@ use super::seams::SimWorld;
 use crate::keyspace::Keyspace;
 use crate::seed::SeedRng;
 
-/// The faults by name (`--faults`), with the draw that picks each: one in 13 draws each, but
-/// a crash three.
+/// The faults by name (`--faults`), with the draw that picks each. The first stream of faults
+/// draws one of the first ten (a crash three times in ten, the others once), the second
+/// stream, on a generator of its own, one of the last three: adding the second moved none of
+/// the first's faults.
 pub const FAULTS: [(&str, u64); 11] = [
     ("hold", 0),
     ("isolate", 1),
@@ -149,6 +151,9 @@ pub struct Nemesis {
     snapshots: Vec<Keyspace>,
     next_fault: Duration,
     next_snapshot: Duration,
+    /// The second stream of faults (see [`FAULTS`]): its generator and its next fault.
+    second_rng: SeedRng,
+    next_second: Duration,
     healed: bool,
     beyond: Option<Beyond>,
     /// The draws of the only faults injected, if not all of them (`--faults`).
@@ -184,6 +189,8 @@ impl Nemesis {
             snapshots,
             next_fault: Duration::from_millis(500),
             next_snapshot: Duration::from_secs(1),
+            second_rng: SeedRng::new(seed ^ 0x5EC0_4D57_4EA4_0001),
+            next_second: Duration::from_millis(700),
             healed: false,
             beyond,
             only,
@@ -241,16 +248,31 @@ impl Nemesis {
         }
         if now >= self.next_fault {
             self.next_fault = now + self.millis(100, 1500);
-            self.start(sim, now, history);
+            self.start(sim, now, history, false);
+        }
+        if now >= self.next_second {
+            let after = Duration::from_millis(500 + self.second_rng.next_u64() % 3500);
+            self.next_second = now + after;
+            self.start_second(sim, now, history);
         }
         self.pass_one_way(sim);
     }
 
-    fn start(&mut self, sim: &mut Sim<'_>, now: Duration, history: &mut History) {
+    /// Starts a fault of the second stream: one-way holds, rings and client pauses, drawn from
+    /// a generator of their own.
+    fn start_second(&mut self, sim: &mut Sim<'_>, now: Duration, history: &mut History) {
+        std::mem::swap(&mut self.rng, &mut self.second_rng);
+        self.start(sim, now, history, true);
+        std::mem::swap(&mut self.rng, &mut self.second_rng);
+    }
+
+    fn start(&mut self, sim: &mut Sim<'_>, now: Duration, history: &mut History, second: bool) {
         let master = self.below(self.masters.len() as u64) as usize;
         let client = self.below(self.clients as u64) as usize;
+        // The first stream's faults never wait for the second's (see `claim_links`).
         let busy = self.active.iter().any(|(_, f, _)| match f {
             Active::ClientClock { .. } | Active::Ring { .. } | Active::ClientPause { .. } => false,
+            Active::OneWay { .. } if !second => false,
             Active::MasterClock { master: m, .. } => *m == master,
             Active::QuorumRestore { cut, restored, .. } => *cut == master || *restored == master,
             Active::Down { master: m, .. }
@@ -274,7 +296,7 @@ impl Nemesis {
             return;
         }
         let mut lasts = self.millis(50, 2000);
-        if self.beyond == Some(Beyond::ClockJump) && self.rng.one_in(3) {
+        if !second && self.beyond == Some(Beyond::ClockJump) && self.rng.one_in(3) {
             // Ahead by more than any TTL: every key there expires early.
             let ahead = Beyond::jump(super::workload::MAX_TTL, self.below(1000));
             let us = i64::try_from(ahead.as_micros()).unwrap_or(i64::MAX);
@@ -282,14 +304,15 @@ impl Nemesis {
             self.start_fault(now, lasts, Active::MasterClock { master, ahead }, history);
             return;
         }
-        let draw = match &self.only {
-            None if self.beyond == Some(Beyond::PausedHolders) && self.rng.one_in(3) => 12,
-            None => self.below(13),
-            Some(only) => only[self.rng.next_u64() as usize % only.len().max(1)],
+        let draw = match (&self.only, second) {
+            (Some(only), _) => only[self.rng.next_u64() as usize % only.len().max(1)],
+            (None, false) => self.below(10),
+            (None, true) if self.beyond == Some(Beyond::PausedHolders) => 12,
+            (None, true) => 10 + self.below(3),
         };
         let fault = match draw {
             0 => {
-                if self.holding(&[(client, master)]) {
+                if !self.claim_links(sim, &[(client, master)], now, history, second) {
                     return;
                 }
                 sim.hold(format!("c{client}"), format!("m{master}"));
@@ -297,7 +320,7 @@ impl Nemesis {
             }
             1 => {
                 let links: Vec<_> = (0..self.clients).map(|c| (c, master)).collect();
-                if self.holding(&links) {
+                if !self.claim_links(sim, &links, now, history, second) {
                     return;
                 }
                 for c in 0..self.clients {
@@ -306,7 +329,7 @@ impl Nemesis {
                 Active::Isolated { master }
             }
             10 => {
-                if self.holding(&[(client, master)]) {
+                if !self.claim_links(sim, &[(client, master)], now, history, second) {
                     return;
                 }
                 let requests = self.rng.one_in(2);
@@ -331,7 +354,7 @@ impl Nemesis {
                 let cut: Vec<(usize, usize)> = (0..self.clients)
                     .flat_map(|c| (n / 2 + 1..n).map(move |k| (c, (c + offset + k) % n)))
                     .collect();
-                if self.holding(&cut) {
+                if !self.claim_links(sim, &cut, now, history, second) {
                     return;
                 }
                 for &(c, m) in &cut {
@@ -385,10 +408,6 @@ impl Nemesis {
                 let Some(&restored) = pool.get(self.below(pool.len() as u64) as usize) else {
                     return;
                 };
-                let links: Vec<_> = (0..self.clients).map(|c| (c, master)).collect();
-                if self.holding(&links) {
-                    return;
-                }
                 if self.active.iter().any(|(_, f, _)| match f {
                     Active::Down { master: m, .. }
                     | Active::Isolated { master: m }
@@ -398,6 +417,10 @@ impl Nemesis {
                     } => *cut == restored || *r == restored,
                     _ => false,
                 }) {
+                    return;
+                }
+                let links: Vec<_> = (0..self.clients).map(|c| (c, master)).collect();
+                if !self.claim_links(sim, &links, now, history, second) {
                     return;
                 }
                 for c in 0..self.clients {
@@ -498,11 +521,21 @@ impl Nemesis {
         self.active.push((now + lasts, fault, windows));
     }
 
-    /// Whether a fault in force holds any of `links` ((client, master)): holds are per link in
-    /// turmoil, so the first lift would release the other's.
-    fn holding(&self, links: &[(usize, usize)]) -> bool {
+    /// Makes `links` ((client, master)) free for a new hold: holds are per link in turmoil, so
+    /// the first lift would release the other's. A fault of the second stream gives way to
+    /// one of the first, which replaces what holds its links (lifted now), so that the first
+    /// stream's faults are the same with the second as without it; a fault of the second
+    /// stream starts only on free links. Whether the links are free.
+    fn claim_links(
+        &mut self,
+        sim: &mut Sim<'_>,
+        links: &[(usize, usize)],
+        now: Duration,
+        history: &mut History,
+        second: bool,
+    ) -> bool {
         let clients = self.clients;
-        self.active.iter().any(|(_, f, _)| {
+        let holds = |f: &Active| {
             let held: Vec<(usize, usize)> = match f {
                 Active::Held { client, master } | Active::OneWay { client, master, .. } => {
                     vec![(*client, *master)]
@@ -514,7 +547,26 @@ impl Nemesis {
                 _ => Vec::new(),
             };
             held.iter().any(|link| links.contains(link))
-        })
+        };
+        if !self.active.iter().any(|(_, f, _)| holds(f)) {
+            return true;
+        }
+        if second {
+            return false;
+        }
+        let mut i = 0;
+        while i < self.active.len() {
+            if holds(&self.active[i].1) {
+                let (_, fault, windows) = self.active.swap_remove(i);
+                self.lift(sim, fault, now, history);
+                for window in windows {
+                    history.lift(window, now);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        true
     }
 
     /// Lets what goes the open way of every one-way hold through (called at every step while
