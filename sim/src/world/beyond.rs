@@ -17,7 +17,8 @@ pub enum Beyond {
     /// The clients run without restart protection, and masters crash and come back empty at
     /// once: a restarted master forgets the locks it granted and grants them again.
     UnprotectedRestarts,
-    /// Client processes paused (a third of the faults) and their holders' beliefs counted in
+    /// Client processes paused (every fault of the nemesis's second stream) and their holders'
+    /// beliefs counted in
     /// full: a holder frozen past its lease's validity resumes believing it holds, as an
     /// application that acts on a lease without looking at it after a GC pause. Runs without
     /// it cut such beliefs at the lease's validity (`checker::cap_paused`).

@@ -80,12 +80,14 @@ pub struct PauseWindow {
 }
 
 impl PauseWindow {
-    /// The end of a belief from `start` to `end` that the model grants a holder paused in this
-    /// window, given the validity `valid_until` its library had: the belief past both the
-    /// validity and the pause's start is the pause's (the holder could not learn it had lost
-    /// while frozen); `None` if the pause did not fall within the belief.
-    pub fn caps(&self, start: Duration, end: Duration, valid_until: Duration) -> Option<Duration> {
-        (self.from < end && self.to > start).then(|| end.min(valid_until.max(self.from)))
+    /// The end of a belief ending at `end` that the model grants a holder paused in this
+    /// window, given the validity `valid_until` its library had: if the holder was frozen when
+    /// its validity ran out (or froze after that, before the belief ended), the belief past
+    /// both the validity and the pause's start is the pause's (a frozen holder cannot learn
+    /// that it lost; a call frozen across it returns a claim already lost); `None` if the
+    /// pause had no part in it (it ended before the validity did, or began after the belief).
+    pub fn caps(&self, end: Duration, valid_until: Duration) -> Option<Duration> {
+        (self.from < end && self.to > valid_until).then(|| end.min(valid_until.max(self.from)))
     }
 }
 

@@ -272,7 +272,7 @@ impl Nemesis {
         // The first stream's faults never wait for the second's (see `claim_links`).
         let busy = self.active.iter().any(|(_, f, _)| match f {
             Active::ClientClock { .. } | Active::Ring { .. } | Active::ClientPause { .. } => false,
-            Active::OneWay { .. } if !second => false,
+            Active::OneWay { .. } => false,
             Active::MasterClock { master: m, .. } => *m == master,
             Active::QuorumRestore { cut, restored, .. } => *cut == master || *restored == master,
             Active::Down { master: m, .. }
@@ -282,17 +282,15 @@ impl Nemesis {
                 client: c,
                 master: m,
             }
-            | Active::OneWay {
-                client: c,
-                master: m,
-                ..
-            }
             | Active::Slow {
                 client: c,
                 master: m,
             } => *m == master && *c == client,
         });
-        if busy {
+        // The second stream's faults wait only for holds on their own links (`claim_links`)
+        // and a pause of their own client: a master crashed, paused or slow meanwhile is
+        // independent of them.
+        if busy && !second {
             return;
         }
         let mut lasts = self.millis(50, 2000);
