@@ -168,11 +168,7 @@ impl Redlock {
                         drift: terms.drift(),
                     },
                 };
-                Err(RoundFailure {
-                    error,
-                    cleanup: None,
-                    free_in: None,
-                })
+                Err(RoundFailure::of(error))
             }
         }
     }

@@ -267,6 +267,8 @@ pub mod defaults;
 mod election;
 mod error;
 mod fencing;
+#[cfg(feature = "sim")]
+mod footprint;
 mod guard;
 mod inspect;
 mod keys;
@@ -294,6 +296,10 @@ mod wake;
 #[cfg(feature = "sim")]
 #[doc(hidden)]
 pub use scripts::catalog::lua_scripts;
+
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub use footprint::{footprint, Footprint};
 
 #[cfg(feature = "sim")]
 #[doc(hidden)]

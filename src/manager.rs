@@ -130,6 +130,13 @@ impl Redlock {
         quorum(self.node_count())
     }
 
+    /// How long one master is waited for in a round
+    /// ([`node_timeout`](RedlockBuilder::node_timeout)): a round that every master answers or
+    /// fails takes about this long at most.
+    pub fn node_timeout(&self) -> Duration {
+        self.shared.config.node_timeout
+    }
+
     /// The masters' addresses, in configuration order, with passwords redacted.
     pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
         use crate::round::master::Master;
@@ -481,11 +488,7 @@ impl Redlock {
         };
         match guard.write_back_fence(fence_key, token, &terms).await {
             Ok(()) => Ok(guard.into_reentrant_hold()),
-            Err(error) => Err(RoundFailure {
-                error,
-                cleanup: None,
-                free_in: None,
-            }),
+            Err(error) => Err(RoundFailure::of(error)),
         }
     }
 

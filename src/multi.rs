@@ -96,11 +96,7 @@ impl Redlock {
         // As for one key; an error drops the guard, which releases the set.
         match guard.write_back_fence(fence_key, token, &terms).await {
             Ok(()) => Ok(guard),
-            Err(error) => Err(RoundFailure {
-                error,
-                cleanup: None,
-                free_in: None,
-            }),
+            Err(error) => Err(RoundFailure::of(error)),
         }
     }
 }

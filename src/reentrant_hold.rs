@@ -81,6 +81,12 @@ impl ReentrantHolds {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// How many lock keys have a hold tracked.
+    #[cfg(feature = "sim")]
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+
     /// The token of the owner's hold of `key`, if one of its guards is valid now: the new
     /// acquisition (`ownership`, valid until `valid_until`) joins it. `None` for a plain ownership,
     /// or when there is no live hold (the caller stores its own token, then calls

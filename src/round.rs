@@ -113,6 +113,21 @@ pub(crate) struct RoundFailure {
     /// enough masters for a quorum, from the end of the round (`None`: unknown, or never by
     /// expiry alone).
     pub(crate) free_in: Option<Duration>,
+    /// Whether so many masters refused because of the keys' blocker that no quorum can be
+    /// granted while it stands, to this key or any other it guards.
+    pub(crate) blocked: bool,
+}
+
+impl RoundFailure {
+    /// A failure that left nothing to clean up and says nothing about when to try again.
+    pub(crate) fn of(error: LockError) -> Self {
+        Self {
+            error,
+            cleanup: None,
+            free_in: None,
+            blocked: false,
+        }
+    }
 }
 
 /// One acquire round: `SET key value NX PX ttl` on every master at once (through the acquire
@@ -180,6 +195,7 @@ pub(crate) async fn acquire_reporting<M: Master>(
     let free: Vec<std::sync::Mutex<Option<Duration>>> =
         nodes.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let free = &free;
+    let blocked = &std::sync::atomic::AtomicUsize::new(0);
     let mut tally = Tally::new(nodes.iter().map(|_| true), terms.quorum(nodes.len()));
     #[cfg(quorumlock_mutants)]
     let (first_reply, lowest) = (&std::sync::OnceLock::new(), &std::sync::Mutex::new(None));
@@ -189,6 +205,9 @@ pub(crate) async fn acquire_reporting<M: Master>(
             let reply = node.acquire(request).await;
             #[cfg(quorumlock_mutants)]
             crate::mutant::observe_reply(first_reply, lowest, reply.as_ref().ok());
+            if reply.as_ref().is_ok_and(|r| r.blocked) {
+                blocked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             if let (Ok(reply), Some(slot)) = (&reply, free.get(i)) {
                 let at = match (reply.granted, terms.quarantined(reply.epoch_age)) {
                     // A quarantined master grants but counts only once its quarantine ends:
@@ -285,10 +304,13 @@ pub(crate) async fn acquire_reporting<M: Master>(
             &holders,
         )
     };
+    let quorum = terms.quorum(nodes.len());
     Err(RoundFailure {
         error,
         cleanup,
         free_in,
+        blocked: blocked.load(std::sync::atomic::Ordering::Relaxed)
+            > nodes.len().saturating_sub(quorum),
     })
 }
 

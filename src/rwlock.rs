@@ -93,8 +93,10 @@ pub struct RwLock<'a> {
 
 impl<'a> RwLock<'a> {
     /// The same lock admitting at most `readers` readers at once (1 to
-    /// [`limits::MAX_PERMITS`], checked by each call). A refused reader tries each read permit
-    /// in turn, and a writer locks all of them in one script: keep it to what the readers need.
+    /// [`limits::MAX_PERMITS`], checked by each call). A reader refused because the permits are
+    /// taken tries each read permit in turn (one refused by a waiting writer's intent stops at
+    /// the first), and a writer locks all of them in one script: keep it to what the readers
+    /// need.
     pub fn max_readers(self, readers: usize) -> Self {
         Self { readers, ..self }
     }

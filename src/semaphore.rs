@@ -162,9 +162,11 @@ pub(crate) fn check_permits(count: usize) -> Result<(), InvalidArgument> {
 }
 
 /// One try over `count` permits (at least one): `attempt(i)` on each in turn from a random
-/// one, until one is granted. A refused permit's cleanup is waited for (`node_timeout` at most)
-/// before the next permit or an error, never before a grant, and the try's refusal says when
-/// the soonest of the holders' keys expire.
+/// one, until one is granted, or until a refusal says the permits' blocker stands (a
+/// read-write lock's writer intent refuses every read permit alike: the others are not tried).
+/// A refused permit's cleanup is waited for (`node_timeout` at most) before the next permit or
+/// an error, never before a grant, and the try's refusal says when the soonest of the holders'
+/// keys expire.
 /// The first error other than a refusal ends the try. Generic over what a grant is, so that
 /// the property tests walk the permits of fake masters with the same code.
 pub(crate) async fn first_granted<G, F, Fut>(
@@ -179,16 +181,17 @@ where
     // `count` is at least one permit (checked when the permits are made).
     let first = crate::outside::random_below(count.max(1) as u64) as usize;
     let mut refused = match attempt(first).await {
-        Err(failure) if failure.error.is_contended() => failure,
+        Err(failure) if failure.error.is_contended() && !failure.blocked => failure,
         other => return other,
     };
     for i in (1..count).map(|step| (first + step) % count) {
         let failure = match attempt(i).await {
-            Err(failure) if failure.error.is_contended() => failure,
+            Err(failure) if failure.error.is_contended() && !failure.blocked => failure,
             // A grant goes back at once: its validity is already running, and the refused
             // permit's cleanup goes on without this caller (it only spares the next try
             // finding this client's own leftovers).
             Ok(granted) => return Ok(granted),
+            // Another error, or the blocker: no other permit would do better.
             Err(error) => {
                 settle(refused.cleanup, node_timeout).await;
                 return Err(error);

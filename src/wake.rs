@@ -91,6 +91,14 @@ struct Master {
     started: std::sync::Once,
 }
 
+impl WakeHub {
+    /// The channels, the waiters in line on them, and the release ids they remember.
+    #[cfg(feature = "sim")]
+    pub(crate) fn footprint(&self) -> (usize, usize, usize) {
+        self.inner.lines().footprint()
+    }
+}
+
 impl Inner {
     fn lines(&self) -> MutexGuard<'_, Lines> {
         // The bookkeeping is left consistent at every step: a panic elsewhere cannot break it.

@@ -112,6 +112,10 @@ pub(crate) trait SlotClaims: Send + Sync + 'static {
         slot: &'a str,
     ) -> BoxFuture<'a, Result<SlotState, LockError>>;
 
+    /// About the longest one round to the masters takes (a master's timeout): what a worker
+    /// refused the job lock waits for before it concludes that a run, not a claim, holds it.
+    fn round_bound(&self) -> std::time::Duration;
+
     /// Takes the job's lock without waiting, kept alive until released; `None` when another
     /// run of the job holds it.
     fn try_job_lock<'a>(

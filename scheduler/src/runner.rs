@@ -26,9 +26,15 @@ use crate::stagger::{backup_delay, fleet_jitter, rank, stagger};
 use crate::stats::{Count, Counters};
 use crate::status::{History, SlotEntry, SlotOutcome};
 
-/// How long a worker refused the job lock waits before it reads a free slot's state again
-/// ([`Concurrency::Forbid`]): longer than a claim round takes on a loaded machine.
+/// The least time a worker refused the job lock keeps reading a free slot's state
+/// ([`Concurrency::Forbid`]), before the slot counts as forbidden: longer than a claim takes on
+/// a loaded machine, whatever the masters' timeout.
 const FORBID_RECHECK: Duration = Duration::from_millis(250);
+/// How many of the masters' timeouts a claim may hold the job lock for: its own round, a
+/// backup's read of the slot, the claim, and the release.
+const CLAIM_ROUNDS: u32 = 4;
+/// How often a worker refused the job lock reads a free slot's state again.
+const FORBID_POLL: Duration = Duration::from_millis(50);
 
 /// The bound of the random delay before the first claim again after a split vote;
 /// it doubles with each error in a row, up to [`CLAIM_RETRY_MAX`].
@@ -358,32 +364,44 @@ async fn forbid_check(
     match shared.claims.try_job_lock(&job.name, &job.terms).await {
         Ok(Some(held)) => Some(Some(held)),
         Ok(None) => {
-            // The job lock is taken by every worker before claiming, so it is also refused to
-            // the losers of this very slot: tell them apart from a skip by the slot's state. The
-            // winner may not have claimed yet (one quorum round after its lock): a slot still
-            // free is read once more, after that round has surely ended, before it counts as
-            // skipped, since a loser that misreads it would not watch it under Retry.
-            let mut state = shared.claims.status(&job.name, slot.id()).await;
-            if matches!(state, Ok(SlotState::Free)) {
-                tokio::time::sleep(FORBID_RECHECK).await;
-                state = shared.claims.status(&job.name, slot.id()).await;
-            }
-            match state {
-                Ok(SlotState::Running(r)) => running_elsewhere(shared, job, slot.clone(), &r),
-                Ok(SlotState::Completed(r)) => {
-                    job.counters.bump(Count::Elsewhere);
-                    job.note(slot, SlotOutcome::CompletedElsewhere, Some(&r));
-                }
-                _ => {
-                    job.counters.bump(Count::Forbidden);
-                    job.note(slot, SlotOutcome::Forbidden, None);
-                }
-            }
+            refused_job_lock(shared, job, slot).await;
             None
         }
         Err(e) => {
             claim_failed(job, slot, &e);
             None
+        }
+    }
+}
+
+/// The job lock refused for `slot`. Every worker takes it before claiming, a backup before
+/// claiming a slot it found free, so it is also refused to the losers of this very slot and to
+/// a worker whose slot falls while another checks the slot before: tell those apart from a run
+/// going on (a skip) by the slot's state. While the slot stays free, the state is read again,
+/// for as long as a claim may hold the lock before the slot shows it (its own round, a backup's
+/// read of the slot, the claim: a few rounds); only then is the slot forbidden. A loser that
+/// misread a slot about to be claimed would record it forbidden and not watch it under Retry.
+/// The job lock is not tried again: a slot that fell due while a run held it is skipped, even
+/// if that run ends a moment later.
+async fn refused_job_lock(shared: &Arc<Shared>, job: &Arc<JobState>, slot: &Slot) {
+    let patience = FORBID_RECHECK.max(shared.claims.round_bound() * CLAIM_ROUNDS);
+    let deadline = tokio::time::Instant::now() + patience;
+    let state = loop {
+        match shared.claims.status(&job.name, slot.id()).await {
+            Ok(SlotState::Free) if tokio::time::Instant::now() < deadline => {}
+            state => break state,
+        }
+        tokio::time::sleep(FORBID_POLL).await;
+    };
+    match state {
+        Ok(SlotState::Running(r)) => running_elsewhere(shared, job, slot.clone(), &r),
+        Ok(SlotState::Completed(r)) => {
+            job.counters.bump(Count::Elsewhere);
+            job.note(slot, SlotOutcome::CompletedElsewhere, Some(&r));
+        }
+        _ => {
+            job.counters.bump(Count::Forbidden);
+            job.note(slot, SlotOutcome::Forbidden, None);
         }
     }
 }

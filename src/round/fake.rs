@@ -96,6 +96,8 @@ enum OpKind {
 #[derive(Debug, Clone, Default)]
 struct Outcome {
     ok: bool,
+    /// Refused by the request's blocker.
+    blocked: bool,
     token: Option<u64>,
     epoch_age: Option<Duration>,
     slots: Option<slots::SlotAnswer>,
@@ -369,6 +371,7 @@ fn settle(state: &mut Store, now: Instant) {
                 (
                     Outcome {
                         ok,
+                        blocked,
                         token,
                         epoch_age,
                         slots: None,
@@ -462,6 +465,7 @@ impl Master for FakeMaster {
             .await?;
         Ok(AcquireReply {
             granted: outcome.ok,
+            blocked: outcome.blocked,
             token: outcome.token,
             epoch_age: outcome.epoch_age,
             remaining: None,

@@ -56,6 +56,8 @@ impl AcquireRequest<'_> {
 pub(crate) struct AcquireReply {
     /// Whether the key was set.
     pub(crate) granted: bool,
+    /// Refused because the request's blocker exists (which refuses every key it guards).
+    pub(crate) blocked: bool,
     /// This master's fencing token, when one was asked for and the key was set.
     pub(crate) token: Option<u64>,
     /// How long ago this master's epoch marker was created, when restart protection is on.

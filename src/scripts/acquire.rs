@@ -21,14 +21,16 @@ lua_script! {
     /// proposes (`0` for none), `ARGV[8]` how far (µs) a proposal may run ahead of this node's
     /// clock, `ARGV[9]` `"1"` to refuse while the blocker key exists.
     ///
-    /// Returns `{granted, token, epoch_age_ms, pttl_ms}` (`epoch_age_ms` is -1 when not
-    /// checked); `pttl_ms` is the holder's key's remaining TTL when refused (`PTTL`: -1 for a
-    /// key without one), so that a waiter knows when a crashed holder's key expires (expiry
-    /// publishes nothing), and -2 when granted.
+    /// Returns `{granted, token, epoch_age_ms, pttl_ms}` (`granted` is 1 when granted, 0 when
+    /// refused, 2 when refused by the blocker; `epoch_age_ms` is -1 when not checked);
+    /// `pttl_ms` is the holder's key's remaining TTL when refused (`PTTL`: -1 for a key without
+    /// one), so that a waiter knows when a crashed holder's key expires (expiry publishes
+    /// nothing), and -2 when granted.
     ///
     /// * A blocker (a read-write lock's writer intent) refuses the grant while it exists, and
     ///   the refusal reports the blocker's TTL: the reader waits for the writer, not for a
-    ///   holder of the key itself.
+    ///   holder of the key itself. It says so (2), since the blocker refuses every key it
+    ///   guards alike: a reader need not try the other permits.
     /// * The epoch marker is created, stamped with the node's own clock (`TIME`, microseconds), the
     ///   first time it is missing: a node that lost its data gets a new, young marker, and its age
     ///   says how long ago it may have forgotten the locks it granted.
@@ -56,7 +58,7 @@ if ARGV[4] == '1' then
     epoch_age_ms = math.floor((now_us - tonumber(born)) / 1000)
 end
 if ARGV[9] == '1' and redis.call('exists', KEYS[5]) == 1 then
-    return {0, 0, epoch_age_ms, redis.call('pttl', KEYS[5])}
+    return {2, 0, epoch_age_ms, redis.call('pttl', KEYS[5])}
 end
 local granted = false
 if ARGV[6] == '' then
@@ -142,13 +144,15 @@ impl AcquireNumbers {
     }
 }
 
-/// Reads the `{granted, token, epoch_age_ms, pttl_ms}` reply of the acquire script.
+/// Reads the `{granted, token, epoch_age_ms, pttl_ms}` reply of the acquire script (and of the
+/// key set's, which never answers 2: refused by a blocker).
 pub(crate) fn acquire_reply(
     value: Reply,
     fencing: bool,
     epoch_check: bool,
 ) -> Result<AcquireReply, NodeErrorKind> {
-    const EXPECTED: &str = "an array of four integers {granted, token, epoch_age_ms, pttl_ms}";
+    const EXPECTED: &str =
+        "an array of four integers {granted (0, 1 or 2), token, epoch_age_ms, pttl_ms}";
     let Reply::Array(items) = &value else {
         return Err(unexpected(EXPECTED, &value));
     };
@@ -157,15 +161,17 @@ pub(crate) fn acquire_reply(
     else {
         return Err(unexpected(EXPECTED, &value));
     };
-    let granted = match granted {
-        0 => false,
-        1 => true,
+    let (granted, blocked) = match granted {
+        0 => (false, false),
+        1 => (true, false),
+        2 => (false, true),
         _ => return Err(unexpected(EXPECTED, &value)),
     };
     let token = super::token_field(granted && fencing, *token, &value)?;
     let epoch_age = super::epoch_age_field(epoch_check, *age);
     Ok(AcquireReply {
         granted,
+        blocked,
         token,
         epoch_age,
         remaining: if granted {
@@ -202,6 +208,7 @@ mod tests {
             acquire_reply(ok.clone(), true, true),
             Ok(AcquireReply {
                 granted: true,
+                blocked: false,
                 token: Some(42),
                 epoch_age: Some(Duration::from_millis(5)),
                 remaining: None,
@@ -211,6 +218,7 @@ mod tests {
             acquire_reply(ok, false, false),
             Ok(AcquireReply {
                 granted: true,
+                blocked: false,
                 token: None,
                 epoch_age: None,
                 remaining: None,
@@ -237,6 +245,21 @@ mod tests {
             acquire_reply(refused(-1), true, false).map(|r| r.remaining),
             Ok(None)
         );
+        // Refused by the blocker: said apart from a held key, with the blocker's TTL.
+        let blocked = Reply::Array(vec![
+            Reply::Int(2),
+            Reply::Int(0),
+            Reply::Int(-1),
+            Reply::Int(900),
+        ]);
+        assert_eq!(
+            acquire_reply(blocked, true, false).map(|r| (r.granted, r.blocked, r.remaining)),
+            Ok((false, true, Some(Duration::from_millis(900))))
+        );
+        assert_eq!(
+            acquire_reply(refused(5), true, false).map(|r| r.blocked),
+            Ok(false)
+        );
         for bad in [
             Reply::Nil,
             Reply::Array(vec![
@@ -246,8 +269,8 @@ mod tests {
                 Reply::Int(-2),
             ]),
             Reply::Array(vec![
-                Reply::Int(2),
-                Reply::Int(1),
+                Reply::Int(3),
+                Reply::Int(0),
                 Reply::Int(0),
                 Reply::Int(-2),
             ]),

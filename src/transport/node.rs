@@ -84,6 +84,16 @@ pub(crate) struct RedisNode {
 }
 
 impl RedisNode {
+    /// The requests awaiting replies and the bytes queued on this master's open connections.
+    #[cfg(feature = "sim")]
+    pub(crate) fn footprint(&self) -> (usize, usize) {
+        self.connections
+            .iter()
+            .filter_map(PooledConnection::current)
+            .map(|pipeline| pipeline.footprint())
+            .fold((0, 0), |(r, b), (r2, b2)| (r + r2, b + b2))
+    }
+
     pub(crate) fn new(address: NodeAddress, config: &Config) -> Self {
         // Under restart protection every connection reads which life of the master it talks to.
         let life_check = config.restart_protection.then(|| LifeCheck {
@@ -447,6 +457,7 @@ impl Master for RedisNode {
             (
                 AcquireReply {
                     granted,
+                    blocked: false,
                     token: None,
                     epoch_age: None,
                     remaining: None,

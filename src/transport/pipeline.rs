@@ -100,6 +100,13 @@ impl Drop for Pipeline {
 }
 
 impl Pipeline {
+    /// The requests awaiting replies and the bytes queued, not yet handed to the socket.
+    #[cfg(feature = "sim")]
+    pub(crate) fn footprint(&self) -> (usize, usize) {
+        let state = self.shared.state();
+        (state.waiting.len(), state.out.len())
+    }
+
     /// Starts the connection's task on `stream`, on the current tokio runtime.
     pub(crate) fn start<S>(stream: S) -> Self
     where

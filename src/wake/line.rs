@@ -240,6 +240,21 @@ impl Lines {
     }
 
     /// The channels wanted now, and the version of that set.
+    /// The channels, the waiters and observers in line on them, and the release ids they
+    /// remember.
+    #[cfg(feature = "sim")]
+    pub(crate) fn footprint(&self) -> (usize, usize, usize) {
+        let channels = self.channels.values();
+        (
+            self.channels.len(),
+            channels
+                .clone()
+                .map(|c| c.line.len() + c.observers.len())
+                .sum(),
+            channels.map(|c| c.recent.len()).sum(),
+        )
+    }
+
     pub(crate) fn wanted(&self) -> (u64, Vec<Arc<str>>) {
         (self.version, self.channels.keys().cloned().collect())
     }

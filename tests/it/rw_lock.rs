@@ -93,6 +93,66 @@ async fn a_waiting_writer_goes_before_new_readers() {
     guard.release().await.expect("release");
 }
 
+/// A reader refused by a waiting writer's intent stops at the first read permit it tries: the
+/// intent refuses every permit alike, so walking the others would cost a round each for
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_refused_by_a_writer_intent_tries_one_permit() {
+    const READERS: usize = 16;
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    warm_up(&locks, &cluster).await;
+    let config = locks.rw_lock("doc").max_readers(READERS);
+    let reader = config.try_read(TTL).await.expect("reader");
+    let writer_locks = manager(&cluster);
+    let writer = tokio::spawn(async move {
+        writer_locks
+            .rw_lock("doc")
+            .max_readers(READERS)
+            .write_until(TTL, Instant::now() + TTL)
+            .await
+            .expect("the writer, once the reader left")
+    });
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match config.try_read(TTL).await {
+            Err(error) if error.is_contended() => break,
+            Ok(extra) => extra.release().await.expect("release"),
+            Err(error) => panic!("{error}"),
+        }
+        assert!(Instant::now() < deadline, "no writer intent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before: Vec<u64> = cluster
+        .masters()
+        .iter()
+        .map(support::script_calls)
+        .collect();
+    let refused = config.try_read(TTL).await.expect_err("behind the writer");
+    assert!(refused.is_contended(), "{refused}");
+    let after: Vec<u64> = cluster
+        .masters()
+        .iter()
+        .map(support::script_calls)
+        .collect();
+    // One round (and perhaps its cleanup), plus whatever the waiting writer ran meanwhile;
+    // walking the permits would be one round each on every master.
+    for (b, a) in before.iter().zip(&after) {
+        assert!(
+            a - b < READERS as u64 / 2,
+            "{} scripts on a master for one refused reader",
+            a - b
+        );
+    }
+    reader.release().await.expect("release");
+    writer
+        .await
+        .expect("writer")
+        .release()
+        .await
+        .expect("release");
+}
+
 /// Readers and writers of several managers in a loop: never a reader beside a writer, never
 /// two writers, and readers did overlap (else the run proves nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

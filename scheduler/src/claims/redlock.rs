@@ -88,6 +88,10 @@ impl SlotClaims for RedlockClaims {
         .boxed()
     }
 
+    fn round_bound(&self) -> std::time::Duration {
+        self.locks.node_timeout()
+    }
+
     fn try_job_lock<'a>(
         &'a self,
         job: &'a str,

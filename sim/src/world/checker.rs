@@ -102,6 +102,27 @@ pub fn slots_at_most_once(runs: &[SlotRun], retention: Duration, violations: &mu
     }
 }
 
+/// `forbid-overlap`: the runs of a [`Concurrency::Forbid`](quorumlock_scheduler::Concurrency)
+/// job (their slots start with `job/`) never overlap, whichever clients and slots: each run
+/// holds the job's lock. A run that stopped when its lease was lost is seen to stop up to a
+/// renewal round after its lease ran out, as in [`slots_at_most_once`]: 100 ms less.
+pub fn runs_apart(runs: &[SlotRun], job: &str, violations: &mut Violations) {
+    let prefix = format!("{job}/");
+    let mut runs: Vec<&SlotRun> = runs
+        .iter()
+        .filter(|r| r.slot.starts_with(&prefix))
+        .collect();
+    runs.sort_by_key(|r| r.granted);
+    let slack = Duration::from_millis(100);
+    let mut latest_end = Duration::ZERO;
+    for run in runs {
+        if run.granted + slack < latest_end {
+            *violations.entry("forbid-overlap").or_default() += 1;
+        }
+        latest_end = latest_end.max(run.ended);
+    }
+}
+
 /// The library's drift allowance for `ttl` at its default drift factor: `ttl × factor + 2 ms`
 /// (the rule is the library's, `round/timing.rs`; written again here so that a mutant that
 /// changes the library's cannot change the checker's).

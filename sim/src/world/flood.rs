@@ -14,12 +14,20 @@
 //!   cleanups, subscriber) come back to what they were before the flood, within `SETTLE`;
 //! * `connection-flood`: the host never holds more connections on a master than its pool and
 //!   the pub/sub connection of notified hand-offs, however many callers wait;
-//! * `subscription-leak`: once the last waiter is gone, the host is subscribed to nothing.
+//! * `subscription-leak`: once the last waiter is gone, the host is subscribed to nothing;
+//! * `memory-flood`: what the manager keeps for its callers ([`quorumlock::Footprint`]) follows
+//!   the waiters, not the time they wait: at most one place in line each, on one channel, a
+//!   round and a cleanup in flight each on every master (more only while a master does not
+//!   answer: then up to the transport's bound of unanswered requests per connection);
+//! * `memory-leak`: once the tasks are back, nothing of it is left: no channel, no waiter, no
+//!   remembered release, no request awaiting a reply (unless a master does not answer).
 //!
 //! The waiters' grants are holds like any other: mutual exclusion judges them too.
 
 use std::rc::Rc;
 use std::time::Duration;
+
+use quorumlock::Footprint;
 
 use super::checker::Granted;
 use super::history::Kind;
@@ -48,6 +56,13 @@ const FLOOD_TASKS: usize = 64;
 const FLOOD_TASKS_FAULTED: usize = 4 * WAITERS as usize;
 /// Connections one manager may hold on a master: its pool and the pub/sub connection.
 const MAX_CONNECTIONS: usize = quorumlock::defaults::CONNECTIONS_PER_NODE + 1;
+/// Requests one waiter may have awaiting replies on one master while it answers: its round
+/// and the previous round's cleanup.
+const REQUESTS_PER_WAITER: usize = 2;
+/// Release ids a channel remembers (the library's bound; the flood waits on one channel).
+const RECENT_RELEASES: usize = 16;
+/// The most bytes one queued lock request takes (a round's script call with its keys).
+const REQUEST_BYTES: usize = 1024;
 
 /// The flood host's software: a flood every few seconds until the stop time.
 pub async fn run(client: Rc<Client>, mut rng: SeedRng) -> turmoil::Result {
@@ -61,7 +76,7 @@ pub async fn run(client: Rc<Client>, mut rng: SeedRng) -> turmoil::Result {
         }
         let before = alive_tasks();
         let started = now();
-        let peak = flood(&client, &locks, &me, &mut rng).await;
+        let (peak, most) = flood(&client, &locks, &me, &mut rng).await;
         // A master down or paused during the flood, or lately (its connections' requests wait
         // for the node timeout, its reconnection for the connect timeout).
         let faulted = client.served.iter().any(|m| {
@@ -79,20 +94,21 @@ pub async fn run(client: Rc<Client>, mut rng: SeedRng) -> turmoil::Result {
                 format_args!("{peak} tasks alive in a flood of {WAITERS} waiters, {before} before"),
             );
         }
-        settle(&client, &me, before).await;
+        memory_bounded(&client, most, faulted);
+        settle(&client, &locks, &me, before).await;
         tokio::time::sleep(Duration::from_millis(500 + rng.below(2000))).await;
     }
     Ok(())
 }
 
 /// One flood: a holder, [`WAITERS`] callers behind it, each let through in turn. Returns the
-/// most tasks seen alive meanwhile.
+/// most tasks seen alive meanwhile, and the most of each part of the manager's footprint.
 async fn flood(
     client: &Rc<Client>,
     locks: &quorumlock::Redlock,
     me: &str,
     rng: &mut SeedRng,
-) -> usize {
+) -> (usize, Footprint) {
     let started = now();
     let holder = locks
         .try_lock(RESOURCE, Duration::from_millis(400))
@@ -125,6 +141,7 @@ async fn flood(
         .collect();
     tokio::time::sleep(Duration::from_millis(150)).await;
     let mut peak = alive_tasks();
+    let mut most = quorumlock::footprint(locks);
     connections_bounded(client, me);
     if let Some(guard) = holder {
         let _ = guard.release().await;
@@ -132,21 +149,69 @@ async fn flood(
     for waiter in waiters {
         let _ = waiter.await;
         peak = peak.max(alive_tasks());
+        most = at_most_each(most, quorumlock::footprint(locks));
         connections_bounded(client, me);
     }
     client.history.borrow_mut().event(
         now(),
         format_args!(
-            "flood of {WAITERS} waiters over in {}ms, {peak} tasks at most",
-            (now() - started).as_millis()
+            "flood of {WAITERS} waiters over in {}ms, {peak} tasks at most, {} waiters and {} \
+             requests in the manager at most",
+            (now() - started).as_millis(),
+            most.waiters,
+            most.requests,
         ),
     );
-    peak
+    (peak, most)
 }
 
-/// After a flood: the tasks come back to `before` (within [`TASK_SLACK`]) and the host's
-/// subscriptions to none, within `SETTLE`.
-async fn settle(client: &Client, me: &str, before: usize) {
+/// The larger of each part.
+fn at_most_each(a: Footprint, b: Footprint) -> Footprint {
+    Footprint {
+        channels: a.channels.max(b.channels),
+        waiters: a.waiters.max(b.waiters),
+        recent_releases: a.recent_releases.max(b.recent_releases),
+        requests: a.requests.max(b.requests),
+        queued_bytes: a.queued_bytes.max(b.queued_bytes),
+        reentrant_holds: a.reentrant_holds.max(b.reentrant_holds),
+    }
+}
+
+/// `memory-flood`: the most the manager kept during a flood (`most`) follows its waiters.
+/// While a master did not answer (`faulted`), each connection to it may also pile up to the
+/// transport's bound of unanswered requests.
+fn memory_bounded(client: &Client, most: Footprint, faulted: bool) {
+    let masters = client.served.len();
+    let waiters = WAITERS as usize;
+    let mut requests = masters * waiters * REQUESTS_PER_WAITER;
+    if faulted {
+        requests += masters
+            * quorumlock::defaults::CONNECTIONS_PER_NODE
+            * quorumlock::defaults::MAX_UNANSWERED;
+    }
+    let over = [
+        ("channels", most.channels, 1),
+        ("waiters", most.waiters, waiters),
+        ("remembered releases", most.recent_releases, RECENT_RELEASES),
+        ("requests awaiting replies", most.requests, requests),
+        ("queued bytes", most.queued_bytes, requests * REQUEST_BYTES),
+        ("reentrant holds", most.reentrant_holds, 0),
+    ];
+    for (what, seen, bound) in over {
+        if seen > bound {
+            client.history.borrow_mut().violation(
+                now(),
+                "memory-flood",
+                format_args!("{seen} {what} in the manager in a flood of {WAITERS} waiters"),
+            );
+        }
+    }
+}
+
+/// After a flood: the tasks come back to `before` (within [`TASK_SLACK`]), the host's
+/// subscriptions to none, and the manager's footprint to nothing ([`keeps_anything`]), within
+/// `SETTLE`.
+async fn settle(client: &Client, locks: &quorumlock::Redlock, me: &str, before: usize) {
     let deadline = now() + SETTLE;
     loop {
         let tasks = alive_tasks();
@@ -155,11 +220,20 @@ async fn settle(client: &Client, me: &str, before: usize) {
             .iter()
             .map(|m| m.master.borrow().held_by(me).1)
             .sum();
-        if tasks <= before + TASK_SLACK && channels == 0 {
+        let left = quorumlock::footprint(locks);
+        let kept = keeps_anything(client, &left);
+        if tasks <= before + TASK_SLACK && channels == 0 && !kept {
             return;
         }
         if now() >= deadline {
             let mut history = client.history.borrow_mut();
+            if kept {
+                history.violation(
+                    now(),
+                    "memory-leak",
+                    format_args!("the manager still keeps {left:?} {SETTLE:?} after a flood"),
+                );
+            }
             if tasks > before + TASK_SLACK {
                 history.violation(
                     now(),
@@ -178,6 +252,18 @@ async fn settle(client: &Client, me: &str, before: usize) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Whether the manager still keeps something for the flood (`memory-leak` if it lasts). A
+/// request may still await a master that does not answer (paused, down, or lately: its
+/// replies or the connection's end are on their way).
+fn keeps_anything(client: &Client, left: &Footprint) -> bool {
+    let unanswering = client
+        .served
+        .iter()
+        .any(|s| s.paused_until.get().max(s.down_until.get()) + Duration::from_millis(500) > now());
+    let requests_left = !unanswering && (left.requests > 0 || left.queued_bytes > 0);
+    left.channels > 0 || left.waiters > 0 || left.recent_releases > 0 || requests_left
 }
 
 /// No master holds more than [`MAX_CONNECTIONS`] of this host's connections. A master paused

@@ -144,6 +144,7 @@ impl Master for FakeSet {
         let outcome = self.send(op, false).await?;
         Ok(AcquireReply {
             granted: outcome.ok,
+            blocked: false,
             token: None,
             epoch_age: outcome.epoch_age,
             remaining: None,
