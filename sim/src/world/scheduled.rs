@@ -16,7 +16,7 @@ use quorumlock::Redlock;
 use quorumlock_scheduler::{Concurrency, Job, Scheduler};
 
 use super::history::SlotRun;
-use super::host::now;
+use super::host::{now, sim_time_of};
 use super::slots::{RETENTION, TTL};
 use super::workload::Client;
 
@@ -29,20 +29,29 @@ const PERIOD: Duration = Duration::from_millis(250);
 /// How late a slot may still start.
 const STARTING_DEADLINE: Duration = Duration::from_millis(500);
 
-/// Runs as the job's function recorded them: slot id, start, end.
-type Runs = Arc<Mutex<Vec<(String, Duration, Duration)>>>;
+/// A run as the job's function recorded it: slot id, start, end, its lease's validity then.
+type Run = (String, Duration, Duration, Option<Duration>);
+/// The runs so far.
+type Runs = Arc<Mutex<Vec<Run>>>;
 
 /// Records a run's end when dropped: the runner drops the function's future when it cancels it.
 struct Running {
     runs: Runs,
     slot: String,
     started: Duration,
+    lease: Option<quorumlock::LeaseHandle>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        runs.push((std::mem::take(&mut self.slot), self.started, now()));
+        let valid_until = self.lease.as_ref().map(|l| sim_time_of(l.valid_until()));
+        runs.push((
+            std::mem::take(&mut self.slot),
+            self.started,
+            now(),
+            valid_until,
+        ));
     }
 }
 
@@ -90,13 +99,14 @@ pub async fn runner(client: Rc<Client>, locks: Redlock) {
     drop(scheduler);
     let runs = std::mem::take(&mut *runs.lock().unwrap_or_else(PoisonError::into_inner));
     let mut history = client.history.borrow_mut();
-    for (slot, granted, ended) in runs {
+    for (slot, granted, ended, valid_until) in runs {
         history.slot_run(SlotRun {
             client: client.index,
             slot,
             checker: "scheduler-at-most-once",
             granted,
             ended,
+            valid_until,
         });
     }
 }
@@ -109,6 +119,7 @@ fn job(name: &'static str, runs: &Runs) -> Result<Job, quorumlock_scheduler::Sch
             runs: Arc::clone(&recorded),
             slot: format!("{name}/{}", ctx.slot().id()),
             started: now(),
+            lease: ctx.lease(),
         };
         let ms = lasts_ms(ctx.worker(), &running.slot);
         async move {
