@@ -12,7 +12,9 @@
 #   scripts/sim.sh --beyond clock-jump --seeds 5   # a fault outside the model: exit 0 only if it broke
 #   scripts/sim.sh --seed 42 --shrink    # a failing seed: find a smaller run that fails the same
 #                                        # way, and print the command that replays it
-#   more: --seconds T (faulty simulated time per seed, 20), --masters, --clients, --workers
+#   more: --seconds T (faulty simulated time per seed, 20), --masters, --clients, --workers,
+#   --faults NAME,... (only those faults: hold, isolate, slow-link, master-pause, client-clock,
+#   crash, slow-master, quorum-restore, one-way, ring, client-pause)
 #
 # The simulation is built with `--cfg tokio_unstable`: only then does turmoil seed tokio's
 # generator (`select!` branch order, the order a watch channel wakes its receivers), which is

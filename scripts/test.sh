@@ -88,7 +88,9 @@ for mutant in minority-quorum:3 rw-reader-misses-writer:3 zero-drift:3 late-exte
     scripts/sim.sh --mutant "${mutant%:*}" --seeds "${mutant#*:}" --seconds 10
 done
 # Faults outside the model must break the lock (seen: clock-jump on seeds 1, 2, 5, 7 of 1-7;
-# unprotected-restarts on each of 1-6).
+# unprotected-restarts on each of 1-6; paused-holders, a client frozen past its leases and its
+# holders' beliefs counted in full, on seed 1, and on seed 2 once the Forbid job was in).
 scripts/sim.sh --beyond clock-jump --seeds 5 --seconds 10
 scripts/sim.sh --beyond unprotected-restarts --seeds 3 --seconds 10
+scripts/sim.sh --beyond paused-holders --seeds 3 --seconds 10
 phase "simulation as expected"

@@ -45,7 +45,8 @@ struct Choice {
     #[arg(long = "subject")]
     subjects: Vec<String>,
     /// Only these faults (repeatable): none, client-pause, partition, server-pause,
-    /// server-crash, data-loss, member-partition, packet-loss, orphans.
+    /// server-crash, data-loss, member-partition, packet-loss, orphans, clock-bump,
+    /// clock-bump-minority.
     #[arg(long = "fault")]
     faults: Vec<String>,
     #[command(flatten)]

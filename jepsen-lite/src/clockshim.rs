@@ -66,13 +66,43 @@ exec {real} "$@"
         Ok((Self { dir }, wrapper))
     }
 
+    /// The environment that puts another server program (one started without the wrapper)
+    /// under the shim, with its clock in the control file named `node`: `LD_PRELOAD` and the
+    /// control file's variable. The control file is made now (the server maps it when it
+    /// starts, and every process it forks shares the mapping).
+    ///
+    /// # Errors
+    ///
+    /// When the control file cannot be written.
+    pub fn preload(&self, node: &str) -> std::io::Result<Vec<(&'static str, PathBuf)>> {
+        self.set_node(node, 0, 0)?;
+        Ok(vec![
+            ("LD_PRELOAD", self.dir.join("libjlclock.so")),
+            ("JEPSEN_LITE_CLOCK_FILE", self.control(node)),
+        ])
+    }
+
     /// Sets node `port`'s clock to `real + offset_ms + (real − now) × rate_ppm / 1e6`.
     ///
     /// # Errors
     ///
     /// When the control file cannot be written.
     pub fn set(&self, port: u16, offset_ms: i64, rate_ppm: i64) -> std::io::Result<()> {
-        let path = self.dir.join(format!("{port}.clock"));
+        self.set_node(&port.to_string(), offset_ms, rate_ppm)
+    }
+
+    fn control(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("{node}.clock"))
+    }
+
+    /// As [`set`](Self::set), for the control file named `node` (see
+    /// [`preload`](Self::preload)).
+    ///
+    /// # Errors
+    ///
+    /// When the control file cannot be written.
+    pub fn set_node(&self, node: &str, offset_ms: i64, rate_ppm: i64) -> std::io::Result<()> {
+        let path = self.control(node);
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -114,6 +144,25 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0)
+    }
+
+    /// Another server's environment names the shim and a control file of its own, made at
+    /// once (the server maps it when it starts) and rewritten in place by `set_node`.
+    #[test]
+    fn preload_names_the_shim_and_a_control_file() {
+        let dir = std::env::temp_dir().join(format!("jl-preload-{}", std::process::id()));
+        let (clocks, _) = Clocks::install(&dir).expect("cc builds the shim");
+        let env = clocks.preload("postgres").expect("preload");
+        let value = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone());
+        let lib = value("LD_PRELOAD").expect("LD_PRELOAD");
+        assert!(lib.is_file(), "{}", lib.display());
+        let control = value("JEPSEN_LITE_CLOCK_FILE").expect("the control file's variable");
+        assert_eq!(std::fs::read(&control).expect("made").len(), 24);
+        clocks.set_node("postgres", 4000, 0).expect("set");
+        let bytes = std::fs::read(&control).expect("read");
+        let offset_ns = i64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+        assert_eq!(offset_ns, 4_000_000_000);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The shim moves a real redis-server's wall clock (TIME and key expiry) and nothing else.

@@ -30,10 +30,10 @@ pub enum Concurrency {
     /// held for the whole run (one more quorum round per slot). A
     /// [fleet](crate::SchedulerBuilder::fleet)'s backup reads the slot before taking the lock
     /// and leaves it alone when the slot ran elsewhere, so only a run holds it. A claim holds
-    /// it for a moment too, so a worker refused it beside a slot still free tries it again for
-    /// a few of the masters' timeouts (at least 250 ms): a run that ends within that time lets
-    /// the slot start late, not be skipped, but never past its starting deadline nor once the
-    /// next slot fell due.
+    /// it for a moment too, so a worker refused it beside a slot still free reads the slot
+    /// again for a few of the masters' timeouts (at least 250 ms, never past the next slot's
+    /// due instant): a claim shows up there, a run of an earlier slot does not, and the slot is
+    /// then skipped, even if that run ends a moment later.
     Forbid,
     /// The earlier slot's run is cancelled when the next slot falls due (by the worker running
     /// it, which watches the schedule too) and recorded as completed, so it is not retried.

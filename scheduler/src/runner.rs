@@ -26,9 +26,9 @@ use crate::stagger::{backup_delay, fleet_jitter, rank, stagger};
 use crate::stats::{Count, Counters};
 use crate::status::{History, SlotEntry, SlotOutcome};
 
-/// The least time a worker refused the job lock keeps reading a free slot's state and trying
-/// the lock again ([`Concurrency::Forbid`]), before the slot counts as forbidden: longer than a
-/// claim takes on a loaded machine, whatever the masters' timeout.
+/// The least time a worker refused the job lock keeps reading a free slot's state
+/// ([`Concurrency::Forbid`]), before the slot counts as forbidden: longer than a claim takes on
+/// a loaded machine, whatever the masters' timeout.
 const FORBID_RECHECK: Duration = Duration::from_millis(250);
 /// How many of the masters' timeouts a claim may hold the job lock for: its own round, a
 /// backup's read of the slot, the claim, and the release.
@@ -364,7 +364,10 @@ async fn forbid_check(
     }
     match shared.claims.try_job_lock(&job.name, &job.terms).await {
         Ok(Some(held)) => Some(Some(held)),
-        Ok(None) => refused_job_lock(shared, job, slot).await,
+        Ok(None) => {
+            refused_job_lock(shared, job, slot).await;
+            None
+        }
         Err(e) => {
             claim_failed(job, slot, &e);
             None
@@ -375,21 +378,17 @@ async fn forbid_check(
 /// The job lock refused for `slot`. Every worker takes it before claiming, a backup before
 /// claiming a slot it found free, so it is also refused to the losers of this very slot and to
 /// a worker whose slot falls while another checks the slot before: tell those apart from a run
-/// going on (a skip) by the slot's state. While the slot stays free, the state is read again and
-/// the job lock tried again, for as long as a claim may hold it (its own round, a backup's read
-/// of the slot, the claim: a few rounds); only then is the slot forbidden. A loser that misread
-/// a slot about to be claimed would not watch it under Retry; a worker that gave up beside a
-/// mere check would skip a slot that nobody runs.
-async fn refused_job_lock(
-    shared: &Arc<Shared>,
-    job: &Arc<JobState>,
-    slot: &Slot,
-) -> Option<Option<Box<dyn JobLock>>> {
+/// going on (a skip) by the slot's state. While the slot stays free, the state is read again,
+/// for as long as a claim may hold the lock before the slot shows it (its own round, a backup's
+/// read of the slot, the claim: a few rounds); only then is the slot forbidden. A loser that
+/// misread a slot about to be claimed would record it forbidden and not watch it under Retry.
+/// The job lock is not tried again: a slot that fell due while a run held it is skipped, even
+/// if that run ends a moment later.
+async fn refused_job_lock(shared: &Arc<Shared>, job: &Arc<JobState>, slot: &Slot) {
     let patience = FORBID_RECHECK.max(shared.claims.round_bound() * CLAIM_ROUNDS);
-    // The slot starts only before its starting deadline and before the next slot falls due
-    // (the job's loop waits for this check, and a lock freed then is the next slot's): this
-    // one was forbidden until then. Its state is still read for the least recheck, so that a
-    // loser of this very slot sees its winner's claim.
+    // Never past the next slot's due instant nor the starting deadline (the job's loop waits
+    // for this check), but for the least recheck, so that a loser of this very slot sees its
+    // winner's claim.
     let now = shared.clock.now();
     let mut left = job
         .job
@@ -398,57 +397,28 @@ async fn refused_job_lock(
     if let Some(next) = job.job.schedule.next_after(slot.due()) {
         left = left.min((next - now).to_std().unwrap_or(Duration::ZERO));
     }
-    let started = tokio::time::Instant::now();
-    let (deadline, too_late) = (
-        started + FORBID_RECHECK.max(patience.min(left)),
-        started + left,
-    );
+    let deadline = tokio::time::Instant::now() + FORBID_RECHECK.max(patience.min(left));
     let mut phase = shared.phase.subscribe();
-    loop {
+    let state = loop {
         match shared.claims.status(&job.name, slot.id()).await {
-            Ok(SlotState::Running(r)) => {
-                running_elsewhere(shared, job, slot.clone(), &r);
-                return None;
-            }
-            Ok(SlotState::Completed(r)) => {
-                job.counters.bump(Count::Elsewhere);
-                job.note(slot, SlotOutcome::CompletedElsewhere, Some(&r));
-                return None;
-            }
             Ok(SlotState::Free) if tokio::time::Instant::now() < deadline => {}
-            _ => {
-                job.counters.bump(Count::Forbidden);
-                job.note(slot, SlotOutcome::Forbidden, None);
-                return None;
-            }
+            state => break state,
         }
         tokio::select! {
             () = tokio::time::sleep(FORBID_POLL) => {}
-            // Draining: no new claims, and the slot is left unrecorded, as by the job's loop.
-            () = until(&mut phase, Phase::Draining) => return None,
+            // Draining: the slot is left unrecorded, as by the job's loop.
+            () = until(&mut phase, Phase::Draining) => return,
         }
-        if tokio::time::Instant::now() > too_late {
-            continue;
+    };
+    match state {
+        Ok(SlotState::Running(r)) => running_elsewhere(shared, job, slot.clone(), &r),
+        Ok(SlotState::Completed(r)) => {
+            job.counters.bump(Count::Elsewhere);
+            job.note(slot, SlotOutcome::CompletedElsewhere, Some(&r));
         }
-        match shared.claims.try_job_lock(&job.name, &job.terms).await {
-            Ok(Some(held)) => {
-                if *phase.borrow() != Phase::Running {
-                    release(Some(held)).await;
-                    return None;
-                }
-                if tokio::time::Instant::now() > too_late {
-                    release(Some(held)).await;
-                    job.counters.bump(Count::Forbidden);
-                    job.note(slot, SlotOutcome::Forbidden, None);
-                    return None;
-                }
-                return Some(Some(held));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                claim_failed(job, slot, &e);
-                return None;
-            }
+        _ => {
+            job.counters.bump(Count::Forbidden);
+            job.note(slot, SlotOutcome::Forbidden, None);
         }
     }
 }

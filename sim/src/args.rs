@@ -52,6 +52,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         faulty_for: Duration::from_secs(20),
         mutant: None,
         beyond: None,
+        faults: None,
     };
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -83,6 +84,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             "--workers" => config.workers = number(value()?, MAX_WORKERS as u64)? as usize,
             "--shrink" => shrink = true,
             "--beyond" => config.beyond = Some(Beyond::by_name(&value()?)?),
+            "--faults" => config.faults = Some(world::nemesis::faults_by_name(&value()?)?),
             "--mutant" => {
                 let name = value()?;
                 world::mutants::by_name(&name)?;
@@ -182,6 +184,8 @@ mod tests {
             "--seed",
             "--mutant nope",
             "--beyond nope",
+            "--faults ring,nope",
+            "--faults",
             "--bogus",
         ] {
             let error = parse_str(line).err();

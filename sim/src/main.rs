@@ -1,5 +1,5 @@
 //! `quorumlock-sim [--seed S | --seeds N [--from S]] [--minutes M] [--seconds T] [--mutant NAME
-//! | --beyond FAULT] [--shrink]`: runs seeds of the deterministic simulation, one line per seed
+//! | --beyond FAULT] [--faults NAME,...] [--shrink]`: runs seeds of the deterministic simulation, one line per seed
 //! (grants, violations by checker, the trace hash), then a summary with grants per CPU-minute.
 //! Exits non-zero on any violation, or, with `--mutant` (a library mutant) or `--beyond` (a
 //! fault outside the model), when no seed broke: those must break. With `--shrink`, a failing
@@ -61,6 +61,7 @@ fn main() -> ExitCode {
     };
     let (mut runs, mut grants, mut failing, mut simulated) = (0u64, 0u64, 0u64, Duration::ZERO);
     let mut scripts = 0u64;
+    let mut effects = std::collections::BTreeMap::<&str, u64>::new();
     let mut caught = None;
     // A mutant or a fault outside the model must break the lock: a run stops at the first break.
     let must_break = args.config.mutant.is_some() || args.config.beyond.is_some();
@@ -78,6 +79,9 @@ fn main() -> ExitCode {
         runs += 1;
         grants += outcome.grants;
         scripts += outcome.scripts;
+        for (effect, n) in &outcome.effects {
+            *effects.entry(effect).or_default() += n;
+        }
         simulated += outcome.simulated;
         let violations: Vec<String> = outcome
             .violations
@@ -134,6 +138,8 @@ fn main() -> ExitCode {
         simulated.as_secs_f64() / wall.as_secs_f64(),
         scripts as f64 / grants.max(1) as f64,
     );
+    let effects: Vec<String> = effects.iter().map(|(e, n)| format!("{e}={n}")).collect();
+    say!("faults took effect: [{}]", effects.join(" "));
     let expected = match (&args.config.mutant, args.config.beyond) {
         (Some(name), _) => Some(format!("mutant {name}")),
         (None, Some(beyond)) => Some(format!("fault outside the model {}", beyond.name())),

@@ -51,6 +51,9 @@ pub fn command(config: &Config) -> String {
     if let Some(beyond) = config.beyond {
         command.push_str(&format!(" --beyond {}", beyond.name()));
     }
+    if let Some(faults) = &config.faults {
+        command.push_str(&format!(" --faults {}", faults.join(",")));
+    }
     command
 }
 
@@ -141,6 +144,7 @@ mod tests {
             faulty_for: Duration::from_secs(20),
             mutant: None,
             beyond: None,
+            faults: None,
         }
     }
 

@@ -56,6 +56,8 @@ pub struct Config {
     pub mutant: Option<String>,
     /// A fault outside the model, which must break the lock (see [`beyond`]); none unless named.
     pub beyond: Option<beyond::Beyond>,
+    /// The only faults injected, by name ([`nemesis::FAULTS`]); all of them if `None`.
+    pub faults: Option<Vec<&'static str>>,
 }
 
 /// What one run found.
@@ -75,6 +77,8 @@ pub struct Outcome {
     pub tail: Vec<String>,
     /// The first violations seen as they happened, as trace lines.
     pub first_violations: Vec<String>,
+    /// What the faults did, by kind (see [`history::History::effects`]).
+    pub effects: std::collections::BTreeMap<&'static str, u64>,
     /// Simulated time the run took.
     pub simulated: Duration,
     /// Why the simulation itself stopped early, if it did.
@@ -112,6 +116,7 @@ pub fn run(config: &Config) -> Outcome {
                 trace_lines: 0,
                 tail: Vec::new(),
                 first_violations: Vec::new(),
+                effects: Default::default(),
                 simulated: Duration::ZERO,
                 error: Some(format!("{}: {e}", history::TRACE_FILE)),
             }
@@ -162,6 +167,7 @@ pub fn run(config: &Config) -> Outcome {
         masters.clone(),
         config.clients,
         config.beyond,
+        config.faults.as_deref(),
     );
     // Drawn after the nemesis's seed, so that adding the flood moved no fault.
     let flood = client(config.clients, 0, rng.next_u64());
@@ -188,13 +194,34 @@ pub fn run(config: &Config) -> Outcome {
     let simulated = sim.elapsed();
     drop(sim);
     audit.finish(simulated, &mut history.borrow_mut());
-    let history = history.borrow();
+    let mut history = history.borrow_mut();
+    let paused = &mut *history;
+    let outlived = match config.beyond {
+        Some(beyond::Beyond::PausedHolders) => 0,
+        _ => checker::cap_paused(&mut paused.holds, &mut paused.slot_runs, &paused.pauses),
+    };
+    if outlived > 0 {
+        *history
+            .effects
+            .entry("pause-outlived-validity")
+            .or_default() += outlived;
+    }
+    let effects: Vec<String> = history
+        .effects
+        .iter()
+        .map(|(effect, n)| format!("{effect}={n}"))
+        .collect();
+    history.event(
+        simulated,
+        format_args!("faults took effect [{}]", effects.join(" ")),
+    );
     let limits = Limits {
         permits: workload::PERMITS,
         readers: quorumlock::defaults::RW_READERS,
     };
     let mut violations = checker::check(&history.holds, limits);
     checker::slots_at_most_once(&history.slot_runs, slots::RETENTION, &mut violations);
+    checker::runs_apart(&history.slot_runs, scheduled::FORBID_JOB, &mut violations);
     for (checker, n) in &history.seen {
         *violations.entry(checker).or_default() += n;
     }
@@ -213,6 +240,7 @@ pub fn run(config: &Config) -> Outcome {
         trace_lines: history.lines(),
         tail: history.tail().map(str::to_owned).collect(),
         first_violations: history.first_violations.clone(),
+        effects: history.effects.clone(),
         simulated,
         error,
     }

@@ -24,6 +24,7 @@ fn one_seed_replays_byte_for_byte() {
         faulty_for: Duration::from_secs(2),
         mutant: None,
         beyond: None,
+        faults: None,
     };
     let first = run(&config(11));
     let again = run(&config(11));

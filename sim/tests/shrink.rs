@@ -24,6 +24,7 @@ fn a_failing_run_shrinks_to_a_smaller_one_that_fails_the_same_way() {
         faulty_for: Duration::from_secs(4),
         mutant: Some("zero-drift".into()),
         beyond: None,
+        faults: None,
     };
     let failed = run(&failing);
     assert!(failed.violations.contains_key("validity"), "{failed:?}");

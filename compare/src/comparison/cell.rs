@@ -15,13 +15,17 @@ use jepsen_lite::outcome::Verdict;
 use jepsen_lite::resource;
 use jepsen_lite::scenario::{Expect, Minimum};
 use jepsen_lite::verdict::{fenced_observation, judge, ClaimsCheck};
+use quorumlock_testkit::Mode;
+use serde_json::json;
 
 use super::cells::{Cell, Fault};
+use super::clock::{self, Shim};
 use super::nemesis::strike;
+use super::rendezvous::Rendezvous;
 use super::results::{CellRow, FaultProof, Figures};
 use super::stray;
 use super::testbed::Testbed;
-use super::workload::{Recorder, Stall, Worker};
+use super::workload::{Made, Recorder, Stall, Worker};
 
 /// Workers per cell, each with its own client.
 const WORKERS: usize = 3;
@@ -91,18 +95,54 @@ pub async fn run(cell: Cell, timing: Timing, dir: &Path) -> CellRow {
 
 async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Result<(), String> {
     let peer_links = cell.fault == Fault::MemberPartition;
-    // The orphans' scene has a holder and a waiter of its own.
-    let rows = WORKERS + if cell.fault == Fault::Orphans { 2 } else { 0 };
-    let mut testbed = Testbed::start_with(cell.subject, rows, timing.ttl, peer_links).await?;
+    // The orphans' scene has a holder and a waiter of its own. A clock bump falls on a
+    // holder with one waiter: two waiters' split votes could outlast the holder's section.
+    let workers = if cell.fault.is_a_clock_bump() {
+        2
+    } else {
+        WORKERS
+    };
+    let rows = workers + if cell.fault == Fault::Orphans { 2 } else { 0 };
+    // A clock bump's servers start under the clock shim, which must outlive them.
+    let shim = if cell.fault.is_a_clock_bump() {
+        Some(Shim::install()?)
+    } else {
+        None
+    };
+    let mut testbed = match &shim {
+        Some(shim) => {
+            let servers = tokio::task::block_in_place(|| shim.start_servers(cell.subject))?;
+            Testbed::around(cell.subject, rows, timing.ttl, servers, None).await?
+        }
+        None => Testbed::start_with(cell.subject, rows, timing.ttl, peer_links).await?,
+    };
+    // The holder a clock bump falls on holds for half a TTL: well inside its validity, so
+    // that only the step can end its grant early, and long enough for the step, its proof
+    // and a waiter's grant. In Kleppmann's case it is worker 0, whose links the cell cuts.
+    let rendezvous = cell.fault.is_a_clock_bump().then(|| {
+        let only = (cell.fault == Fault::ClockBumpMinority).then_some(0);
+        Arc::new(Rendezvous::new(only, timing.ttl / 2))
+    });
     let store = resource::Server::start()
         .await
         .map_err(|e| format!("starting the fenced store: {e}"))?;
     let recorder = Arc::new(Recorder::default());
+    // Kleppmann's case: worker 0 never reaches the masters beyond a bare majority, from its
+    // first request on (a link cut later could strand a key of an earlier grant there, whose
+    // release the cut swallows, refusing the waiter until it expired).
+    if cell.fault == Fault::ClockBumpMinority {
+        let n = testbed.servers.len();
+        let cut: Vec<usize> = (n / 2 + 1..n).collect();
+        for &node in &cut {
+            testbed.links.set(0, node, Mode::Blackhole);
+        }
+        recorder.nemesis("cut-links", json!({"client": 0, "nodes": cut}));
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let stalled = Arc::new(AtomicBool::new(false));
     let ttl_ms = u64::try_from(timing.ttl.as_millis()).unwrap_or(u64::MAX);
     let mut tasks = Vec::new();
-    for id in 0..WORKERS {
+    for id in 0..workers {
         let subject = testbed
             .client(id)
             .await
@@ -123,6 +163,7 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
             ttl_ms: cell.subject.client_bounds_validity().then_some(ttl_ms),
             stalled: Arc::clone(&stalled),
             heartbeats: cell.subject.keeps_alive(),
+            rendezvous: rendezvous.clone(),
         };
         tasks.push(tokio::spawn(worker.run()));
     }
@@ -141,10 +182,19 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
         }
         Fault::Orphans => {
             tokio::time::sleep(timing.warmup).await;
-            let scene = super::orphans::scene(&testbed, WORKERS, &recorder, timing.ttl).await;
+            let scene = super::orphans::scene(&testbed, workers, &recorder, timing.ttl).await;
             let (fault, reading) = scene.made;
             evidence.record(fault, reading);
             orphans = Some(scene.check);
+            tokio::time::sleep(timing.after).await;
+        }
+        Fault::ClockBump | Fault::ClockBumpMinority => {
+            tokio::time::sleep(timing.warmup).await;
+            if let (Some(shim), Some(meeting)) = (&shim, &rendezvous) {
+                let (fault, reading) =
+                    clock_bump(cell.fault, shim, meeting, &testbed, &recorder, timing).await;
+                evidence.record(fault, reading);
+            }
             tokio::time::sleep(timing.after).await;
         }
         Fault::ServerPause
@@ -290,6 +340,36 @@ async fn play(cell: Cell, timing: Timing, dir: &Path, row: &mut CellRow) -> Resu
         })
         .collect();
     Ok(())
+}
+
+/// A clock bump inside a holder's section: on a majority of the servers (all of them the
+/// holder's), or (Kleppmann's case) on one master of a holder that stands on a bare majority
+/// because worker 0's links to the other masters are cut for the whole cell.
+async fn clock_bump(
+    fault: Fault,
+    shim: &Shim,
+    meeting: &Rendezvous,
+    testbed: &Testbed,
+    recorder: &Recorder,
+    timing: Timing,
+) -> Made {
+    let n = testbed.servers.len();
+    let majority = n / 2 + 1;
+    let bare = fault == Fault::ClockBumpMinority;
+    let count = if bare { 1 } else { majority };
+    meeting.arm();
+    let wait = timing.stall + STOP_WAIT;
+    let Some(holder) = meeting.holder(wait).await else {
+        return (
+            fault.label().to_owned(),
+            Err(format!(
+                "no holder was granted within {wait:?} of the arming"
+            )),
+        );
+    };
+    // More than the TTL: every key or lease the step reaches has expired at once.
+    let step = timing.ttl * 2;
+    clock::bump(shim, &testbed.servers, count, bare, &holder, recorder, step).await
 }
 
 /// Hold, break or caught, as jepsen-lite's runner reads a run with or without tokens.

@@ -41,11 +41,19 @@ pub enum Fault {
     /// what each left on the servers must be gone (or free) within its bound, read on the
     /// servers themselves.
     Orphans,
+    /// Inside a holder's section, the wall clocks of a majority of the servers (the one
+    /// server of `redis-single` and `pg-lease`) step forward by more than the TTL, under
+    /// jepsen-lite's clock shim: only where it reaches the servers (see `clock.rs`).
+    ClockBump,
+    /// Kleppmann's case against Redlock: a holder stands on a bare majority of the masters
+    /// (its links to the others are cut), and inside its section the clock of one master of
+    /// that majority steps forward by more than the TTL.
+    ClockBumpMinority,
 }
 
 impl Fault {
     /// Every fault, in the order of the page.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 11] = [
         Self::None,
         Self::ClientPause,
         Self::Partition,
@@ -55,6 +63,8 @@ impl Fault {
         Self::MemberPartition,
         Self::PacketLoss,
         Self::Orphans,
+        Self::ClockBump,
+        Self::ClockBumpMinority,
     ];
 
     /// The label of reports.
@@ -69,7 +79,14 @@ impl Fault {
             Self::MemberPartition => "member-partition",
             Self::PacketLoss => "packet-loss",
             Self::Orphans => "orphans",
+            Self::ClockBump => "clock-bump",
+            Self::ClockBumpMinority => "clock-bump-minority",
         }
+    }
+
+    /// Whether the fault steps server clocks inside a holder's section.
+    pub fn is_a_clock_bump(self) -> bool {
+        matches!(self, Self::ClockBump | Self::ClockBumpMinority)
     }
 
     /// Whether a worker makes the fault itself, while it holds (the others are the
@@ -187,6 +204,37 @@ pub fn expectation(subject: SubjectKind, fault: Fault) -> Option<(Expect, &'stat
             // jepsen-lite's own orphan checks read quorumlock's keys on the masters.
             S::RedisSingle | S::Redlock3 | S::Redlock5 => return None,
         },
+        Fault::ClockBump => match subject {
+            S::RedisSingle => (
+                Expect::Caught,
+                "its master's clock steps past the TTL inside a section: the key expires under \
+                 its holder, a waiter is granted; the token fences the holder",
+            ),
+            S::Redlock3 | S::Redlock5 => (
+                Expect::Caught,
+                "a majority of clocks step past the TTL inside a section, beyond the drift the \
+                 model allows: their keys expire, a waiter wins a majority; the token fences \
+                 the holder",
+            ),
+            S::PgLease => (
+                Expect::Caught,
+                "the database's clock steps past the lease inside a section: now() expires the \
+                 row, a waiter is granted; the sequence fences the holder",
+            ),
+            // Not reached by the shim (etcd: Go reads the clock without libc; ZooKeeper: the
+            // JVM's monotonic clock), or no clock at all (pg-advisory).
+            S::Etcd | S::Zookeeper | S::PgAdvisory => return None,
+        },
+        Fault::ClockBumpMinority => match subject {
+            S::Redlock3 | S::Redlock5 => (
+                Expect::Caught,
+                "the holder stands on a bare majority; one of its masters' clocks steps past \
+                 the TTL: that master and the ones it lacks form a second majority \
+                 (Kleppmann); the token, stored on the holder's quorum, fences it",
+            ),
+            // One server (a step of it is the clock-bump cell), or not reached by the shim.
+            _ => return None,
+        },
     })
 }
 
@@ -234,6 +282,16 @@ mod tests {
             assert_eq!(
                 of(Fault::Orphans).is_some(),
                 !subject.client_bounds_validity()
+            );
+            // Where the clock shim reaches a clock the lock is judged on.
+            let shimmed = subject.client_bounds_validity() || subject == SubjectKind::PgLease;
+            assert_eq!(
+                of(Fault::ClockBump).map(|c| c.expect),
+                shimmed.then_some(Expect::Caught)
+            );
+            assert_eq!(
+                of(Fault::ClockBumpMinority).is_some(),
+                subject.client_bounds_validity() && subject.servers() > 1
             );
         }
         let quick = catalog(&SubjectKind::ALL, true);

@@ -8,7 +8,8 @@
 //!   of the kernel's faults, removed by a guard.
 //! * `cells.rs`: the faults and each cell's expectation; `cell.rs`: one cell's run and
 //!   verdict; `workload.rs`: its workers (and the holder's faults); `nemesis.rs`: the faults
-//!   on the servers, each with its proof; `loss.rs`: packet loss; `orphans.rs`: what a
+//!   on the servers, each with its proof; `loss.rs`: packet loss; `clock.rs`: clock bumps
+//!   under the clock shim, and `rendezvous.rs`: the holder they fall on; `orphans.rs`: what a
 //!   cancelled acquisition and a crashed holder leave on the servers; `lost_data.rs`: the
 //!   proof of a data loss; `stray.rs`: overlapping grants a holder's fault does not explain.
 //! * `bench.rs`: the benchmark; `results.rs`: the file; `page.rs`, `charts.rs`: the page;
@@ -18,12 +19,14 @@ mod bench;
 mod cell;
 mod cells;
 mod charts;
+mod clock;
 mod loss;
 mod lost_data;
 mod nemesis;
 mod orphans;
 mod page;
 mod peers;
+mod rendezvous;
 mod results;
 mod rules;
 mod servers;

@@ -146,7 +146,12 @@ pub(super) async fn strike(
                 None,
             )
         }
-        Fault::None | Fault::ClientPause | Fault::Partition | Fault::Orphans => (
+        Fault::None
+        | Fault::ClientPause
+        | Fault::Partition
+        | Fault::Orphans
+        | Fault::ClockBump
+        | Fault::ClockBumpMinority => (
             (
                 fault.label().to_owned(),
                 Err("not a fault of the servers".to_owned()),

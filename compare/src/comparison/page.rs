@@ -17,14 +17,12 @@ use super::subjects::SubjectKind;
 /// docs.
 pub const NOT_DONE: &[(&str, &str)] = &[
     (
-        "clock bumps",
-        "the project's wall-clock shim works by LD_PRELOAD on libc, and reaches only some \
-         subjects: Redis's expiry follows it (redis-single, redlock-3, redlock-5: jepsen-lite's \
-         own clock cells) and so would PostgreSQL's now() (pg-lease); pg-advisory has no clock; \
-         etcd (Go) reads the clock through the vDSO without libc, and ZooKeeper's sessions run \
-         on the JVM's monotonic clock, which the shim leaves alone (not applicable to either). \
-         A cell for the redis subjects was tried and left out: its outcome depended on \
-         timing (docs/comparison.md)",
+        "clock bumps on etcd, ZooKeeper and pg-advisory",
+        "not applicable: the project's wall-clock shim works by LD_PRELOAD on libc; etcd (Go) \
+         reads the clock through the vDSO without libc, and ZooKeeper's sessions run on the \
+         JVM's monotonic clock, which the shim leaves alone; pg-advisory has no clock. The \
+         clock-bump cells run where the shim reaches the clock a grant is judged on: the redis \
+         masters' key expiry and PostgreSQL's now()",
     ),
     (
         "orphans of quorumlock",

@@ -1,14 +1,14 @@
-//! Overlapping grants a holder's fault does not explain. Under a client pause or a partition
-//! the stale holder's grant may overlap the grants after it (the fenced register judges what
-//! it then does); two grants the fault did not touch must never overlap, or the lock did not
+//! Overlapping grants a holder's fault does not explain. Under a client pause, a partition or
+//! a clock bump inside its section, the stale holder's grant may overlap the grants after it
+//! (the fenced register judges what it then does); two grants the fault did not touch must never overlap, or the lock did not
 //! exclude at all, whatever the fenced register rejected.
 
 use jepsen_lite::checker::Overlap;
 use jepsen_lite::history::{Event, Process};
 
-/// The nemesis events with which a worker marks the holder's fault it makes, naming the
-/// lease it holds.
-pub(super) const HOLDER_FAULTS: [&str; 2] = ["pause-client", "partition"];
+/// The nemesis events that mark a holder's fault (made by the worker, or by the nemesis inside
+/// its section: a clock bump), naming the lease it holds.
+pub(super) const HOLDER_FAULTS: [&str; 3] = ["pause-client", "partition", "clock-bump"];
 
 /// The leases held by a worker when it made a holder's fault.
 pub(super) fn faulted_leases(events: &[Event]) -> Vec<&str> {

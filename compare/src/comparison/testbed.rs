@@ -64,6 +64,11 @@ impl Links {
         (0..self.servers).map(|n| self.proxy.affected(row, n)).sum()
     }
 
+    /// Sets client `row`'s link to server `node` to `mode` both ways.
+    pub fn set(&self, row: usize, node: usize, mode: Mode) {
+        self.proxy.set(row, node, Modes::both(mode));
+    }
+
     /// The ports of client `row`'s links, one per server.
     fn row_ports(&self, row: usize) -> Vec<u16> {
         (0..self.servers)
@@ -113,6 +118,21 @@ impl Testbed {
         })
         .await
         .map_err(|e| format!("starting the servers: {e}"))??;
+        Self::around(kind, clients, ttl, servers, peers).await
+    }
+
+    /// As [`start`](Self::start), on servers already started (under a clock shim).
+    ///
+    /// # Errors
+    ///
+    /// Why the masters could not be provisioned or the proxy did not start.
+    pub(super) async fn around(
+        kind: SubjectKind,
+        clients: usize,
+        ttl: Duration,
+        servers: Servers,
+        peers: Option<PeerLinks>,
+    ) -> Result<Self, String> {
         if let Servers::Redis(cluster) = &servers {
             provision(cluster, ttl).await?;
         }

@@ -3,6 +3,9 @@
 //! (counter + 1, set ∪ {op}), the fenced one with the subject's token. Everything is recorded
 //! in jepsen-lite's history format, so that its checkers judge the run.
 //!
+//! In a clock bump's cell, the first grant after the nemesis arms its rendezvous is held for a
+//! fixed time (read at once, write at the end), and the nemesis steps the clocks inside it.
+//!
 //! Worker 0 makes the holder's faults itself, once, at its first grant after a given time: a
 //! pause (it reads, goes silent past its TTL or session, then writes) or a partition (it keeps
 //! working while cut off). A stopped process's kernel keeps its TCP connections up and sends
@@ -20,6 +23,7 @@ use quorumlock_testkit::Mode;
 use serde_json::{json, Value};
 
 use super::cells::Fault;
+use super::rendezvous::{Holding, Rendezvous};
 use super::testbed::Links;
 use crate::LockSubject;
 
@@ -124,6 +128,8 @@ pub(super) struct Worker {
     pub(super) stalled: Arc<AtomicBool>,
     /// Whether its client sends heartbeats, which a pause must be seen to stop.
     pub(super) heartbeats: bool,
+    /// The nemesis's meeting with a holder, in a cell whose fault falls inside a section.
+    pub(super) rendezvous: Option<Arc<Rendezvous>>,
 }
 
 /// A fault worker 0 made, and the reading that shows it took effect (or why not).
@@ -152,6 +158,7 @@ impl Worker {
         while !self.stop.load(Ordering::Acquire) {
             let lease = format!("{}-{n}", self.id);
             n += 1;
+            let invoked = Instant::now();
             self.log(
                 Kind::Invoke,
                 "acquire",
@@ -199,6 +206,15 @@ impl Worker {
                 None => granted["valid_until_ns"] = json!(u64::MAX),
             }
             self.log(Kind::Ok, "acquire", granted, None);
+            let claimed = self.rendezvous.as_ref().filter(|meeting| {
+                let holding = Holding {
+                    worker: self.id,
+                    lease: lease.clone(),
+                    token: held.token(),
+                    valid_until: held.valid_until(),
+                };
+                meeting.claim(holding, invoked)
+            });
             let stall = self
                 .stall
                 .filter(|s| made.is_none() && started.elapsed() >= s.after);
@@ -210,6 +226,10 @@ impl Worker {
                 op: &mut op,
             };
             match stall {
+                None if claimed.is_some() => {
+                    let hold = claimed.map_or(Duration::ZERO, |m| m.hold());
+                    section.read_hold_write(Instant::now() + hold).await?;
+                }
                 None => section.read_modify_write().await?,
                 Some(stall) if stall.fault == Fault::Partition => {
                     made = Some(
@@ -359,6 +379,13 @@ impl Section<'_> {
 
     async fn read_modify_write(&mut self) -> std::io::Result<()> {
         let read = self.read_all().await?;
+        self.write_all(read).await
+    }
+
+    /// Reads at once and writes at `until`: a section the nemesis strikes inside.
+    async fn read_hold_write(&mut self, until: Instant) -> std::io::Result<()> {
+        let read = self.read_all().await?;
+        tokio::time::sleep_until(until.into()).await;
         self.write_all(read).await
     }
 

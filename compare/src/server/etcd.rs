@@ -147,6 +147,7 @@ impl EtcdCluster {
                 }),
                 log: dir.path().join(format!("{name}.log")),
                 stop_signal: Signal::SIGTERM,
+                env: Vec::new(),
             };
             members.push(EtcdMember {
                 name,

@@ -50,13 +50,28 @@ impl PgServer {
     /// when running as root without a `postgres` user, [`ServerError::Exited`] or
     /// [`ServerError::NotReady`] (with the log's tail) when it does not come up in 30 s.
     pub fn start() -> Result<Self, ServerError> {
+        Self::start_with_env(&[])
+    }
+
+    /// As [`start`](Self::start), with `env` added to the server's environment (and so to
+    /// every backend it forks), on every start and restart: a clock shim's `LD_PRELOAD`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with_env(env: &[(OsString, OsString)]) -> Result<Self, ServerError> {
         let bin = bin_dir()?;
         let run_as = run_as()?;
         let template = template(&bin, run_as)?;
-        on_fresh_ports(|| Self::start_once(&bin, run_as, &template))
+        on_fresh_ports(|| Self::start_once(&bin, run_as, &template, env))
     }
 
-    fn start_once(bin: &Path, run_as: Option<RunAs>, template: &Path) -> Result<Self, ServerError> {
+    fn start_once(
+        bin: &Path,
+        run_as: Option<RunAs>,
+        template: &Path,
+        env: &[(OsString, OsString)],
+    ) -> Result<Self, ServerError> {
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-postgres-")
             .tempdir()
@@ -92,6 +107,7 @@ impl PgServer {
             run_as,
             log: dir.path().join("server.log"),
             stop_signal: Signal::SIGINT,
+            env: env.to_vec(),
         };
         let server = Self {
             port,

@@ -44,6 +44,8 @@ pub(crate) struct Spec {
     /// The signal of a graceful stop: `SIGTERM`, or `SIGINT` for PostgreSQL's fast shutdown
     /// (its `SIGTERM` waits for every client to leave).
     pub(crate) stop_signal: Signal,
+    /// Variables added to the inherited environment (a clock shim's `LD_PRELOAD`).
+    pub(crate) env: Vec<(OsString, OsString)>,
 }
 
 /// A server process, killed (with its whole group) and reaped on drop.
@@ -90,7 +92,8 @@ impl ServerProcess {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr)
-            .process_group(0);
+            .process_group(0)
+            .envs(self.spec.env.iter().map(|(k, v)| (k, v)));
         if let Some(user) = self.spec.run_as {
             command.uid(user.uid).gid(user.gid);
         }
@@ -452,6 +455,7 @@ mod tests {
             run_as: None,
             log: dir.path().join("log"),
             stop_signal: Signal::SIGTERM,
+            env: Vec::new(),
         };
         let mut process = ServerProcess::spawn(spec).expect("spawn");
         process

@@ -145,6 +145,7 @@ impl ZkEnsemble {
                 }),
                 log: home.join("server.log"),
                 stop_signal: Signal::SIGTERM,
+                env: Vec::new(),
             };
             servers.push(ZkServer {
                 id,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use quorumlock::{Redlock, SlotClaim, SlotOptions};
 
 use super::history::SlotRun;
-use super::host::now;
+use super::host::{now, sim_time_of};
 use super::slots::{RETENTION, TTL};
 use super::workload::{cancellable, Client};
 use crate::seed::SeedRng;
@@ -84,6 +84,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
                     checker: "batch-at-most-once",
                     granted,
                     ended: now(),
+                    valid_until: Some(sim_time_of(lease.valid_until())),
                 });
                 let _ = match abandon {
                     true => run.abandon().await,

@@ -1,6 +1,6 @@
 //! Faults outside the lock's model, which must break it: a master's clock jumping further than
-//! the drift bound, and masters restarting empty under clients that run without restart
-//! protection. A run with one of them is expected to break mutual exclusion (as jepsen-lite's
+//! the drift bound, masters restarting empty under clients that run without restart
+//! protection, and holders paused past their leases counting on them all the same. A run with one of them is expected to break mutual exclusion (as jepsen-lite's
 //! clock and restart cells break on real masters); `scripts/sim.sh --beyond NAME` exits 0 only
 //! when a seed broke, so that the model's edge is shown, not assumed. Runs without `--beyond`
 //! never inject them: there any violation is a defect.
@@ -17,17 +17,28 @@ pub enum Beyond {
     /// The clients run without restart protection, and masters crash and come back empty at
     /// once: a restarted master forgets the locks it granted and grants them again.
     UnprotectedRestarts,
+    /// Client processes paused (every fault of the nemesis's second stream) and their holders'
+    /// beliefs counted in
+    /// full: a holder frozen past its lease's validity resumes believing it holds, as an
+    /// application that acts on a lease without looking at it after a GC pause. Runs without
+    /// it cut such beliefs at the lease's validity (`checker::cap_paused`).
+    PausedHolders,
 }
 
 impl Beyond {
     /// Every fault outside the model, in the order of the docs.
-    pub const ALL: [Self; 2] = [Self::ClockJump, Self::UnprotectedRestarts];
+    pub const ALL: [Self; 3] = [
+        Self::ClockJump,
+        Self::UnprotectedRestarts,
+        Self::PausedHolders,
+    ];
 
     /// The name `--beyond` takes.
     pub fn name(self) -> &'static str {
         match self {
             Self::ClockJump => "clock-jump",
             Self::UnprotectedRestarts => "unprotected-restarts",
+            Self::PausedHolders => "paused-holders",
         }
     }
 

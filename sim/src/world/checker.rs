@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::history::{Hold, Kind, SlotRun};
+use super::history::{Hold, Kind, PauseWindow, SlotRun};
 
 /// Violations found, by checker.
 pub type Violations = BTreeMap<&'static str, u64>;
@@ -36,6 +36,45 @@ pub fn check(holds: &[Hold], limits: Limits) -> Violations {
     violations
 }
 
+/// Cuts the beliefs of paused holders to what the lock's model grants them: a hold kept by a
+/// lease (a lease's, a leader's, a slot run's) whose validity ran out while its client was
+/// paused counts until that validity, or the pause's start if later, and no further (see
+/// [`PauseWindow::caps`]); one cut to nothing (a claim handed to a call that was frozen until
+/// after its validity) is no hold at all. A process frozen past its validity cannot learn that
+/// it lost: that is outside the lock's model (a GC pause), so exclusion past it is not the
+/// library's to keep; fencing tokens are (`token-order` judges every hold, cut or not). Holds
+/// with no lease (a plain lock, a permit) already end at their validity. The number of beliefs
+/// cut.
+pub fn cap_paused(holds: &mut [Hold], runs: &mut Vec<SlotRun>, pauses: &[PauseWindow]) -> u64 {
+    if pauses.is_empty() {
+        return 0;
+    }
+    let mut cut = 0;
+    let mut cap = |client: usize, end: &mut Duration, valid: Option<Duration>| {
+        let Some(valid) = valid else {
+            return;
+        };
+        for pause in pauses.iter().filter(|p| p.client == client) {
+            if let Some(capped) = pause.caps(*end, valid) {
+                if capped < *end {
+                    *end = capped;
+                    cut += 1;
+                }
+            }
+        }
+    };
+    for hold in holds.iter_mut() {
+        // A hold cut to nothing is left out by the interval checkers (`until > granted`).
+        cap(hold.client, &mut hold.until, hold.valid_until);
+    }
+    runs.retain_mut(|run| {
+        let ended = run.ended;
+        cap(run.client, &mut run.ended, run.valid_until);
+        run.ended == ended || run.ended > run.granted
+    });
+    cut
+}
+
 /// Slots run at most once (each run counted under its own checker: how it was claimed): a run
 /// granted while an earlier run of its slot was still going, or
 /// within `retention` after it stopped (less the masters' drift: its record is kept that
@@ -60,6 +99,27 @@ pub fn slots_at_most_once(runs: &[SlotRun], retention: Duration, violations: &mu
                 *violations.entry(later.checker).or_default() += 1;
             }
         }
+    }
+}
+
+/// `forbid-overlap`: the runs of a [`Concurrency::Forbid`](quorumlock_scheduler::Concurrency)
+/// job (their slots start with `job/`) never overlap, whichever clients and slots: each run
+/// holds the job's lock. A run that stopped when its lease was lost is seen to stop up to a
+/// renewal round after its lease ran out, as in [`slots_at_most_once`]: 100 ms less.
+pub fn runs_apart(runs: &[SlotRun], job: &str, violations: &mut Violations) {
+    let prefix = format!("{job}/");
+    let mut runs: Vec<&SlotRun> = runs
+        .iter()
+        .filter(|r| r.slot.starts_with(&prefix))
+        .collect();
+    runs.sort_by_key(|r| r.granted);
+    let slack = Duration::from_millis(100);
+    let mut latest_end = Duration::ZERO;
+    for run in runs {
+        if run.granted + slack < latest_end {
+            *violations.entry("forbid-overlap").or_default() += 1;
+        }
+        latest_end = latest_end.max(run.ended);
     }
 }
 
@@ -196,6 +256,7 @@ mod tests {
             granted: Duration::from_millis(from),
             until: Duration::from_millis(to),
             token,
+            valid_until: None,
         }
     }
 
@@ -261,6 +322,37 @@ mod tests {
             ..late
         };
         assert_eq!(grant(in_time), None);
+    }
+
+    #[test]
+    fn a_pause_cuts_a_lease_belief_at_its_validity_and_no_earlier() {
+        let ms = Duration::from_millis;
+        // Client 0's lease valid until 100 ms, its holder seeing the loss at 300 ms; client 1
+        // holds from 150 ms.
+        let lease = |client, from, to, valid: Option<u64>| Hold {
+            client,
+            valid_until: valid.map(ms),
+            ..hold(Kind::Lease, from, to, None)
+        };
+        let holds = || vec![lease(0, 0, 300, Some(100)), lease(1, 150, 400, Some(400))];
+        let pause = |from, to| PauseWindow {
+            client: 0,
+            from: ms(from),
+            to: ms(to),
+        };
+        let judged = |pauses: &[PauseWindow]| {
+            let (mut holds, mut runs) = (holds(), Vec::new());
+            let cut = cap_paused(&mut holds, &mut runs, pauses);
+            (cut, check(&holds, LIMITS).get("lease-exclusion").copied())
+        };
+        // No pause: a belief past the validity is the library's.
+        assert_eq!(judged(&[]), (0, Some(1)));
+        // Frozen from 50 to 250 ms, across the validity's end: cut at 100 ms.
+        assert_eq!(judged(&[pause(50, 250)]), (1, None));
+        // A pause over before the validity ran out explains nothing.
+        assert_eq!(judged(&[pause(20, 90)]), (0, Some(1)));
+        // Frozen from 200 ms, after the validity ran out unnoticed: judged until 200 ms.
+        assert_eq!(judged(&[pause(200, 280)]), (1, Some(1)));
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub struct Hold {
     pub until: Duration,
     /// Its fencing token, for a first grant (not an extension) of a fenced claim.
     pub token: Option<u64>,
+    /// For a hold kept by a lease (a lease's, a leader's): the end of the lock's validity as
+    /// the library had it when the hold ended. A holder whose process was paused counts on no
+    /// more than that within the lock's model (see [`History::pauses`]).
+    pub valid_until: Option<Duration>,
 }
 
 /// One run of a slot, as its runner had it: from the claim's grant until it stopped (its time
@@ -59,6 +63,32 @@ pub struct SlotRun {
     pub granted: Duration,
     /// When the run stopped.
     pub ended: Duration,
+    /// The end of its lease's validity as the library had it when the run stopped (see
+    /// [`Hold::valid_until`]), if known.
+    pub valid_until: Option<Duration>,
+}
+
+/// A client process paused (frozen) by the nemesis, from `from` to `to`.
+#[derive(Debug, Clone, Copy)]
+pub struct PauseWindow {
+    /// The client host.
+    pub client: usize,
+    /// When it froze.
+    pub from: Duration,
+    /// When it resumed (the end of the run for one still paused).
+    pub to: Duration,
+}
+
+impl PauseWindow {
+    /// The end of a belief ending at `end` that the model grants a holder paused in this
+    /// window, given the validity `valid_until` its library had: if the holder was frozen when
+    /// its validity ran out (or froze after that, before the belief ended), the belief past
+    /// both the validity and the pause's start is the pause's (a frozen holder cannot learn
+    /// that it lost; a call frozen across it returns a claim already lost); `None` if the
+    /// pause had no part in it (it ended before the validity did, or began after the belief).
+    pub fn caps(&self, end: Duration, valid_until: Duration) -> Option<Duration> {
+        (self.from < end && self.to > valid_until).then(|| end.min(valid_until.max(self.from)))
+    }
 }
 
 /// One operation of a workload on the masters: from its call until it and whatever it held
@@ -107,8 +137,8 @@ pub struct History {
     pub dead: Vec<usize>,
     /// Every slot run, in the order they ended.
     pub slot_runs: Vec<SlotRun>,
-    /// The runner names of slot claims dropped before they returned.
-    pub dropped_claims: std::collections::BTreeSet<String>,
+    /// The runner names of slot claims dropped before they returned: by which client, when.
+    pub dropped_claims: std::collections::BTreeMap<String, (usize, Duration)>,
     /// The first violations seen as they happened, as trace lines.
     pub first_violations: Vec<String>,
     /// Violations seen at the moment they happened (a grant's validity, an extension), by
@@ -120,6 +150,11 @@ pub struct History {
     pub faults: Vec<FaultWindow>,
     /// When the nemesis healed everything, once it did.
     pub healed: Option<Duration>,
+    /// Client processes the nemesis paused.
+    pub pauses: Vec<PauseWindow>,
+    /// What the faults did, by kind (segments a one-way or ring cut held, pauses, beliefs a
+    /// pause outlived): the proof that each took effect.
+    pub effects: std::collections::BTreeMap<&'static str, u64>,
     trace: sha1_smol::Sha1,
     tail: VecDeque<String>,
     lines: u64,

@@ -69,6 +69,15 @@ pub fn now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
 }
 
+/// `instant` of the current host's clock (a lease's `valid_until`) in simulated time.
+pub fn sim_time_of(instant: std::time::Instant) -> Duration {
+    let host_now = tokio::time::Instant::now().into_std();
+    match instant.checked_duration_since(host_now) {
+        Some(ahead) => now() + ahead,
+        None => now().saturating_sub(host_now.duration_since(instant)),
+    }
+}
+
 /// The host's software: accepts connections until the host crashes.
 pub async fn serve(served: Rc<Served>) -> turmoil::Result {
     let listener = TcpListener::bind(("0.0.0.0", PORT)).await?;

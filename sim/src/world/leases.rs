@@ -82,7 +82,7 @@ pub async fn lease_worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) 
             _ = lease.lost() => {}
             () = tokio::time::sleep(keep) => {}
         }
-        client.end(&holds);
+        client.end_leased(&holds, lease.valid_until());
         let _ = lease.release().await;
         client.done(op);
         tokio::time::sleep(Duration::from_millis(rng.below(50))).await;
@@ -125,7 +125,7 @@ pub async fn campaigner(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
             _ = leadership.lost() => {}
             () = tokio::time::sleep(keep) => {}
         }
-        client.end(&holds);
+        client.end_leased(&holds, leadership.handle().valid_until());
         let _ = leadership.resign().await;
         client.done(op);
         tokio::time::sleep(Duration::from_millis(rng.below(100))).await;

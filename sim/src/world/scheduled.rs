@@ -1,44 +1,57 @@
 //! The scheduler crate's runner (`quorumlock-scheduler`, built with its `sim` feature: its wall
-//! clock and jitter come from the simulated world) on every client: one periodic job, every
-//! slot of which must run at most once across the clients. The job's function runs for a while
-//! (now and then longer than its claim's TTL: its lease renews the claim); the runner cancels
-//! it when its lease ends. Each run, from the function's start until it returned or was
-//! dropped, goes to the history for `scheduler-at-most-once`. The clients' wall clocks jump with
-//! the nemesis, so the runners also fire slots early and late.
+//! clock and jitter come from the simulated world) on every client: two periodic jobs, every
+//! slot of which must run at most once across the clients. The jobs' function runs for a while
+//! (now and then longer than its claim's TTL: its lease renews the claim, and longer than the
+//! period); the runner cancels it when its lease ends. Each run, from the function's start
+//! until it returned or was dropped, goes to the history for `scheduler-at-most-once`. The
+//! second job is [`Concurrency::Forbid`]: its runs, whatever their slots, never overlap across
+//! the clients (`forbid-overlap`), and a slot that falls due while one runs is skipped. The
+//! clients' wall clocks jump with the nemesis, so the runners also fire slots early and late.
 
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use quorumlock::Redlock;
-use quorumlock_scheduler::{Job, Scheduler};
+use quorumlock_scheduler::{Concurrency, Job, Scheduler};
 
 use super::history::SlotRun;
-use super::host::now;
+use super::host::{now, sim_time_of};
 use super::slots::{RETENTION, TTL};
 use super::workload::Client;
 
-/// The job every client's scheduler runs.
+/// The job every client's scheduler runs with the default policies.
 const JOB: &str = "tick";
+/// The job whose runs never overlap ([`Concurrency::Forbid`]).
+pub const FORBID_JOB: &str = "solo";
 /// Its period.
 const PERIOD: Duration = Duration::from_millis(250);
 /// How late a slot may still start.
 const STARTING_DEADLINE: Duration = Duration::from_millis(500);
 
-/// Runs as the job's function recorded them: slot id, start, end.
-type Runs = Arc<Mutex<Vec<(String, Duration, Duration)>>>;
+/// A run as the job's function recorded it: slot id, start, end, its lease's validity then.
+type Run = (String, Duration, Duration, Option<Duration>);
+/// The runs so far.
+type Runs = Arc<Mutex<Vec<Run>>>;
 
 /// Records a run's end when dropped: the runner drops the function's future when it cancels it.
 struct Running {
     runs: Runs,
     slot: String,
     started: Duration,
+    lease: Option<quorumlock::LeaseHandle>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        runs.push((std::mem::take(&mut self.slot), self.started, now()));
+        let valid_until = self.lease.as_ref().map(|l| sim_time_of(l.valid_until()));
+        runs.push((
+            std::mem::take(&mut self.slot),
+            self.started,
+            now(),
+            valid_until,
+        ));
     }
 }
 
@@ -62,29 +75,12 @@ fn lasts_ms(worker: &str, slot: &str) -> u64 {
 /// handed to the history.
 pub async fn runner(client: Rc<Client>, locks: Redlock) {
     let runs: Runs = Arc::default();
-    let recorded = Arc::clone(&runs);
-    let job = Job::every(JOB, PERIOD, move |ctx| {
-        let running = Running {
-            runs: Arc::clone(&recorded),
-            slot: ctx.slot().id().to_string(),
-            started: now(),
-        };
-        let ms = lasts_ms(ctx.worker(), ctx.slot().id());
-        async move {
-            let _running = running;
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            Ok::<_, std::convert::Infallible>(())
-        }
-    })
-    .map(|job| {
-        job.claim_ttl(TTL)
-            .retention(RETENTION)
-            .starting_deadline(STARTING_DEADLINE)
-    });
-    let started = job.and_then(|job| {
+    let started = job(JOB, &runs).and_then(|tick| {
+        let solo = job(FORBID_JOB, &runs)?.concurrency(Concurrency::Forbid);
         Scheduler::builder(&locks)
             .worker(format!("c{}", client.index))
-            .job(job)
+            .job(tick)
+            .job(solo)
             .start()
     });
     let scheduler = match started {
@@ -103,13 +99,38 @@ pub async fn runner(client: Rc<Client>, locks: Redlock) {
     drop(scheduler);
     let runs = std::mem::take(&mut *runs.lock().unwrap_or_else(PoisonError::into_inner));
     let mut history = client.history.borrow_mut();
-    for (slot, granted, ended) in runs {
+    for (slot, granted, ended, valid_until) in runs {
         history.slot_run(SlotRun {
             client: client.index,
-            slot: format!("{JOB}/{slot}"),
+            slot,
             checker: "scheduler-at-most-once",
             granted,
             ended,
+            valid_until,
         });
     }
+}
+
+/// The job `name`, each run recorded in `runs` as `name/slot`.
+fn job(name: &'static str, runs: &Runs) -> Result<Job, quorumlock_scheduler::SchedulerError> {
+    let recorded = Arc::clone(runs);
+    Job::every(name, PERIOD, move |ctx| {
+        let running = Running {
+            runs: Arc::clone(&recorded),
+            slot: format!("{name}/{}", ctx.slot().id()),
+            started: now(),
+            lease: ctx.lease(),
+        };
+        let ms = lasts_ms(ctx.worker(), &running.slot);
+        async move {
+            let _running = running;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, std::convert::Infallible>(())
+        }
+    })
+    .map(|job| {
+        job.claim_ttl(TTL)
+            .retention(RETENTION)
+            .starting_deadline(STARTING_DEADLINE)
+    })
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use quorumlock::{Redlock, SlotClaim, SlotOptions};
 
 use super::history::SlotRun;
-use super::host::{now, Served};
+use super::host::{now, sim_time_of, Served};
 use super::workload::{cancellable, Client};
 use crate::seed::SeedRng;
 
@@ -82,6 +82,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
                     checker: "slot-at-most-once",
                     granted,
                     ended: now(),
+                    valid_until: Some(sim_time_of(lease.valid_until())),
                 });
                 let _ = match rng.one_in(4) {
                     true => run.abandon().await,
@@ -99,7 +100,12 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
         };
         client.done(op);
         if let Claimed::Dropped(runner) = outcome {
-            client.history.borrow_mut().dropped_claims.insert(runner);
+            let dropped = (client.index, now());
+            client
+                .history
+                .borrow_mut()
+                .dropped_claims
+                .insert(runner, dropped);
         }
         tokio::time::sleep(Duration::from_millis(20 + rng.below(80))).await;
     }
@@ -109,10 +115,20 @@ impl Client {
     /// A claim of `slot` was answered "abandoned" with `runner`'s record: if that runner's
     /// claim was dropped before it was handed over, it must have been undone, so its record
     /// can stand only where an undo failed (a minority, after a crash). On a quorum, the slot
-    /// is lost: nobody ran it, and at most once it never will be.
+    /// is lost: nobody ran it, and at most once it never will be. Unless the dropping client
+    /// was paused since the drop: its undo froze with it, as a crashed client's would be lost.
     fn abandoned_by(&self, slot: &str, runner: &str) {
         let mut history = self.history.borrow_mut();
-        if !history.dropped_claims.contains(runner) {
+        let Some(&(dropper, dropped)) = history.dropped_claims.get(runner) else {
+            return;
+        };
+        let at = now();
+        if history
+            .pauses
+            .iter()
+            .any(|p| p.client == dropper && p.from < at && p.to > dropped)
+        {
+            *history.effects.entry("pause-froze-undo").or_default() += 1;
             return;
         }
         let standing = self

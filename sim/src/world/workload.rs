@@ -360,6 +360,7 @@ impl Client {
                     granted: grant.granted,
                     until: grant.granted + grant.remaining,
                     token,
+                    valid_until: None,
                 })
             })
             .collect()
@@ -378,6 +379,7 @@ impl Client {
             granted: grant.granted,
             until: grant.granted + grant.remaining,
             token: None,
+            valid_until: None,
         })
     }
 
@@ -396,6 +398,20 @@ impl Client {
                 ),
             );
         }
+    }
+
+    /// The holds `holds`, kept by a lease valid until `valid_until` (the library's instant),
+    /// end now.
+    pub(super) fn end_leased(&self, holds: &[usize], valid_until: std::time::Instant) {
+        let valid_until = super::host::sim_time_of(valid_until);
+        let mut history = self.history.borrow_mut();
+        for &hold in holds {
+            if let Some(hold) = history.holds.get_mut(hold) {
+                hold.valid_until = Some(valid_until);
+            }
+        }
+        drop(history);
+        self.end(holds);
     }
 
     /// The holds `holds` end now.
