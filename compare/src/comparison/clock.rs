@@ -12,7 +12,7 @@
 //! it, each stepped server's own clock (`TIME`, `clock_timestamp()`) is ahead of this host's
 //! by the step, and the holder's client still took its grant to be valid.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -74,9 +74,9 @@ impl Shim {
         match kind {
             SubjectKind::RedisSingle | SubjectKind::Redlock3 | SubjectKind::Redlock5 => {
                 // The kit reads the binary from the environment; cells run one at a time.
-                std::env::set_var(REDIS_SERVER_VAR, &self.wrapper);
-                let cluster = super::testbed::redis(kind.servers());
-                std::env::remove_var(REDIS_SERVER_VAR);
+                let cluster = with_var(REDIS_SERVER_VAR, self.wrapper.as_os_str(), || {
+                    super::testbed::redis(kind.servers())
+                });
                 Ok(Servers::Redis(cluster?))
             }
             SubjectKind::PgLease | SubjectKind::PgAdvisory => {
@@ -103,6 +103,29 @@ impl Shim {
             _ => self.clocks.set(servers.ports()[i], offset_ms, 0),
         }
     }
+}
+
+/// Runs `f` with the environment variable `name` set to `value`, then puts back what it was
+/// (a value the user exported stays theirs for the cells after), even if `f` panics.
+fn with_var<T>(name: &str, value: &OsStr, f: impl FnOnce() -> T) -> T {
+    struct Restore<'a> {
+        name: &'a str,
+        was: Option<OsString>,
+    }
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            match self.was.take() {
+                Some(was) => std::env::set_var(self.name, was),
+                None => std::env::remove_var(self.name),
+            }
+        }
+    }
+    let _restore = Restore {
+        name,
+        was: std::env::var_os(name),
+    };
+    std::env::set_var(name, value);
+    f()
 }
 
 /// What a server says of the lock and of its clock at one moment.
@@ -180,7 +203,7 @@ pub(super) async fn bump(
         json!({"nodes": targets, "offset_ms": step_ms, "lease": holder.lease}),
     );
     let mut after = Vec::new();
-    for &i in targets {
+    for i in 0..servers.len() {
         match look(servers, i).await {
             Ok(l) => after.push(l),
             Err(e) => {
@@ -193,7 +216,8 @@ pub(super) async fn bump(
     }
     let still_valid = holder.valid_until.is_none_or(|u| Instant::now() < u);
     recorder.nemesis("heal", json!({}));
-    let mut reading = judge(servers, targets, &before, &after, step_ms, still_valid);
+    let names: Vec<String> = (0..servers.len()).map(|i| servers.name(i)).collect();
+    let mut reading = judge(&names, targets, &before, &after, step_ms, still_valid);
     // The lease row names its holder by token: it must be this holder's.
     if let (Servers::Postgres(_), Some(token)) = (servers, holder.token) {
         let mark = format!("token {token}, live");
@@ -250,9 +274,12 @@ fn bare_majority(before: &[Look], targets: &[usize], text: String) -> Result<Str
 }
 
 /// Whether the step took effect: every stepped server held the holder's mark before and not
-/// after, and its clock is ahead by the step; the holder still took its grant to be valid.
+/// after, and its clock is ahead by the step; no other server's clock moved by as much as
+/// half of it (the cell's claim is about which servers stepped: a majority, or in
+/// Kleppmann's case one master); the holder still took its grant to be valid. `names`,
+/// `before` and `after` cover every server.
 fn judge(
-    servers: &Servers,
+    names: &[String],
     targets: &[usize],
     before: &[Look],
     after: &[Look],
@@ -262,24 +289,21 @@ fn judge(
     let marks: Vec<String> = before
         .iter()
         .enumerate()
-        .map(|(i, l)| {
-            format!(
-                "{}: {}",
-                servers.name(i),
-                l.lock.as_deref().unwrap_or("none")
-            )
-        })
+        .map(|(i, l)| format!("{}: {}", names[i], l.lock.as_deref().unwrap_or("none")))
         .collect();
     let mut text = format!("before, the lock on each server: [{}]", marks.join("; "));
     let mut ok = still_valid;
-    for (&i, now) in targets.iter().zip(after) {
+    for &i in targets {
+        let Some(now) = after.get(i) else {
+            return Err(format!("{text}; no reading of {} after the step", names[i]));
+        };
         let was = before.get(i).and_then(|l| l.lock.as_deref());
         let gone = was.is_some() && now.lock.as_deref() != was;
         let ahead = offset_took_effect(now.offset_ms, step_ms);
         ok &= gone && ahead;
         text.push_str(&format!(
             "; after, {} holds {} ({}), its clock {} ms ahead",
-            servers.name(i),
+            names[i],
             now.seen.as_deref().unwrap_or("none"),
             if gone {
                 "the holder's is gone"
@@ -287,6 +311,22 @@ fn judge(
                 "the holder's is still there, or never was"
             },
             now.offset_ms
+        ));
+    }
+    let untouched: Vec<usize> = (0..after.len()).filter(|i| !targets.contains(i)).collect();
+    if !untouched.is_empty() {
+        let offsets: Vec<String> = untouched
+            .iter()
+            .map(|&i| format!("{} {} ms", names[i], after[i].offset_ms))
+            .collect();
+        let moved = untouched
+            .iter()
+            .any(|&i| after[i].offset_ms.abs() >= step_ms.abs() / 2);
+        ok &= !moved;
+        text.push_str(&format!(
+            "; the clocks not stepped: {}{}",
+            offsets.join(", "),
+            if moved { " (one moved too)" } else { "" }
         ));
     }
     text.push_str(if still_valid {
@@ -369,4 +409,62 @@ fn host_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn look(lock: Option<&str>, offset_ms: i64) -> Look {
+        Look {
+            lock: lock.map(str::to_owned),
+            seen: lock.map(str::to_owned),
+            offset_ms,
+        }
+    }
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("master {i}")).collect()
+    }
+
+    /// Kleppmann's case: one master of the holder's bare majority steps, and only that one.
+    #[test]
+    fn a_step_proves_itself_on_the_stepped_servers_only() {
+        let before = [look(Some("a"), 2), look(Some("a"), 1), look(None, 0)];
+        let stepped = [look(None, 3999), look(Some("a"), 3), look(None, 1)];
+        assert!(judge(&names(3), &[0], &before, &stepped, 4000, true).is_ok());
+        // A shim not in effect: the key still there, the clock on time.
+        let unshimmed = [look(Some("a"), 1), look(Some("a"), 3), look(None, 1)];
+        assert!(judge(&names(3), &[0], &before, &unshimmed, 4000, true).is_err());
+        // Another server's clock moved with it (a control file shared by every master):
+        // not the fault the cell claims, whatever the stepped one shows.
+        let all = [look(None, 3999), look(None, 3998), look(None, 3999)];
+        let reading = judge(&names(3), &[0], &before, &all, 4000, true);
+        assert!(
+            reading.as_ref().is_err_and(|r| r.contains("moved too")),
+            "{reading:?}"
+        );
+        // The holder's validity had ended: its key was gone for that reason.
+        assert!(judge(&names(3), &[0], &before, &stepped, 4000, false).is_err());
+    }
+
+    /// The variable is the wrapper's only inside, and what it was afterwards, panic or not.
+    #[test]
+    fn the_redis_binary_variable_is_put_back() {
+        const VAR: &str = "QUORUMLOCK_CLOCK_TEST_WITH_VAR";
+        std::env::set_var(VAR, "/the/users/redis-server");
+        let inside = with_var(VAR, OsStr::new("/shim/redis-server"), || {
+            std::env::var(VAR).ok()
+        });
+        assert_eq!(inside.as_deref(), Some("/shim/redis-server"));
+        assert_eq!(std::env::var(VAR).as_deref(), Ok("/the/users/redis-server"));
+        std::env::remove_var(VAR);
+        let panicked = std::panic::catch_unwind(|| {
+            with_var(VAR, OsStr::new("/shim/redis-server"), || {
+                panic!("a start failed")
+            })
+        });
+        assert!(panicked.is_err());
+        assert_eq!(std::env::var_os(VAR), None);
+    }
 }

@@ -1,10 +1,12 @@
 //! Overlapping grants a holder's fault does not explain. Under a client pause, a partition or
 //! a clock bump inside its section, the stale holder's grant may overlap the grants after it
 //! (the fenced register judges what it then does); two grants the fault did not touch must never overlap, or the lock did not
-//! exclude at all, whatever the fenced register rejected.
+//! exclude at all, whatever the fenced register rejected. Likewise, the rejections that make a
+//! clock bump **caught** are the faulted holder's own.
 
 use jepsen_lite::checker::Overlap;
 use jepsen_lite::history::{Event, Process};
+use jepsen_lite::resource::{Access, Register};
 
 /// The nemesis events that mark a holder's fault (made by the worker, or by the nemesis inside
 /// its section: a clock bump), naming the lease it holds.
@@ -26,6 +28,17 @@ pub(super) fn unexplained<'a>(overlaps: &'a [Overlap], events: &[Event]) -> Vec<
         .iter()
         .filter(|o| !faulted.contains(&o.first.as_str()) && !faulted.contains(&o.second.as_str()))
         .collect()
+}
+
+/// How many accesses the fenced register rejected under a lease a holder's fault touched: the
+/// stale accesses the fault was meant to make, on which a verdict of caught must rest.
+pub(super) fn faulted_rejections(accesses: &[Access], events: &[Event]) -> usize {
+    let faulted = faulted_leases(events);
+    accesses
+        .iter()
+        .filter(|a| a.register == Register::Fenced && !a.accepted)
+        .filter(|a| faulted.contains(&a.lease.as_str()))
+        .count()
 }
 
 #[cfg(test)]
@@ -68,6 +81,40 @@ mod tests {
         checker::check(events, &[], &none, &none, &params)
             .claims
             .overlaps
+    }
+
+    fn write(client: u32, lease: &str, accepted: bool) -> Access {
+        Access {
+            time_ns: 0,
+            client,
+            lease: lease.to_owned(),
+            op: jepsen_lite::resource::Op::Write,
+            register: Register::Fenced,
+            token: Some(1),
+            accepted,
+            counter: 0,
+            add: Some(1),
+        }
+    }
+
+    /// Only the fenced register's rejections of the faulted holder count.
+    #[test]
+    fn only_the_faulted_holders_rejections_count() {
+        let events = [Event::at(
+            MS,
+            Process::nemesis(),
+            Kind::Info,
+            "clock-bump",
+            json!({"lease": "1-7", "nodes": [0], "offset_ms": 4000}),
+        )];
+        let mut unfenced = write(1, "1-7", false);
+        unfenced.register = Register::Unfenced;
+        let others = [write(0, "0-3", false), write(1, "1-7", true), unfenced];
+        assert_eq!(faulted_rejections(&others, &events), 0);
+        assert_eq!(
+            faulted_rejections(&[write(0, "0-3", false), write(1, "1-7", false)], &events),
+            1
+        );
     }
 
     /// A paused holder's grant overlapping the grants after its session expired is the
