@@ -1,6 +1,7 @@
 //! How a master is configured: persistence and extra `redis-server` arguments.
 
 use std::fmt;
+use std::path::PathBuf;
 
 /// What a master keeps on disk, which decides what survives a [`kill`](super::RedisMaster::kill)
 /// followed by a [`restart`](super::RedisMaster::restart).
@@ -64,6 +65,11 @@ pub struct MasterOptions {
     /// `"--save \"\""`). Later arguments override earlier ones, so these can override the kit's
     /// own. Defaults to none.
     pub extra_args: Vec<String>,
+    /// The `redis-server` to run (a wrapper that starts it under a shim, say). Defaults to
+    /// `$QUORUMLOCK_REDIS_SERVER`, else `redis-server` on `$PATH`, else `/usr/bin`'s; set here,
+    /// it concerns these masters only, where the variable would concern every master the
+    /// process starts meanwhile.
+    pub binary: Option<PathBuf>,
 }
 
 impl MasterOptions {
@@ -83,6 +89,13 @@ impl MasterOptions {
     #[must_use]
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.extra_args.push(arg.into());
+        self
+    }
+
+    /// Runs this `redis-server` binary (see the field of that name).
+    #[must_use]
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.binary = Some(binary.into());
         self
     }
 

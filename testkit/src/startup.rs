@@ -41,7 +41,10 @@ impl RedisMaster {
 
     /// Spawns the process on `port` without waiting.
     pub(super) fn launch_on(opts: MasterOptions, port: u16) -> Result<Self, TestingError> {
-        let binary = process::locate_server()?;
+        let binary = match &opts.binary {
+            Some(binary) => binary.clone(),
+            None => process::locate_server()?,
+        };
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-redis-")
             .tempdir()

@@ -276,3 +276,16 @@ fn masters_are_send_and_sync() {
     assert_send_sync::<RedisCluster>();
     assert_send_sync::<TestingError>();
 }
+
+/// A binary named in the options is the one run, whatever the environment names.
+#[test]
+fn the_options_binary_is_the_one_run() {
+    let missing = std::env::temp_dir().join("quorumlock-no-such-dir/redis-server");
+    let started = RedisMaster::start(MasterOptions::new().binary(&missing));
+    match started {
+        Err(TestingError::ServerNotFound { looked_at }) => {
+            assert!(looked_at.contains("quorumlock-no-such-dir"), "{looked_at}");
+        }
+        other => panic!("expected the named binary to be missing, got {other:?}"),
+    }
+}

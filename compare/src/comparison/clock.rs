@@ -12,13 +12,14 @@
 //! it, each stepped server's own clock (`TIME`, `clock_timestamp()`) is ahead of this host's
 //! by the step, and the holder's client still took its grant to be valid.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use jepsen_lite::clockshim::Clocks;
 use jepsen_lite::evidence::{clock_offset_ms, offset_took_effect};
+use quorumlock_testkit::MasterOptions;
 use serde_json::json;
 use tempfile::TempDir;
 
@@ -28,8 +29,6 @@ use super::subjects::SubjectKind;
 use super::workload::{Made, Recorder, RESOURCE};
 use crate::server::{conninfo, PgServer};
 
-/// The variable the test kit reads the redis binary from.
-const REDIS_SERVER_VAR: &str = "QUORUMLOCK_REDIS_SERVER";
 /// The control file of the PostgreSQL server (the redis masters' are named by port).
 const PG_NODE: &str = "postgres";
 
@@ -73,11 +72,11 @@ impl Shim {
     pub(super) fn start_servers(&self, kind: SubjectKind) -> Result<Servers, String> {
         match kind {
             SubjectKind::RedisSingle | SubjectKind::Redlock3 | SubjectKind::Redlock5 => {
-                // The kit reads the binary from the environment; cells run one at a time.
-                let cluster = with_var(REDIS_SERVER_VAR, self.wrapper.as_os_str(), || {
-                    super::testbed::redis(kind.servers())
-                });
-                Ok(Servers::Redis(cluster?))
+                // These masters only: the environment would name it to every master started
+                // meanwhile, and lose what the user exported.
+                let opts = MasterOptions::new().binary(&self.wrapper);
+                let cluster = super::testbed::redis_with(kind.servers(), opts)?;
+                Ok(Servers::Redis(cluster))
             }
             SubjectKind::PgLease | SubjectKind::PgAdvisory => {
                 let env: Vec<(OsString, OsString)> = self
@@ -103,29 +102,6 @@ impl Shim {
             _ => self.clocks.set(servers.ports()[i], offset_ms, 0),
         }
     }
-}
-
-/// Runs `f` with the environment variable `name` set to `value`, then puts back what it was
-/// (a value the user exported stays theirs for the cells after), even if `f` panics.
-fn with_var<T>(name: &str, value: &OsStr, f: impl FnOnce() -> T) -> T {
-    struct Restore<'a> {
-        name: &'a str,
-        was: Option<OsString>,
-    }
-    impl Drop for Restore<'_> {
-        fn drop(&mut self) {
-            match self.was.take() {
-                Some(was) => std::env::set_var(self.name, was),
-                None => std::env::remove_var(self.name),
-            }
-        }
-    }
-    let _restore = Restore {
-        name,
-        was: std::env::var_os(name),
-    };
-    std::env::set_var(name, value);
-    f()
 }
 
 /// What a server says of the lock and of its clock at one moment.
@@ -446,25 +422,5 @@ mod tests {
         );
         // The holder's validity had ended: its key was gone for that reason.
         assert!(judge(&names(3), &[0], &before, &stepped, 4000, false).is_err());
-    }
-
-    /// The variable is the wrapper's only inside, and what it was afterwards, panic or not.
-    #[test]
-    fn the_redis_binary_variable_is_put_back() {
-        const VAR: &str = "QUORUMLOCK_CLOCK_TEST_WITH_VAR";
-        std::env::set_var(VAR, "/the/users/redis-server");
-        let inside = with_var(VAR, OsStr::new("/shim/redis-server"), || {
-            std::env::var(VAR).ok()
-        });
-        assert_eq!(inside.as_deref(), Some("/shim/redis-server"));
-        assert_eq!(std::env::var(VAR).as_deref(), Ok("/the/users/redis-server"));
-        std::env::remove_var(VAR);
-        let panicked = std::panic::catch_unwind(|| {
-            with_var(VAR, OsStr::new("/shim/redis-server"), || {
-                panic!("a start failed")
-            })
-        });
-        assert!(panicked.is_err());
-        assert_eq!(std::env::var_os(VAR), None);
     }
 }

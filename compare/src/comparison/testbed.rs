@@ -194,11 +194,13 @@ impl Testbed {
 /// Starts a redis cluster of `n` masters, deployed as the README advises: an append-only file
 /// synced every second (a killed master keeps what it acknowledged, as the page cache does).
 pub(super) fn redis(n: usize) -> Result<RedisCluster, String> {
-    RedisCluster::start_with(
-        n,
-        MasterOptions::new().persistence(Persistence::AofEverySec),
-    )
-    .map_err(|e| format!("starting {n} redis masters: {e}"))
+    redis_with(n, MasterOptions::new())
+}
+
+/// As [`redis`], with `opts` (a binary of their own: the clock shim's wrapper).
+pub(super) fn redis_with(n: usize, opts: MasterOptions) -> Result<RedisCluster, String> {
+    RedisCluster::start_with(n, opts.persistence(Persistence::AofEverySec))
+        .map_err(|e| format!("starting {n} redis masters: {e}"))
 }
 
 /// A quorumlock client as the README deploys it: restart protection on, so that a master that
