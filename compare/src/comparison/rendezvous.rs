@@ -3,7 +3,8 @@
 //! acquisition it started after that, becomes the holder it waits for, publishes its grant and
 //! holds for a fixed time (reading the registers at once, writing them at the end), long
 //! enough for the fault, its proof and the next grant to fall inside; the nemesis strikes as
-//! soon as the holder is published.
+//! soon as the holder is published. A meeting for one worker only makes the others stand aside
+//! (start no acquisition) from the arming until that worker is granted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -76,6 +77,12 @@ impl Rendezvous {
         true
     }
 
+    /// Whether `worker` must not start an acquisition now: the meeting is armed for another
+    /// worker only, which has not been granted yet.
+    pub(super) fn gives_way(&self, worker: u32) -> bool {
+        self.only.is_some_and(|only| only != worker) && self.armed.load(Ordering::Acquire)
+    }
+
     /// How long the holder holds.
     pub(super) fn hold(&self) -> Duration {
         self.hold
@@ -121,7 +128,13 @@ mod tests {
         let before = Instant::now();
         let meeting = Rendezvous::new(Some(0), Duration::from_secs(1));
         assert!(!meeting.claim(holding(0), before), "not armed");
+        assert!(!meeting.gives_way(1), "not armed: nobody stands aside");
         meeting.arm();
+        assert!(
+            meeting.gives_way(1),
+            "armed for worker 0: worker 1 stands aside"
+        );
+        assert!(!meeting.gives_way(0));
         assert!(
             !meeting.claim(holding(0), before),
             "started before the arming"
@@ -129,6 +142,10 @@ mod tests {
         let after = Instant::now();
         assert!(!meeting.claim(holding(1), after), "not the chosen worker");
         assert!(meeting.claim(holding(0), after));
+        assert!(
+            !meeting.gives_way(1),
+            "the holder granted: the waiter goes on"
+        );
         assert!(!meeting.claim(holding(0), Instant::now()), "one holder");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
