@@ -155,7 +155,8 @@ async fn run(choice: &Choice) -> Result<bool, String> {
     let started = Instant::now();
     let dir = choice.out.dir();
     let path = dir.join("compare.json");
-    let mut cells = catalog(&subjects(choice)?, choice.quick);
+    let chosen = subjects(choice)?;
+    let mut cells = catalog(&chosen, choice.quick);
     if !choice.faults.is_empty() {
         let known: Vec<&str> = Fault::ALL.iter().map(|f| f.label()).collect();
         if let Some(bad) = choice.faults.iter().find(|f| !known.contains(&f.as_str())) {
@@ -165,6 +166,16 @@ async fn run(choice: &Choice) -> Result<bool, String> {
             ));
         }
         cells.retain(|c| choice.faults.iter().any(|f| f == c.fault.label()));
+        // A subject the chosen faults do not apply to is said, not dropped in silence.
+        for subject in &chosen {
+            if !cells.iter().any(|c| c.subject == *subject) {
+                eprintln!(
+                    "note: {} has no cell under {}: not applicable to it",
+                    subject.label(),
+                    choice.faults.join(", ")
+                );
+            }
+        }
     }
     if cells.is_empty() {
         return Err(format!(

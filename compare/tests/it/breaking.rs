@@ -11,7 +11,8 @@ fn compare() -> Command {
 }
 
 /// A choice of subjects and faults that leaves no cell fails with why, instead of passing
-/// with nothing run; unknown names fail too; none of it panics.
+/// with nothing run; unknown names fail too; none of it panics. A subject left without a cell
+/// is named.
 #[test]
 fn a_choice_without_cells_is_an_error() {
     let out = tempfile::tempdir().expect("tempdir");
@@ -38,6 +39,19 @@ fn a_choice_without_cells_is_an_error() {
         !out.path().join("compare.json").exists(),
         "a result was written"
     );
+    // A subject that no chosen fault applies to is named, not dropped in silence.
+    let ran = compare()
+        .args(["run", "--subject", "etcd", "--subject", "pg-advisory"])
+        .args(["--fault", "clock-bump", "--out", dir])
+        .output()
+        .expect("run the binary");
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    for subject in ["etcd", "pg-advisory"] {
+        assert!(
+            stderr.contains(&format!("note: {subject} has no cell under clock-bump")),
+            "{subject}: {stderr}"
+        );
+    }
 }
 
 /// The processes whose parent is `pid`.
