@@ -90,7 +90,10 @@ pub(crate) trait LeaseView: Send + Sync {
 }
 
 /// A held job lock ([`Concurrency::Forbid`](crate::Concurrency::Forbid)).
-pub(crate) trait JobLock: Send {
+pub(crate) trait JobLock: Send + Sync {
+    /// Resolves when the lock's lease ends before the run does: the run must end too, or
+    /// another worker could take the lock and run beside it.
+    fn ended(&self) -> BoxFuture<'_, LeaseEnd>;
     fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
 

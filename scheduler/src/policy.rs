@@ -27,7 +27,8 @@ pub enum Concurrency {
     #[default]
     Allow,
     /// The slot is skipped while an earlier slot of the job runs. Fleet-wide, through a job lock
-    /// held for the whole run (one more quorum round per slot). A
+    /// held for the whole run (one more quorum round per slot); a run whose job lock is lost
+    /// (renewals failed past its validity) is cancelled, as when its claim is lost. A
     /// [fleet](crate::SchedulerBuilder::fleet)'s backup reads the slot before taking the lock
     /// and leaves it alone when the slot ran elsewhere, so only a run holds it. A claim holds
     /// it for a moment too, so a worker refused it beside a slot still free reads the slot

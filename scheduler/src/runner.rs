@@ -598,7 +598,15 @@ fn start_run(
                 lease: Arc::clone(&lease),
             };
             info!(lateness = ?late, "run starts");
-            let ended = run_until_ended(&shared2, &job2, ctx, &*lease, replace_rx).await;
+            let ended = run_until_ended(
+                &shared2,
+                &job2,
+                ctx,
+                &*lease,
+                job_lock.as_deref(),
+                replace_rx,
+            )
+            .await;
             let (outcome, count, complete) = match ended {
                 Ended::Returned(Ok(())) => (SlotOutcome::Succeeded, Count::Succeeded, true),
                 Ended::Returned(Err(e)) => (SlotOutcome::Failed(e), Count::Failed, true),
@@ -637,14 +645,24 @@ fn start_run(
     );
 }
 
+/// Runs the job until it returns, or its claim's lease or its job lock's ends (the run holds
+/// both: with [`Concurrency::Forbid`], a run going on after its job lock lapsed could meet the
+/// next slot's run), it is replaced, or the scheduler shuts down.
 async fn run_until_ended(
     shared: &Shared,
     job: &JobState,
     ctx: JobContext,
     lease: &dyn crate::claims::LeaseView,
+    job_lock: Option<&dyn JobLock>,
     mut replaced: watch::Receiver<bool>,
 ) -> Ended {
     let mut phase = shared.phase.subscribe();
+    let job_lock_ended = async {
+        match job_lock {
+            Some(held) => held.ended().await,
+            None => std::future::pending().await,
+        }
+    };
     let work = AssertUnwindSafe((job.job.run)(ctx)).catch_unwind();
     tokio::select! {
         // A job that finished wins over an end noticed in the same poll: its effects are done.
@@ -654,6 +672,7 @@ async fn run_until_ended(
             Err(_) => Err("the job panicked".to_string()),
         }),
         end = lease.ended() => Ended::Lease(end),
+        end = job_lock_ended => Ended::Lease(end),
         _ = replaced.wait_for(|r| *r) => Ended::Replaced,
         () = until(&mut phase, Phase::Cancelling) => Ended::Shutdown,
     }

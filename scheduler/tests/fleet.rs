@@ -849,3 +849,71 @@ async fn forbid_runs_never_overlap_while_a_worker_rechecks_the_job_lock() {
         .sum();
     assert!(forbidden > 0, "no slot was skipped beside a 1.3 s run");
 }
+
+/// Forbid: a run whose job lock is lost (its key gone from every master, as after an
+/// operator's clear or masters restarted empty) is cancelled, although its slot claim still
+/// holds: another worker could otherwise take the lock and run the next slot beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbid_run_ends_when_its_job_lock_is_lost() {
+    let cluster = RedisCluster::start(3).expect("start masters");
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    /// Sets its flag when the run's future is dropped (cancelled) or returns.
+    struct OnDrop(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let (s, d) = (Arc::clone(&started), Arc::clone(&dropped));
+    let job = Job::every("solo", Duration::from_secs(1), move |_ctx: JobContext| {
+        s.store(true, std::sync::atomic::Ordering::SeqCst);
+        let guard = OnDrop(Arc::clone(&d));
+        async move {
+            let _guard = guard;
+            tokio::time::sleep(PATIENCE * 4).await;
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .expect("valid job")
+    .catch_up(CatchUp::None)
+    .claim_ttl(Duration::from_secs(1))
+    .concurrency(quorumlock_scheduler::Concurrency::Forbid);
+    let worker = Scheduler::builder(&manager(&cluster))
+        .worker("a")
+        .job(job)
+        .start()
+        .expect("start");
+    wait_until("the run started", || {
+        started.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+    // The job lock's key (the library's prefix and the scheduler's resource name).
+    for master in cluster.masters() {
+        let deleted = master
+            .query(&["DEL", "quorumlock:quorumlock-scheduler:running:solo"])
+            .expect("DEL");
+        assert_eq!(
+            deleted,
+            quorumlock_testkit::Reply::Integer(1),
+            "the job lock's key on port {}",
+            master.port()
+        );
+    }
+    wait_until("the run was cancelled", || {
+        dropped.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+    let outcomes: Vec<SlotOutcome> = worker.status()[0]
+        .recent
+        .iter()
+        .map(|e| e.outcome.clone())
+        .collect();
+    worker.shutdown(Duration::from_secs(10)).await;
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| matches!(o, SlotOutcome::Cancelled(_))),
+        "{outcomes:?}"
+    );
+}

@@ -317,6 +317,11 @@ struct FakeJobLock {
 pub(crate) const JOB_LOCK_LINGERS: Duration = Duration::from_millis(600);
 
 impl JobLock for FakeJobLock {
+    fn ended(&self) -> BoxFuture<'_, LeaseEnd> {
+        // The fake's job lock is held until released.
+        futures::future::pending().boxed()
+    }
+
     fn release(mut self: Box<Self>) -> BoxFuture<'static, ()> {
         self.released = true;
         self.claims.lock().job_locks.remove(&self.job);

@@ -154,16 +154,7 @@ impl LeaseView for RealLease {
     }
 
     fn ended(&self) -> BoxFuture<'_, LeaseEnd> {
-        async move {
-            match self.0.lost().await {
-                LockError::NotHeld {
-                    reason: NotHeldReason::MaxHoldReached,
-                    ..
-                } => LeaseEnd::RuntimeCap,
-                other => LeaseEnd::Lost(other.to_string()),
-            }
-        }
-        .boxed()
+        lease_end(self.0.clone())
     }
 
     fn handle(&self) -> Option<LeaseHandle> {
@@ -171,9 +162,27 @@ impl LeaseView for RealLease {
     }
 }
 
+/// How `lease` ends, once it does.
+fn lease_end(lease: LeaseHandle) -> BoxFuture<'static, LeaseEnd> {
+    async move {
+        match lease.lost().await {
+            LockError::NotHeld {
+                reason: NotHeldReason::MaxHoldReached,
+                ..
+            } => LeaseEnd::RuntimeCap,
+            other => LeaseEnd::Lost(other.to_string()),
+        }
+    }
+    .boxed()
+}
+
 struct RealJobLock(Lease);
 
 impl JobLock for RealJobLock {
+    fn ended(&self) -> BoxFuture<'_, LeaseEnd> {
+        lease_end(self.0.handle())
+    }
+
     fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
         async move {
             if let Err(e) = self.0.release().await {
