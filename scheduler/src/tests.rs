@@ -899,47 +899,12 @@ async fn a_shutdown_during_the_forbid_recheck_claims_nothing() {
     assert_eq!(workers.iter().map(Scheduler::running).sum::<usize>(), 0);
 }
 
-/// A slot whose job lock is freed during the recheck, but only after its starting deadline
-/// passed, is not run: it was forbidden until then.
-#[tokio::test(start_paused = true)]
-async fn the_forbid_recheck_does_not_start_a_slot_past_its_deadline() {
+/// A Forbid pair ([`forbid_pair`]) whose slot 01 runs for `work` with starting deadline
+/// `deadline`: by t0 + 1.9 s only 01 ran, and both workers skipped 02.
+async fn only_01_ran_and_02_was_skipped(work: Duration, deadline: Duration) {
     let claims = FakeClaims::default();
     let runs = Runs::default();
-    // Slot 01 runs until 02.2 (t0 + 1.7 s): slot 02 is then 200 ms late, past its 100 ms.
-    let workers = forbid_pair(
-        &claims,
-        &runs,
-        Duration::from_millis(1_200),
-        Duration::from_millis(100),
-    );
-    sleep(Duration::from_millis(1_900)).await;
-    let ran: Vec<String> = runs.lock().expect("runs").keys().cloned().collect();
-    assert_eq!(
-        ran,
-        vec!["2024-01-01T00:00:01.000Z"],
-        "run past its deadline"
-    );
-    let forbidden: u64 = workers
-        .iter()
-        .map(|w| w.stats("tick").expect("job").forbidden)
-        .sum();
-    assert_eq!(forbidden, 2, "both workers skip 02");
-}
-
-/// A slot that fell due while a run held the job lock is skipped, although the run ends (and
-/// frees the lock) within the recheck: the recheck only reads the slot, it does not try the
-/// lock again.
-#[tokio::test(start_paused = true)]
-async fn a_slot_due_while_a_run_holds_the_job_lock_is_skipped_though_the_run_ends_soon() {
-    let claims = FakeClaims::default();
-    let runs = Runs::default();
-    // Slot 01 runs until 02.1 (t0 + 1.6 s), 100 ms after slot 02 fell due.
-    let workers = forbid_pair(
-        &claims,
-        &runs,
-        Duration::from_millis(1_100),
-        Duration::from_secs(60),
-    );
+    let workers = forbid_pair(&claims, &runs, work, deadline);
     sleep(Duration::from_millis(1_900)).await;
     let ran: Vec<String> = runs.lock().expect("runs").keys().cloned().collect();
     assert_eq!(ran, vec!["2024-01-01T00:00:01.000Z"], "02 ran late");
@@ -948,6 +913,22 @@ async fn a_slot_due_while_a_run_holds_the_job_lock_is_skipped_though_the_run_end
         .map(|w| w.stats("tick").expect("job").forbidden)
         .sum();
     assert_eq!(forbidden, 2, "both workers skip 02");
+}
+
+/// A slot whose job lock is freed during the recheck, but only after its starting deadline
+/// passed, is not run: it was forbidden until then. Slot 01 runs until 02.2 (t0 + 1.7 s):
+/// slot 02 is then 200 ms late, past its 100 ms.
+#[tokio::test(start_paused = true)]
+async fn the_forbid_recheck_does_not_start_a_slot_past_its_deadline() {
+    only_01_ran_and_02_was_skipped(Duration::from_millis(1_200), Duration::from_millis(100)).await;
+}
+
+/// A slot that fell due while a run held the job lock is skipped, although the run ends (and
+/// frees the lock) within the recheck: the recheck only reads the slot, it does not try the
+/// lock again. Slot 01 runs until 02.1 (t0 + 1.6 s), 100 ms after slot 02 fell due.
+#[tokio::test(start_paused = true)]
+async fn a_slot_due_while_a_run_holds_the_job_lock_is_skipped_though_the_run_ends_soon() {
+    only_01_ran_and_02_was_skipped(Duration::from_millis(1_100), Duration::from_secs(60)).await;
 }
 
 /// Masters slow enough that the recheck would outlast the period (4 x 2 s): it ends when the

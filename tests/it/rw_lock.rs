@@ -54,6 +54,24 @@ async fn readers_share_and_a_writer_is_alone() {
         .ok();
 }
 
+/// Waits until a new reader of `config` is refused: the writer's intent is up (waited for, not
+/// assumed). A reader admitted meanwhile leaves at once.
+async fn writer_intent_up(config: &quorumlock::RwLock<'_>) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match config.try_read(TTL).await {
+            Err(error) if error.is_contended() => return,
+            Ok(extra) => extra.release().await.expect("release"),
+            Err(error) => panic!("{error}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "new readers still admitted: no writer intent"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Once a writer waits, a new reader waits behind it, although the readers in hold only read
 /// permits: the writer is not starved by readers that keep coming.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,20 +91,7 @@ async fn a_waiting_writer_goes_before_new_readers() {
             .expect("the writer, once the reader left");
         (started.elapsed(), guard)
     });
-    // The writer's intent is up once a new reader is refused (waited for, not assumed).
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        match config.try_read(TTL).await {
-            Err(error) if error.is_contended() => break,
-            Ok(extra) => extra.release().await.expect("release"),
-            Err(error) => panic!("{error}"),
-        }
-        assert!(
-            Instant::now() < deadline,
-            "new readers still admitted: no writer intent"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    writer_intent_up(&config).await;
     reader.release().await.expect("release");
     let (waited, guard) = writer.await.expect("writer");
     assert!(waited < PATIENCE * 2, "the writer waited {waited:?}");
@@ -113,16 +118,7 @@ async fn a_reader_refused_by_a_writer_intent_tries_one_permit() {
             .await
             .expect("the writer, once the reader left")
     });
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        match config.try_read(TTL).await {
-            Err(error) if error.is_contended() => break,
-            Ok(extra) => extra.release().await.expect("release"),
-            Err(error) => panic!("{error}"),
-        }
-        assert!(Instant::now() < deadline, "no writer intent");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    writer_intent_up(&config).await;
     let before: Vec<u64> = cluster
         .masters()
         .iter()
