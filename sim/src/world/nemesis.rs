@@ -205,6 +205,28 @@ impl Nemesis {
         Duration::from_millis(from + self.below(to - from))
     }
 
+    /// Lifts every fault in force that `lifted(ends_at, fault)` picks, and closes its windows.
+    fn lift_where(
+        &mut self,
+        sim: &mut Sim<'_>,
+        now: Duration,
+        history: &mut History,
+        lifted: impl Fn(Duration, &Active) -> bool,
+    ) {
+        let mut i = 0;
+        while i < self.active.len() {
+            if lifted(self.active[i].0, &self.active[i].1) {
+                let (_, fault, windows) = self.active.swap_remove(i);
+                self.lift(sim, fault, now, history);
+                for window in windows {
+                    history.lift(window, now);
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     /// Called between steps at simulated time `now`: ends faults that are over, starts new ones
     /// until `stop_at`, then heals everything once.
     pub fn step(
@@ -228,18 +250,7 @@ impl Nemesis {
             }
             return;
         }
-        let mut i = 0;
-        while i < self.active.len() {
-            if self.active[i].0 <= now {
-                let (_, fault, windows) = self.active.swap_remove(i);
-                self.lift(sim, fault, now, history);
-                for window in windows {
-                    history.lift(window, now);
-                }
-            } else {
-                i += 1;
-            }
-        }
+        self.lift_where(sim, now, history, |ends, _| ends <= now);
         if now >= self.next_snapshot {
             let m = self.below(self.masters.len() as u64) as usize;
             self.snapshots[m] = self.masters[m].master.borrow_mut().keyspace().clone();
@@ -552,18 +563,7 @@ impl Nemesis {
         if second {
             return false;
         }
-        let mut i = 0;
-        while i < self.active.len() {
-            if holds(&self.active[i].1) {
-                let (_, fault, windows) = self.active.swap_remove(i);
-                self.lift(sim, fault, now, history);
-                for window in windows {
-                    history.lift(window, now);
-                }
-            } else {
-                i += 1;
-            }
-        }
+        self.lift_where(sim, now, history, |_, fault| holds(fault));
         true
     }
 
