@@ -888,32 +888,35 @@ async fn a_forbid_run_ends_when_its_job_lock_is_lost() {
         started.load(std::sync::atomic::Ordering::SeqCst)
     })
     .await;
-    // The job lock's key (the library's prefix and the scheduler's resource name).
+    // The job lock's key (the library's prefix and the scheduler's resource name). The lock
+    // stands on a majority, not necessarily on every master: under load one master's reply can
+    // miss the round's deadline and its key is cleaned up. Deleting it everywhere loses the lock;
+    // the count proves the lock was there to lose.
+    let mut deleted = 0;
     for master in cluster.masters() {
-        let deleted = master
+        match master
             .query(&["DEL", "quorumlock:quorumlock-scheduler:running:solo"])
-            .expect("DEL");
-        assert_eq!(
-            deleted,
-            quorumlock_testkit::Reply::Integer(1),
-            "the job lock's key on port {}",
-            master.port()
-        );
+            .expect("DEL")
+        {
+            quorumlock_testkit::Reply::Integer(n) => deleted += n,
+            other => panic!("DEL answered {other:?} on port {}", master.port()),
+        }
     }
+    assert!(
+        deleted >= 2,
+        "the job lock's key was on {deleted} of 3 masters, not a majority"
+    );
     wait_until("the run was cancelled", || {
         dropped.load(std::sync::atomic::Ordering::SeqCst)
     })
     .await;
-    let outcomes: Vec<SlotOutcome> = worker.status()[0]
-        .recent
-        .iter()
-        .map(|e| e.outcome.clone())
-        .collect();
-    worker.shutdown(Duration::from_secs(10)).await;
-    assert!(
-        outcomes
+    // The outcome is recorded after the future is dropped: wait for it rather than read once.
+    wait_until("the run's outcome reads Cancelled", || {
+        worker.status()[0]
+            .recent
             .iter()
-            .any(|o| matches!(o, SlotOutcome::Cancelled(_))),
-        "{outcomes:?}"
-    );
+            .any(|e| matches!(e.outcome, SlotOutcome::Cancelled(_)))
+    })
+    .await;
+    worker.shutdown(Duration::from_secs(10)).await;
 }
