@@ -19,7 +19,8 @@ lua_script! {
     ///
     /// A completion is a fact about the slot and is written whatever the record says (even
     /// where this claim never landed, or after another claim took over): it can only stop
-    /// later runs. An abandonment is written only over this claim's own running record.
+    /// later runs, so it keeps the record for the retention or longer, never shortening what
+    /// a later claim set. An abandonment is written only over this claim's own running record.
     /// Returns one 1 (written) or 0 per run, in order.
     FINISH_SLOTS = r"local t = redis.call('time')
 local now_us = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
@@ -34,7 +35,11 @@ local function finish(rec, value, ending, runner, retention, token, attempt, run
                 redis.call('hset', rec, 'attempts', attempt)
             end
         end
-        redis.call('pexpire', rec, retention)
+        -- Never sooner than it was: a completion held on the network may land over a later
+        -- run's claim, whose record must outlive that claim by the retention.
+        if redis.call('pttl', rec) < tonumber(retention) then
+            redis.call('pexpire', rec, retention)
+        end
         written = 1
     elseif r[1] == 'running' and r[2] == value then
         redis.call('hset', rec, 'state', 'abandoned', 'updated', now_us)

@@ -11,8 +11,8 @@ use quorumlock::defaults::KEY_PREFIX;
 use quorumlock::{
     InvalidArgument, LeaseOptions, LockError, Redlock, SlotClaim, SlotOptions, SlotStatus,
 };
-use quorumlock_testkit::{RedisCluster, RedisMaster, Reply};
-use support::{cluster, manager, pttl, wait_until, PATIENCE};
+use quorumlock_testkit::{Mode, Modes, Proxy, RedisCluster, RedisMaster, Reply};
+use support::{builder, cluster, manager, pttl, wait_until, PATIENCE};
 
 /// The running key of `(job, slot)` with the default prefix.
 fn running_key(job: &str, slot: &str) -> String {
@@ -247,4 +247,122 @@ fn a_crashed_run_renewed_on_a_bare_quorum_is_remembered() {
     claim_then_crash(&cluster, "c4", &opts, Duration::from_millis(2500));
     cluster[0].resume().expect("resume");
     crashed_slot_is_never_free(&cluster, "c4", &opts, Duration::from_secs(1) + PATIENCE);
+}
+
+/// Regression test for a record cut short by a late completion: run A's claim and completion,
+/// held on their way to master 0, land there after A's records expired elsewhere and run B
+/// claimed the slot on masters 0 and 2 (master 1 cut from B), then crashed. The completion
+/// is written over B's record (a fact: it can only stop later runs), but it must keep the
+/// record as long as B's claim did: cut to the retention from its landing, the record expired
+/// before B's claim plus the retention, and a late host won masters 0 and 1 while B's
+/// abandoned claim stood on master 2 alone.
+#[test]
+fn a_late_completion_never_cuts_a_later_claims_record_short() {
+    let cluster = cluster(3);
+    let opts = SlotOptions::new()
+        .ttl(Duration::from_millis(600))
+        .retention(Duration::from_millis(600));
+    let main = tokio::runtime::Runtime::new().expect("a runtime");
+    let proxy = main
+        .block_on(Proxy::start(3, &cluster.ports()))
+        .expect("start the proxy");
+    let host = |c: usize| builder(&proxy.urls(c)).build().expect("build manager");
+    // A waits for master 0's replies as long as the test lasts: its connection there is not
+    // given up (and closed, with what the proxy holds on it) while its requests are held.
+    let a = builder(&proxy.urls(0))
+        .node_timeout(Duration::from_secs(30))
+        .build()
+        .expect("build manager");
+    main.block_on(async {
+        // A's connections open and the slot scripts loaded on master 0: what is held later is
+        // a request on a live connection, and runs as sent when it lands (a request left
+        // behind by a decided round gets no second try with the script's source after a
+        // NOSCRIPT). Masters 1 and 2 slowed, so that the warm-up's rounds wait for master 0.
+        a.connect().await.expect("connect A");
+        let slow = Modes {
+            to_node: Mode::Delay(Duration::from_millis(100)),
+            to_client: Mode::Pass,
+        };
+        proxy.set(0, 1, slow);
+        proxy.set(0, 2, slow);
+        claim(&a, "late", "warm", &opts)
+            .await
+            .complete()
+            .await
+            .expect("complete the warm-up run");
+        proxy.set(0, 1, Modes::PASS);
+        proxy.set(0, 2, Modes::PASS);
+        let held = Modes {
+            to_node: Mode::Hold,
+            to_client: Mode::Pass,
+        };
+        proxy.set(0, 0, held);
+        claim(&a, "late", "s", &opts)
+            .await
+            .complete()
+            .await
+            .expect("A's completion on masters 1 and 2");
+    });
+    main.block_on(wait_until("A's records expired", PATIENCE, || {
+        cluster
+            .iter()
+            .all(|m| pttl(m, &record_key("late", "s")) == -2)
+    }));
+    let cut = Modes {
+        to_node: Mode::Blackhole,
+        to_client: Mode::Pass,
+    };
+    proxy.set(1, 1, cut);
+    // B claims on masters 0 and 2 and crashes: nothing of it is renewed, released or abandoned.
+    let b_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime for B");
+    let (b_run, b) = b_runtime.block_on(async {
+        let b = host(1);
+        (claim(&b, "late", "s", &opts).await, b)
+    });
+    std::mem::forget(b_run);
+    std::mem::forget(b);
+    b_runtime.shutdown_background();
+    proxy.set(0, 0, Modes::PASS);
+    let record = record_key("late", "s");
+    main.block_on(wait_until(
+        "A's completion landed on master 0",
+        PATIENCE,
+        || {
+            cluster[0]
+                .query(&["HGET", &record, "state"])
+                .is_ok_and(|r| r == Reply::Bulk(b"completed".to_vec()))
+        },
+    ));
+    let landed_at = std::time::Instant::now();
+    let (landed, standing) = (pttl(&cluster[0], &record), pttl(&cluster[2], &record));
+    assert!(
+        landed + 50 >= standing,
+        "the late completion cut B's record to {landed} ms on master 0 ({standing} ms on master 2)"
+    );
+    // Past the retention after the completion landed, within B's claim plus the retention
+    // (B's claim ran out, so the slot reads abandoned): a late host, hearing master 2 last,
+    // must not run the slot again.
+    std::thread::sleep(
+        (landed_at + Duration::from_millis(620))
+            .saturating_duration_since(std::time::Instant::now()),
+    );
+    assert!(
+        pttl(&cluster[2], &record) > 100,
+        "B's record on master 2 must still stand, or the test proves nothing"
+    );
+    let slow = Modes {
+        to_node: Mode::Delay(Duration::from_millis(100)),
+        to_client: Mode::Pass,
+    };
+    proxy.set(2, 2, slow);
+    let late = host(2);
+    match main.block_on(late.slots().claim("late", "s", &opts)) {
+        Ok(SlotClaim::Claimed(_)) => panic!("a late host ran B's slot again"),
+        Ok(_) => {}
+        Err(error) => panic!("the late claim failed: {error}"),
+    }
 }
