@@ -38,8 +38,9 @@ pub fn check(holds: &[Hold], limits: Limits) -> Violations {
 
 /// Cuts the beliefs of paused holders to what the lock's model grants them: a hold kept by a
 /// lease (a lease's, a leader's, a slot run's) whose validity ran out while its client was
-/// paused counts until that validity, or the pause's start if later, and no further (see
-/// [`PauseWindow::caps`]); one cut to nothing (a claim handed to a call that was frozen until
+/// paused, and which its holder let go of on resuming, counts until that validity, or the
+/// pause's start if later, and no further (see [`PauseWindow::caps`]); one its holder kept
+/// believing in after the resume is judged in full; one cut to nothing (a claim handed to a call that was frozen until
 /// after its validity) is no hold at all. A process frozen past its validity cannot learn that
 /// it lost: that is outside the lock's model (a GC pause), so exclusion past it is not the
 /// library's to keep; fencing tokens are (`token-order` judges every hold, cut or not). Holds
@@ -49,6 +50,7 @@ pub fn cap_paused(holds: &mut [Hold], runs: &mut Vec<SlotRun>, pauses: &[PauseWi
     if pauses.is_empty() {
         return 0;
     }
+    let pauses = PauseWindow::joined(pauses);
     let mut cut = 0;
     let mut cap = |client: usize, end: &mut Duration, valid: Option<Duration>| {
         let Some(valid) = valid else {
@@ -347,12 +349,44 @@ mod tests {
         };
         // No pause: a belief past the validity is the library's.
         assert_eq!(judged(&[]), (0, Some(1)));
-        // Frozen from 50 to 250 ms, across the validity's end: cut at 100 ms.
-        assert_eq!(judged(&[pause(50, 250)]), (1, None));
+        // Frozen from 50 to 300 ms, across the validity's end: cut at 100 ms.
+        assert_eq!(judged(&[pause(50, 300)]), (1, None));
         // A pause over before the validity ran out explains nothing.
         assert_eq!(judged(&[pause(20, 90)]), (0, Some(1)));
         // Frozen from 200 ms, after the validity ran out unnoticed: judged until 200 ms.
-        assert_eq!(judged(&[pause(200, 280)]), (1, Some(1)));
+        assert_eq!(judged(&[pause(200, 300)]), (1, Some(1)));
+    }
+
+    #[test]
+    fn a_belief_kept_after_the_resume_is_not_the_pauses() {
+        let ms = Duration::from_millis;
+        // Client 0's lease valid until 100 ms, frozen from 50 ms; client 1 holds from
+        // `other` ms.
+        let lease = |client, from, to, valid: u64| Hold {
+            client,
+            valid_until: Some(ms(valid)),
+            ..hold(Kind::Lease, from, to, None)
+        };
+        let judged = |end: u64, other: u64, pauses: &[PauseWindow]| {
+            let mut holds = vec![lease(0, 0, end, 100), lease(1, other, 1000, 1000)];
+            let cut = cap_paused(&mut holds, &mut Vec::new(), pauses);
+            (cut, check(&holds, LIMITS).get("lease-exclusion").copied())
+        };
+        let pause = |from, to| PauseWindow {
+            client: 0,
+            from: ms(from),
+            to: ms(to),
+        };
+        // Let go at the resume (250 ms): the pause's.
+        assert_eq!(judged(250, 300, &[pause(50, 250)]), (1, None));
+        // Let go at 900 ms, 650 ms after it ran again: its library's, judged in full.
+        assert_eq!(judged(900, 300, &[pause(50, 250)]), (0, Some(1)));
+        // Paused again at the instant of its resume, never running in between, and let go at
+        // the second resume: one pause, cut at the validity.
+        assert_eq!(
+            judged(600, 200, &[pause(50, 250), pause(250, 600)]),
+            (1, None)
+        );
     }
 
     #[test]

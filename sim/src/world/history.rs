@@ -79,15 +79,40 @@ pub struct PauseWindow {
     pub to: Duration,
 }
 
+/// How soon after its resume a holder whose validity ran out while it was frozen stops
+/// counting on it: its timers that fell due meanwhile fire at the resume (seen: in the same
+/// step, every time), so a belief that lasts longer is its library's, not the pause's.
+pub const HEARD_AFTER_RESUME: Duration = Duration::from_millis(10);
+
 impl PauseWindow {
     /// The end of a belief ending at `end` that the model grants a holder paused in this
     /// window, given the validity `valid_until` its library had: if the holder was frozen when
-    /// its validity ran out (or froze after that, before the belief ended), the belief past
-    /// both the validity and the pause's start is the pause's (a frozen holder cannot learn
-    /// that it lost; a call frozen across it returns a claim already lost); `None` if the
-    /// pause had no part in it (it ended before the validity did, or began after the belief).
+    /// its validity ran out (or froze after that, before the belief ended), and let go of it
+    /// on resuming (within [`HEARD_AFTER_RESUME`]), the belief past both the validity and the
+    /// pause's start is the pause's (a frozen holder cannot learn that it lost; a call frozen
+    /// across it returns a claim already lost); `None` if the pause had no part in it (it
+    /// ended before the validity did, or began after the belief), or if the holder went on
+    /// believing once it ran again (then the whole belief is judged).
     pub fn caps(&self, end: Duration, valid_until: Duration) -> Option<Duration> {
-        (self.from < end && self.to > valid_until).then(|| end.min(valid_until.max(self.from)))
+        (self.from < end && self.to > valid_until && end <= self.to + HEARD_AFTER_RESUME)
+            .then(|| end.min(valid_until.max(self.from)))
+    }
+
+    /// `pauses` with each client's pauses that follow one another without the client running
+    /// in between (resumed and paused again at one instant) joined into one window.
+    pub fn joined(pauses: &[Self]) -> Vec<Self> {
+        let mut sorted = pauses.to_vec();
+        sorted.sort_by_key(|p| (p.client, p.from));
+        let mut joined: Vec<Self> = Vec::with_capacity(sorted.len());
+        for pause in sorted {
+            match joined.last_mut() {
+                Some(last) if last.client == pause.client && pause.from <= last.to => {
+                    last.to = last.to.max(pause.to);
+                }
+                _ => joined.push(pause),
+            }
+        }
+        joined
     }
 }
 
