@@ -221,7 +221,12 @@ pub fn run(config: &Config) -> Outcome {
     };
     let mut violations = checker::check(&history.holds, limits);
     checker::slots_at_most_once(&history.slot_runs, slots::RETENTION, &mut violations);
-    checker::runs_apart(&history.slot_runs, scheduled::FORBID_JOB, &mut violations);
+    checker::runs_apart(
+        &history.slot_runs,
+        scheduled::FORBID_JOB,
+        &history.pauses,
+        &mut violations,
+    );
     for (checker, n) in &history.seen {
         *violations.entry(checker).or_default() += n;
     }

@@ -106,24 +106,44 @@ pub fn slots_at_most_once(runs: &[SlotRun], retention: Duration, violations: &mu
 
 /// `forbid-overlap`: the runs of a [`Concurrency::Forbid`](quorumlock_scheduler::Concurrency)
 /// job (their slots start with `job/`) never overlap, whichever clients and slots: each run
-/// holds the job's lock. A run that stopped when its lease was lost is seen to stop up to a
-/// renewal round after its lease ran out, as in [`slots_at_most_once`]: 100 ms less.
-pub fn runs_apart(runs: &[SlotRun], job: &str, violations: &mut Violations) {
+/// holds the job's lock, and ends when that lock's lease or its claim's ends, before the lock
+/// can be anyone else's. A run whose client was paused during it was cut at its claim's
+/// validity ([`cap_paused`]); the job lock, taken a round before the claim, lapsed up to that
+/// round earlier, so such a run is given [`FORBID_PAUSED_SLACK`] more.
+pub fn runs_apart(
+    runs: &[SlotRun],
+    job: &str,
+    pauses: &[PauseWindow],
+    violations: &mut Violations,
+) {
     let prefix = format!("{job}/");
     let mut runs: Vec<&SlotRun> = runs
         .iter()
         .filter(|r| r.slot.starts_with(&prefix))
         .collect();
     runs.sort_by_key(|r| r.granted);
-    let slack = Duration::from_millis(100);
+    let paused = |run: &SlotRun| {
+        pauses
+            .iter()
+            .any(|p| p.client == run.client && p.from < run.ended && p.to > run.granted)
+    };
+    // The latest end so far, with the slack its run is given.
     let mut latest_end = Duration::ZERO;
     for run in runs {
-        if run.granted + slack < latest_end {
+        if run.granted < latest_end {
             *violations.entry("forbid-overlap").or_default() += 1;
         }
-        latest_end = latest_end.max(run.ended);
+        let slack = match paused(run) {
+            true => FORBID_PAUSED_SLACK,
+            false => Duration::ZERO,
+        };
+        latest_end = latest_end.max(run.ended.saturating_sub(slack));
     }
 }
+
+/// How much earlier than its recorded end a Forbid run of a paused client may be met by the
+/// next run: one round of the job lock (a node timeout, 50 ms), with room.
+pub const FORBID_PAUSED_SLACK: Duration = Duration::from_millis(100);
 
 /// The library's drift allowance for `ttl` at its default drift factor: `ttl × factor + 2 ms`
 /// (the rule is the library's, `round/timing.rs`; written again here so that a mutant that
@@ -387,6 +407,42 @@ mod tests {
             judged(600, 200, &[pause(50, 250), pause(250, 600)]),
             (1, None)
         );
+    }
+
+    #[test]
+    fn forbid_runs_may_not_overlap_by_a_moment_unless_paused() {
+        let ms = Duration::from_millis;
+        let run = |client, slot: &str, from, to| SlotRun {
+            client,
+            slot: format!("solo/{slot}"),
+            checker: "scheduler-at-most-once",
+            granted: ms(from),
+            ended: ms(to),
+            valid_until: None,
+        };
+        let overlaps = |runs: &[SlotRun], pauses: &[PauseWindow]| {
+            let mut violations = Violations::new();
+            runs_apart(runs, "solo", pauses, &mut violations);
+            violations.get("forbid-overlap").copied()
+        };
+        let apart = [run(0, "a", 0, 300), run(1, "b", 300, 500)];
+        assert_eq!(overlaps(&apart, &[]), None);
+        // The next run starts 50 ms before the first one stopped.
+        let met = [run(0, "a", 0, 300), run(1, "b", 250, 500)];
+        assert_eq!(overlaps(&met, &[]), Some(1));
+        // Unless the first one's client was paused during it: its job lock lapsed first.
+        let paused = PauseWindow {
+            client: 0,
+            from: ms(100),
+            to: ms(300),
+        };
+        assert_eq!(overlaps(&met, &[paused]), None);
+        // Another client's pause excuses nothing.
+        let elsewhere = PauseWindow {
+            client: 2,
+            ..paused
+        };
+        assert_eq!(overlaps(&met, &[elsewhere]), Some(1));
     }
 
     #[test]
