@@ -78,6 +78,12 @@ impl LeaseHandle {
         !state.ended(clock::now())
     }
 
+    /// Whether the lock's validity ran out (not only the lease's safety margin): a claim in
+    /// that state is not handed to a caller.
+    pub(crate) fn validity_over(&self) -> bool {
+        self.state.borrow().valid_until <= clock::now()
+    }
+
     /// The time left before the lease ends: the validity left minus the
     /// [`safety_margin`](LeaseOptions::safety_margin); zero once that ran out, or once the lease
     /// was lost or released.

@@ -29,6 +29,7 @@ impl Redlock {
         let config = self.config();
         check_batch(slots, opts)?;
         let terms = round_terms(config, opts.ttl)?;
+        let (ttl, drift) = (terms.ttl, terms.drift());
         // Every option is checked before any master is asked.
         let lease_opts = opts.lease_for(config, terms.ttl)?;
         let runner = opts.runner_name();
@@ -140,9 +141,26 @@ impl Redlock {
             tokio::time::sleep(delay).await;
             settle(cleanup, config.node_timeout).await;
         }
+        // A run handed over early may have used up its validity while the batch's later slots
+        // were handed over (their fencing write-backs) or claimed again (split votes): as a
+        // single claim never returns one, it is undone (nobody ran it) and reported exhausted.
+        let lapsed = |run: &super::SlotRun| run.lease().validity_over();
         Ok(std::mem::take(&mut results.0)
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(LockError::InvalidArgument(InvalidArgument::NoSlots))))
+            .map(|r| match r {
+                Some(Ok(SlotClaim::Claimed(run))) if lapsed(&run) => {
+                    let resource = format!("{}/{}", run.job(), run.slot());
+                    run.undo();
+                    Err(LockError::ValidityExhausted {
+                        resource,
+                        elapsed: ttl.saturating_sub(drift),
+                        ttl,
+                        drift,
+                    })
+                }
+                Some(outcome) => outcome,
+                None => Err(LockError::InvalidArgument(InvalidArgument::NoSlots)),
+            })
             .collect())
     }
 }

@@ -546,3 +546,59 @@ async fn restart_protection_keeps_a_forgetful_master_out_of_a_batch() {
         }
     }
 }
+
+/// Regression test for runs handed out with their validity over: a batch's first slot is
+/// handed over as soon as the round wins, then the second's fencing token is written back
+/// (its job's counter on master 0 is far ahead, so the token is on no quorum) through masters
+/// 1 and 2, slowed so that it outlasts the claims' validity. The batch returned the first
+/// run with its lease already over, which a single claim never does: it must be undone and
+/// reported exhausted instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_never_hands_out_a_run_whose_validity_ran_out() {
+    let cluster = cluster(3);
+    let proxy = quorumlock_testkit::Proxy::start(1, &cluster.ports())
+        .await
+        .expect("start the proxy");
+    let locks = builder(&proxy.urls(0))
+        .build()
+        .expect("build manager")
+        .fenced();
+    locks.connect().await.expect("connect");
+    let ahead = format!("{KEY_PREFIX}\u{1f}fence:slow");
+    cluster[0]
+        .command(&["SET", &ahead, "9000000000000000000"])
+        .expect("set the counter ahead");
+    let slow = quorumlock_testkit::Modes {
+        to_node: quorumlock_testkit::Mode::Delay(Duration::from_millis(170)),
+        to_client: quorumlock_testkit::Mode::Pass,
+    };
+    proxy.set(0, 1, slow);
+    proxy.set(0, 2, slow);
+    let opts = SlotOptions::new()
+        .ttl(Duration::from_millis(300))
+        .retention(Duration::from_millis(600));
+    let outcomes = locks
+        .slots()
+        .claim_many(&[("fast", "s"), ("slow", "s")], &opts)
+        .await
+        .expect("a valid batch");
+    let [first, second] = <[_; 2]>::try_from(outcomes).expect("two outcomes");
+    assert!(
+        matches!(second, Err(LockError::ValidityExhausted { .. })),
+        "the second slot's write-back must outlast the validity: {second:?}"
+    );
+    match first {
+        Ok(SlotClaim::Claimed(run)) => {
+            let left = run
+                .lease()
+                .valid_until()
+                .saturating_duration_since(std::time::Instant::now());
+            assert!(
+                !left.is_zero(),
+                "the first run was handed out with its validity over"
+            );
+        }
+        Err(LockError::ValidityExhausted { .. }) => {}
+        other => panic!("the first slot: {other:?}"),
+    }
+}
