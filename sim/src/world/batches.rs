@@ -51,6 +51,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
             .one_in(10)
             .then(|| Duration::from_micros(rng.below(10_000)));
         let op = client.begin();
+        let asked = now();
         let claim = client.tagged(op, locks.slots().claim_many(&pairs, &opts));
         let outcomes = cancellable(cancel_after, claim).await;
         let runs = outcomes
@@ -63,6 +64,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
             });
         let mut running = Vec::new();
         for run in runs {
+            handed_valid(&client, &run, asked);
             let lasts = match rng.below(10) {
                 0 => 800 + rng.below(800),
                 1..4 => 50 + rng.below(250),
@@ -97,5 +99,30 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
         }
         client.done(op);
         tokio::time::sleep(Duration::from_millis(20 + rng.below(80))).await;
+    }
+}
+
+/// `expired-on-arrival`: a batch hands out no run whose validity is already over, as a single
+/// claim never does, unless its client was paused since it asked (a call frozen across the
+/// validity returns a claim already lost: outside the model).
+fn handed_valid(client: &Client, run: &quorumlock::SlotRun, asked: std::time::Duration) {
+    let valid_until = sim_time_of(run.lease().valid_until());
+    let at = now();
+    let mut history = client.history.borrow_mut();
+    let paused = history
+        .pauses
+        .iter()
+        .any(|p| p.client == client.index && p.to > asked);
+    if valid_until <= at && !paused {
+        history.violation(
+            at,
+            "expired-on-arrival",
+            format_args!(
+                "c{} handed the run of slot {JOB}/{} valid until {}",
+                client.index,
+                run.slot(),
+                valid_until.as_micros()
+            ),
+        );
     }
 }
