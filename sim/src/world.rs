@@ -19,6 +19,7 @@ pub mod leases;
 pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;
+pub mod stall;
 pub mod scheduled;
 pub mod seams;
 pub mod slots;
@@ -205,6 +206,11 @@ pub fn run(config: &Config) -> Outcome {
             .effects
             .entry("pause-outlived-validity")
             .or_default() += outlived;
+    }
+    for served in &masters {
+        for (effect, n) in &served.conns.borrow().effects {
+            *history.effects.entry(effect).or_default() += n;
+        }
     }
     let effects: Vec<String> = history
         .effects
