@@ -208,8 +208,12 @@ pub fn run(config: &Config) -> Outcome {
             .or_default() += outlived;
     }
     for served in &masters {
-        for (effect, n) in &served.conns.borrow().effects {
+        let mut conns = served.conns.borrow_mut();
+        for (effect, n) in &conns.effects {
             *history.effects.entry(effect).or_default() += n;
+        }
+        for (at, what) in std::mem::take(&mut conns.violations) {
+            history.violation(at, stall::STALE_AFTER_RECONNECT, format_args!("{what}"));
         }
     }
     let effects: Vec<String> = history

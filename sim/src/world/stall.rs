@@ -35,7 +35,18 @@ pub struct ConnLog {
     next_id: u64,
     /// What the stale requests did, by kind (summed into the run's effects at its end).
     pub effects: BTreeMap<&'static str, u64>,
+    /// Stale scripts run after a newer connection's script: when, and what.
+    pub violations: Vec<(Duration, String)>,
+    /// When the first stall on this master began: connections accepted since are watched.
+    watch_from: Option<Duration>,
 }
+
+/// The checker of stale requests: a script held on a connection never runs after a script
+/// the same client sent on a connection it opened since (its replacement). The library keeps a
+/// connection across timeouts (`transport/pooled.rs`: its requests stay in order) and closes a
+/// broken one on the master before the replacement carries anything (`transport/orphan.rs`),
+/// so a stale acquisition never lands after its cleanup sent on the replacement.
+pub const STALE_AFTER_RECONNECT: &str = "stale-after-reconnect";
 
 struct Conn {
     id: u64,
@@ -45,6 +56,8 @@ struct Conn {
     closed_at: Option<Duration>,
     /// Whether a request arrived on it.
     fed: bool,
+    /// Whether a script arrived on it (looked at only while stalls are watched).
+    ran_script: bool,
     stale: Option<Stale>,
 }
 
@@ -74,42 +87,69 @@ impl ConnLog {
             accepted_at: now,
             closed_at: None,
             fed: false,
+            ran_script: false,
             stale: None,
         });
         self.next_id
     }
 
-    /// `bytes` arrived on connection `id` and were fed to the master: counts the stale
-    /// requests among them, and those that run after a request on a newer connection of the
-    /// same client (opened since the stall began).
-    pub fn fed(&mut self, id: u64, bytes: &[u8]) {
+    /// `bytes` arrived on connection `id` at `now` and were fed to the master: counts the
+    /// stale requests among them, and those that run after a request on a newer connection of
+    /// the same client (opened since the stall began); a stale script run after a newer
+    /// connection's script is a violation (see [`STALE_AFTER_RECONNECT`]).
+    pub fn fed(&mut self, id: u64, bytes: &[u8], now: Duration) {
         let Some(at) = self.conns.iter().position(|c| c.id == id) else {
             return;
         };
-        self.conns[at].fed = true;
-        let Some(stale) = self.conns[at].stale.as_mut() else {
+        let conn = &mut self.conns[at];
+        conn.fed = true;
+        // Only connections opened since a stall began are compared with stale requests.
+        if self.watch_from.is_some_and(|from| conn.accepted_at >= from) && !conn.ran_script {
+            conn.ran_script = bytes.windows(4).any(|w| w == b"EVAL");
+        }
+        let Some(stale) = conn.stale.as_mut() else {
             return;
         };
         let take = bytes.len().min(usize::try_from(stale.left).unwrap_or(usize::MAX));
         stale.left -= take as u64;
         stale.partial.extend_from_slice(&bytes[..take]);
-        let mut requests = 0;
-        while let Ok(Some((_, used))) = crate::resp::parse_request(&stale.partial) {
+        let (mut requests, mut scripts) = (0, 0);
+        while let Ok(Some((args, used))) = crate::resp::parse_request(&stale.partial) {
             stale.partial.drain(..used);
             requests += 1;
+            let name = args.first().map(Vec::as_slice).unwrap_or_default();
+            if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
+                scripts += 1;
+            }
         }
         let since = stale.since;
         if stale.left == 0 {
-            self.conns[at].stale = None;
+            conn.stale = None;
         }
-        let ip = self.conns[at].peer.ip();
-        let newer = self
-            .conns
-            .iter()
-            .any(|c| c.id != id && c.peer.ip() == ip && c.accepted_at >= since && c.fed);
+        let peer = conn.peer;
+        let newer = |script: bool| {
+            self.conns.iter().any(|c| {
+                c.id != id
+                    && c.peer.ip() == peer.ip()
+                    && c.accepted_at >= since
+                    && c.fed
+                    && (!script || c.ran_script)
+            })
+        };
+        let (after_newer, after_newer_script) = (newer(false), newer(true));
         *self.effects.entry("stall-stale-requests").or_default() += requests;
-        if newer {
+        if after_newer {
             *self.effects.entry("stall-stale-after-newer").or_default() += requests;
+        }
+        if after_newer_script && scripts > 0 {
+            self.violations.push((
+                now,
+                format!(
+                    "{scripts} script(s) held on {peer} since {} µs ran after a script on a \
+                     connection the client opened since",
+                    since.as_micros()
+                ),
+            ));
         }
     }
 
@@ -167,7 +207,8 @@ impl Logged {
 
     /// `bytes` arrived and were fed to the master.
     pub fn fed(&self, bytes: &[u8]) {
-        self.served.conns.borrow_mut().fed(self.id, bytes);
+        let now = super::host::now();
+        self.served.conns.borrow_mut().fed(self.id, bytes, now);
     }
 }
 
@@ -276,16 +317,22 @@ impl Stalls {
             return;
         };
         let at = SocketAddr::new(sim.lookup(format!("m{master}")), PORT);
+        let mut log = self.masters[master].conns.borrow_mut();
+        log.watch_from.get_or_insert(now);
+        drop(log);
         sim.hold_stream(peer, at);
         if both_ways {
             sim.hold_stream(at, peer);
         }
-        let window = history.fault(master, Some(client), now);
         let ways = if both_ways { "both ways" } else { "requests" };
         let reset = match reset_at {
             Some(at) => format!(", client side reset at +{}ms", (at - now).as_millis()),
             None => String::new(),
         };
+        // A held release or cleanup leaves its key until the lift, or until its TTL if the
+        // client's side is reset meanwhile (the master closes the old connection, with what it
+        // held, before the replacement carries anything): what other link faults excuse.
+        let window = history.fault(master, Some(client), now);
         history.event(
             now,
             format_args!(
