@@ -10,6 +10,7 @@
 pub mod batches;
 pub mod beyond;
 pub mod checker;
+pub mod conns;
 pub mod flood;
 pub mod handoff;
 pub mod history;
@@ -19,10 +20,10 @@ pub mod leases;
 pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;
-pub mod stall;
 pub mod scheduled;
 pub mod seams;
 pub mod slots;
+pub mod stall;
 pub mod waiter;
 pub mod workload;
 
@@ -213,7 +214,7 @@ pub fn run(config: &Config) -> Outcome {
             *history.effects.entry(effect).or_default() += n;
         }
         for (at, what) in std::mem::take(&mut conns.violations) {
-            history.violation(at, stall::STALE_AFTER_RECONNECT, format_args!("{what}"));
+            history.violation(at, conns::STALE_AFTER_RECONNECT, format_args!("{what}"));
         }
     }
     let effects: Vec<String> = history

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use turmoil::net::{TcpListener, TcpStream};
 
-use super::stall::{ConnLog, Logged};
+use super::conns::{ConnLog, Logged};
 use crate::clock::SimClock;
 use crate::master::SimMaster;
 
@@ -34,7 +34,7 @@ pub struct Served {
     pub down_until: Cell<Duration>,
     /// Until when (simulated time) it does not process anything: a paused process.
     pub paused_until: Cell<Duration>,
-    /// The connections it accepted (see [`super::stall`]).
+    /// The connections it accepted (see [`super::conns`]).
     pub conns: RefCell<ConnLog>,
     /// Woken after a batch that wrote to, or closed, another connection (a `PUBLISH`, a
     /// `CLIENT KILL`).
