@@ -4,7 +4,7 @@
 //! on a connection the same client opened since the stall began, and the checker
 //! `stale-after-reconnect` over the scripts among them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
@@ -20,16 +20,19 @@ pub struct ConnLog {
     pub effects: BTreeMap<&'static str, u64>,
     /// Stale scripts run after a newer connection's script: when, and what.
     pub violations: Vec<(Duration, String)>,
-    /// When the first stall on this master began: connections accepted since are watched.
-    pub(super) watch_from: Option<Duration>,
 }
 
-/// The checker of stale requests: a script held on a connection never runs after a script
-/// the same client sent on a connection it opened since (its replacement). The library keeps a
+/// The checker of stale requests: a script held on a connection never runs after a script for
+/// the same key and lock value (an acquisition's cleanup, a release) that the same client sent
+/// on a connection it opened since (its replacement: a key's requests all go on one
+/// connection). The library keeps a
 /// connection across timeouts (`transport/pooled.rs`: its requests stay in order) and closes a
 /// broken one on the master before the replacement carries anything (`transport/orphan.rs`),
 /// so a stale acquisition never lands after its cleanup sent on the replacement.
 pub const STALE_AFTER_RECONNECT: &str = "stale-after-reconnect";
+
+/// A script's first key and a lock value it carried.
+type Claim = (Vec<u8>, u64);
 
 struct Conn {
     id: u64,
@@ -39,8 +42,12 @@ struct Conn {
     closed_at: Option<Duration>,
     /// Whether a request arrived on it.
     fed: bool,
-    /// Whether a script arrived on it (looked at only while stalls are watched).
-    ran_script: bool,
+    /// Since when a stall holds it, until what it held has landed.
+    stalled_since: Option<Duration>,
+    /// The keys and lock values its scripts carried, while one of its client's stalls may still land
+    /// (see [`ConnLog::fed`]), and the part of a request that arrived.
+    values: BTreeSet<Claim>,
+    partial: Vec<u8>,
     stale: Option<Stale>,
 }
 
@@ -70,7 +77,9 @@ impl ConnLog {
             accepted_at: now,
             closed_at: None,
             fed: false,
-            ran_script: false,
+            stalled_since: None,
+            values: BTreeSet::new(),
+            partial: Vec::new(),
             stale: None,
         });
         self.next_id
@@ -79,16 +88,26 @@ impl ConnLog {
     /// `bytes` arrived on connection `id` at `now` and were fed to the master: counts the
     /// stale requests among them, and those that run after a request on a newer connection of
     /// the same client (opened since the stall began); a stale script run after a newer
-    /// connection's script is a violation (see [`STALE_AFTER_RECONNECT`]).
+    /// connection's script for the same key and lock value is a violation (see
+    /// [`STALE_AFTER_RECONNECT`]).
     pub fn fed(&mut self, id: u64, bytes: &[u8], now: Duration) {
         let Some(at) = self.conns.iter().position(|c| c.id == id) else {
             return;
         };
+        let (ip, accepted_at) = (self.conns[at].peer.ip(), self.conns[at].accepted_at);
+        // A connection opened since one of its client's stalls began, while that stall's
+        // requests may still land: the lock values of its scripts are remembered.
+        let watched = self.conns.iter().any(|c| {
+            c.id != id && c.peer.ip() == ip && c.stalled_since.is_some_and(|s| accepted_at >= s)
+        });
         let conn = &mut self.conns[at];
         conn.fed = true;
-        // Only connections opened since a stall began are compared with stale requests.
-        if self.watch_from.is_some_and(|from| conn.accepted_at >= from) && !conn.ran_script {
-            conn.ran_script = bytes.windows(4).any(|w| w == b"EVAL");
+        if watched && conn.stale.is_none() {
+            conn.partial.extend_from_slice(bytes);
+            while let Ok(Some((args, used))) = crate::resp::parse_request(&conn.partial) {
+                conn.partial.drain(..used);
+                conn.values.extend(script_claims(&args));
+            }
         }
         let Some(stale) = conn.stale.as_mut() else {
             return;
@@ -98,40 +117,37 @@ impl ConnLog {
             .min(usize::try_from(stale.left).unwrap_or(usize::MAX));
         stale.left -= take as u64;
         stale.partial.extend_from_slice(&bytes[..take]);
-        let (mut requests, mut scripts) = (0, 0);
+        let (mut requests, mut values) = (0, BTreeSet::new());
         while let Ok(Some((args, used))) = crate::resp::parse_request(&stale.partial) {
             stale.partial.drain(..used);
             requests += 1;
-            let name = args.first().map(Vec::as_slice).unwrap_or_default();
-            if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
-                scripts += 1;
-            }
+            values.extend(script_claims(&args));
         }
         let since = stale.since;
         if stale.left == 0 {
             conn.stale = None;
+            conn.stalled_since = None;
         }
         let peer = conn.peer;
-        let newer = |script: bool| {
-            self.conns.iter().any(|c| {
-                c.id != id
-                    && c.peer.ip() == peer.ip()
-                    && c.accepted_at >= since
-                    && c.fed
-                    && (!script || c.ran_script)
-            })
-        };
-        let (after_newer, after_newer_script) = (newer(false), newer(true));
+        let newer: Vec<&Conn> = self
+            .conns
+            .iter()
+            .filter(|c| c.id != id && c.peer.ip() == ip && c.accepted_at >= since && c.fed)
+            .collect();
         *self.effects.entry("stall-stale-requests").or_default() += requests;
-        if after_newer {
+        if !newer.is_empty() {
             *self.effects.entry("stall-stale-after-newer").or_default() += requests;
         }
-        if after_newer_script && scripts > 0 {
+        let overtaken = values
+            .iter()
+            .filter(|v| newer.iter().any(|c| c.values.contains(v)))
+            .count();
+        if overtaken > 0 {
             self.violations.push((
                 now,
                 format!(
-                    "{scripts} script(s) held on {peer} since {} µs ran after a script on a \
-                     connection the client opened since",
+                    "{overtaken} script(s) held on {peer} since {} µs ran after a script for \
+                     the same key and value on a connection the client opened since",
                     since.as_micros()
                 ),
             ));
@@ -155,6 +171,17 @@ impl ConnLog {
             .collect()
     }
 
+    /// A stall holds the connection from `peer` since `since`.
+    pub(super) fn stalled(&mut self, peer: SocketAddr, since: Duration) {
+        if let Some(conn) = self
+            .conns
+            .iter_mut()
+            .find(|c| c.peer == peer && c.closed_at.is_none())
+        {
+            conn.stalled_since = Some(since);
+        }
+    }
+
     /// The `bytes` held on the connection from `peer` since `since` are on their way: whether
     /// the master's side is still open to run them.
     pub(super) fn held(&mut self, peer: SocketAddr, since: Duration, bytes: u64) -> bool {
@@ -165,6 +192,10 @@ impl ConnLog {
         else {
             return false;
         };
+        if bytes == 0 {
+            conn.stalled_since = None;
+            return true;
+        }
         conn.stale = Some(Stale {
             since,
             left: bytes,
@@ -202,4 +233,30 @@ impl Drop for Logged {
         let now = super::host::now();
         self.served.conns.borrow_mut().closed(self.id, now);
     }
+}
+
+/// What a request carries if it is a script (`EVAL`, `EVALSHA`) on a key: its first key (which
+/// picks its connection in the library) with each argument that starts with 32 hex digits (a
+/// lock value, or an election's `value:identity`), as [`super::seams::first_half`] reads it.
+fn script_claims(args: &[Vec<u8>]) -> Vec<Claim> {
+    let name = args.first().map(Vec::as_slice).unwrap_or_default();
+    if !name.eq_ignore_ascii_case(b"EVALSHA") && !name.eq_ignore_ascii_case(b"EVAL") {
+        return Vec::new();
+    }
+    let keys = args
+        .get(2)
+        .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    let Some(key) = args.get(3).filter(|_| keys > 0) else {
+        return Vec::new();
+    };
+    args.iter()
+        .skip(3 + keys)
+        .filter(|arg| {
+            arg.get(..32)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+        })
+        .filter_map(|arg| super::seams::first_half(arg))
+        .map(|value| (key.clone(), value))
+        .collect()
 }

@@ -129,9 +129,7 @@ impl Stalls {
             return;
         };
         let at = SocketAddr::new(sim.lookup(format!("m{master}")), PORT);
-        let mut log = self.masters[master].conns.borrow_mut();
-        log.watch_from.get_or_insert(now);
-        drop(log);
+        self.masters[master].conns.borrow_mut().stalled(peer, now);
         sim.hold_stream(peer, at);
         if both_ways {
             sim.hold_stream(at, peer);
