@@ -599,8 +599,8 @@ impl Nemesis {
                     }
                     for sent in link {
                         let (src, dst) = sent.pair();
-                        if (src.ip(), dst.ip()) == (from, to) {
-                            sent.deliver();
+                        // A stalled connection's segments stay held (`stall`).
+                        if (src.ip(), dst.ip()) == (from, to) && sent.deliver() {
                             *passed += 1;
                         }
                     }

@@ -98,12 +98,14 @@ impl SentRef<'_> {
 
     /// Schedule the message for delivery the next time the simulation steps,
     /// consuming the item. A segment of a connection held by [`crate::Sim::hold_stream`]
-    /// stays held.
-    pub fn deliver(self) {
+    /// stays held: whether it was scheduled. (The return value is not in upstream turmoil
+    /// 0.7.2.)
+    pub fn deliver(self) -> bool {
         if is_sequenced(&self.sent.protocol) && self.held_streams.contains(&(self.src, self.dst)) {
-            return;
+            return false;
         }
         self.sent.deliver(self.now);
+        true
     }
 }
 
