@@ -19,6 +19,7 @@ pub mod leases;
 pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;
+pub mod reentrant;
 pub mod scheduled;
 pub mod seams;
 pub mod slots;

@@ -192,7 +192,22 @@ fn overlaps(group: &[&Hold], limits: Limits, violations: &mut Violations) {
     }
     events.sort_unstable();
     let (mut exclusive, mut permits, mut readers, mut writers) = (0usize, 0usize, 0usize, 0usize);
+    // A reentrant owner's guards count as one holder while any of them holds.
+    let mut guards_of: BTreeMap<u32, usize> = BTreeMap::new();
     for (_, start, i) in events {
+        if let Some(owner) = group[i].owner {
+            let guards = guards_of.entry(owner).or_default();
+            let before = *guards;
+            if start == 0 {
+                *guards -= 1;
+            } else {
+                *guards += 1;
+            }
+            // Only the owner's first guard in and its last guard out change the count.
+            if before != usize::from(start == 0) {
+                continue;
+            }
+        }
         let counter = match group[i].kind {
             Kind::Lock | Kind::Set | Kind::Lease | Kind::Leader => &mut exclusive,
             Kind::Permit => &mut permits,
@@ -221,7 +236,8 @@ fn overlaps(group: &[&Hold], limits: Limits, violations: &mut Violations) {
 }
 
 /// A fenced grant's token is above the token of every grant of its group that was granted
-/// before it was asked for.
+/// before it was asked for, except its own reentrant owner's (a re-entry keeps its hold's
+/// token; `reentrant-token` judges those as they are made).
 fn token_order(group: &[&Hold], violations: &mut Violations) {
     let mut fenced: Vec<&Hold> = group
         .iter()
@@ -231,13 +247,38 @@ fn token_order(group: &[&Hold], violations: &mut Violations) {
     fenced.sort_by_key(|h| h.granted);
     let mut by_ask = fenced.clone();
     by_ask.sort_by_key(|h| h.asked);
-    let (mut before, mut highest) = (0, None::<u64>);
+    // The highest token granted so far with its holder, and the highest of every other holder
+    // (a plain hold, `owner: None`, is a holder of its own): whatever a hold's owner, the highest
+    // token another holder had is one of the two.
+    let mut top: Option<(u64, Option<u32>)> = None;
+    let mut others_top: Option<u64> = None;
+    let same = |a: Option<u32>, b: Option<u32>| a.is_some() && a == b;
+    let mut before = 0;
     for hold in by_ask {
         while before < fenced.len() && fenced[before].granted < hold.asked {
-            highest = highest.max(fenced[before].token);
+            let (token, owner) = (
+                fenced[before].token.unwrap_or_default(),
+                fenced[before].owner,
+            );
+            top = match top {
+                None => Some((token, owner)),
+                Some((t, o)) if same(owner, o) => Some((t.max(token), o)),
+                Some((t, _)) if token > t => {
+                    others_top = Some(t);
+                    Some((token, owner))
+                }
+                Some(kept) => {
+                    others_top = others_top.max(Some(token));
+                    Some(kept)
+                }
+            };
             before += 1;
         }
-        if highest.is_some() && hold.token <= highest {
+        let others = match top {
+            Some((_, o)) if same(hold.owner, o) => others_top,
+            top => top.map(|(token, _)| token),
+        };
+        if others.is_some() && hold.token <= others {
             *violations.entry("token-order").or_default() += 1;
         }
     }
@@ -257,6 +298,15 @@ mod tests {
             until: Duration::from_millis(to),
             token,
             valid_until: None,
+            owner: None,
+        }
+    }
+
+    /// A guard of reentrant owner `owner`.
+    fn guard(owner: u32, from: u64, to: u64, token: Option<u64>) -> Hold {
+        Hold {
+            owner: Some(owner),
+            ..hold(Kind::Lock, from, to, token)
         }
     }
 
@@ -367,5 +417,46 @@ mod tests {
             hold(Kind::Lock, 10, 20, Some(5)),
         ];
         assert_eq!(check(&falling, LIMITS).get("token-order"), Some(&1));
+    }
+
+    #[test]
+    fn a_reentrant_owners_guards_overlap_and_exclude_everyone_else() {
+        let nested = [
+            guard(1, 0, 30, None),
+            guard(1, 5, 10, None),
+            guard(1, 20, 40, None),
+        ];
+        assert!(check(&nested, LIMITS).is_empty());
+        let then_plain = [&nested[..], &[hold(Kind::Lock, 40, 50, None)]].concat();
+        assert!(check(&then_plain, LIMITS).is_empty());
+        // Another holder inside the owner's later guard, after its first one ended.
+        let plain = [&nested[..], &[hold(Kind::Lock, 35, 50, None)]].concat();
+        assert_eq!(check(&plain, LIMITS).get("mutual-exclusion"), Some(&1));
+        let other = [&nested[..], &[guard(2, 12, 15, None)]].concat();
+        assert_eq!(check(&other, LIMITS).get("mutual-exclusion"), Some(&1));
+    }
+
+    #[test]
+    fn a_re_entry_keeps_its_owners_token_and_no_one_elses() {
+        let kept = [guard(1, 0, 30, Some(5)), guard(1, 10, 20, Some(5))];
+        assert!(check(&kept, LIMITS).is_empty());
+        // Another owner (or a plain holder) after the owner's hold needs a higher token.
+        for later in [guard(2, 30, 40, Some(5)), hold(Kind::Lock, 30, 40, Some(5))] {
+            let stale = [&kept[..], &[later]].concat();
+            assert_eq!(check(&stale, LIMITS).get("token-order"), Some(&1));
+        }
+        // The owner's new hold after another holder's grant needs a higher token than it.
+        let back = [
+            &kept[..],
+            &[hold(Kind::Lock, 30, 40, Some(6)), guard(1, 40, 50, Some(6))],
+        ]
+        .concat();
+        assert_eq!(check(&back, LIMITS).get("token-order"), Some(&1));
+        let fresh = [
+            &kept[..],
+            &[hold(Kind::Lock, 30, 40, Some(6)), guard(1, 40, 50, Some(7))],
+        ]
+        .concat();
+        assert!(check(&fresh, LIMITS).is_empty());
     }
 }
