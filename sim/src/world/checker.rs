@@ -102,6 +102,34 @@ pub fn slots_at_most_once(runs: &[SlotRun], retention: Duration, violations: &mu
     }
 }
 
+/// The attempts of each retried slot of `job` (its runs, claimed again after one was
+/// cancelled): never two at once (`retry-overlap`, less 100 ms as in [`runs_apart`]), each
+/// attempt's fencing token above every earlier attempt's (`retry-token`), and at most
+/// `max_attempts` of them (`retry-attempts`).
+pub fn retries(runs: &[SlotRun], job: &str, max_attempts: u32, violations: &mut Violations) {
+    let prefix = format!("{job}/");
+    let mut by_slot: BTreeMap<&str, Vec<&SlotRun>> = BTreeMap::new();
+    for run in runs.iter().filter(|r| r.slot.starts_with(&prefix)) {
+        by_slot.entry(&run.slot).or_default().push(run);
+    }
+    let slack = Duration::from_millis(100);
+    for attempts in by_slot.values_mut() {
+        attempts.sort_by_key(|r| r.granted);
+        if attempts.len() > max_attempts as usize {
+            *violations.entry("retry-attempts").or_default() += 1;
+        }
+        for (i, later) in attempts.iter().enumerate() {
+            let earlier = &attempts[..i];
+            if earlier.iter().any(|r| later.granted + slack < r.ended) {
+                *violations.entry("retry-overlap").or_default() += 1;
+            }
+            if earlier.iter().any(|r| later.token <= r.token) {
+                *violations.entry("retry-token").or_default() += 1;
+            }
+        }
+    }
+}
+
 /// `forbid-overlap`: the runs of a [`Concurrency::Forbid`](quorumlock_scheduler::Concurrency)
 /// job (their slots start with `job/`) never overlap, whichever clients and slots: each run
 /// holds the job's lock. A run that stopped when its lease was lost is seen to stop up to a
@@ -417,6 +445,43 @@ mod tests {
             hold(Kind::Lock, 10, 20, Some(5)),
         ];
         assert_eq!(check(&falling, LIMITS).get("token-order"), Some(&1));
+    }
+
+    #[test]
+    fn a_retried_slots_attempts_come_one_after_another_with_rising_tokens() {
+        let attempt = |from: u64, to: u64, token: u64| SlotRun {
+            client: 0,
+            slot: "retry/1".into(),
+            checker: "retry-overlap",
+            granted: Duration::from_millis(from),
+            ended: Duration::from_millis(to),
+            valid_until: None,
+            token: Some(token),
+        };
+        let judge = |runs: &[SlotRun]| {
+            let mut violations = Violations::new();
+            retries(runs, "retry", 2, &mut violations);
+            violations
+        };
+        assert!(judge(&[attempt(0, 100, 5), attempt(400, 500, 6)]).is_empty());
+        // Within the 100 ms a cancelled run may take to stop: fine; beyond it, an overlap.
+        assert!(judge(&[attempt(0, 150, 5), attempt(60, 500, 6)]).is_empty());
+        let overlap = judge(&[attempt(0, 300, 5), attempt(100, 500, 6)]);
+        assert_eq!(overlap.get("retry-overlap"), Some(&1));
+        let stale = judge(&[attempt(0, 100, 6), attempt(400, 500, 6)]);
+        assert_eq!(stale.get("retry-token"), Some(&1));
+        let third = [
+            attempt(0, 100, 5),
+            attempt(400, 500, 6),
+            attempt(900, 950, 7),
+        ];
+        assert_eq!(judge(&third).get("retry-attempts"), Some(&1));
+        // Another job's runs are not this one's.
+        let other = SlotRun {
+            slot: "tick/1".into(),
+            ..attempt(50, 500, 1)
+        };
+        assert!(judge(&[attempt(0, 100, 5), other]).is_empty());
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub struct SlotRun {
     /// The end of its lease's validity as the library had it when the run stopped (see
     /// [`Hold::valid_until`]), if known.
     pub valid_until: Option<Duration>,
+    /// Its claim's fencing token, where the checker needs it (a retried slot's attempts).
+    pub token: Option<u64>,
 }
 
 /// A client process paused (frozen) by the nemesis, from `from` to `to`.

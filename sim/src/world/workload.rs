@@ -34,6 +34,8 @@ const SLOT_WORKERS: u64 = 2;
 pub struct Client {
     /// Its index (host `c{index}`).
     pub index: usize,
+    /// How many workload clients the run has (hosts `c0`, `c1`, ...).
+    pub clients: usize,
     /// How many masters there are (hosts `m0`, `m1`, ...).
     pub masters: usize,
     /// The masters themselves, for checkers that read their data.
