@@ -20,6 +20,7 @@ pub mod leases;
 pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;
+pub mod reentrant;
 pub mod scheduled;
 pub mod seams;
 pub mod slots;
@@ -147,6 +148,7 @@ pub fn run(config: &Config) -> Outcome {
     let stop_at = config.faulty_for;
     let client = |index: usize, workers: usize, seed: u64| Client {
         index,
+        clients: config.clients,
         masters: config.masters,
         served: masters.clone(),
         workers,
@@ -231,8 +233,20 @@ pub fn run(config: &Config) -> Outcome {
         readers: quorumlock::defaults::RW_READERS,
     };
     let mut violations = checker::check(&history.holds, limits);
-    checker::slots_at_most_once(&history.slot_runs, slots::RETENTION, &mut violations);
-    checker::runs_apart(&history.slot_runs, scheduled::FORBID_JOB, &mut violations);
+    // A retried slot runs again by design: its attempts are judged apart.
+    let (retried, once): (Vec<_>, Vec<_>) = history
+        .slot_runs
+        .iter()
+        .cloned()
+        .partition(|run| run.checker == scheduled::RETRY_OVERLAP);
+    checker::slots_at_most_once(&once, slots::RETENTION, &mut violations);
+    checker::runs_apart(&once, scheduled::FORBID_JOB, &mut violations);
+    checker::retries(
+        &retried,
+        scheduled::RETRY_JOB,
+        scheduled::RETRY_ATTEMPTS,
+        &mut violations,
+    );
     for (checker, n) in &history.seen {
         *violations.entry(checker).or_default() += n;
     }
