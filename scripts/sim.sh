@@ -14,7 +14,7 @@
 #                                        # way, and print the command that replays it
 #   more: --seconds T (faulty simulated time per seed, 20), --masters, --clients, --workers,
 #   --faults NAME,... (only those faults: hold, isolate, slow-link, master-pause, client-clock,
-#   crash, slow-master, quorum-restore, one-way, ring, client-pause)
+#   crash, slow-master, quorum-restore, one-way, ring, client-pause, stall)
 #
 # The simulation is built with `--cfg tokio_unstable`: only then does turmoil seed tokio's
 # generator (`select!` branch order, the order a watch channel wakes its receivers), which is

@@ -84,7 +84,7 @@ RUSTFLAGS="--cfg tokio_unstable --cfg quorumlock_mutants" CARGO_TARGET_DIR=targe
 # the mutant table says it takes (a run stops at the first seed that catches it).
 for mutant in minority-quorum:3 rw-reader-misses-writer:3 zero-drift:3 late-extend:3 \
     grant-exhausted:4 quarantine-ignored:3 skip-write-back:7 slot-record-not-renewed:7 \
-    trust-durable-restarts:5 set-cleanup-announces:4 no-cleanup:3; do
+    trust-durable-restarts:5 set-cleanup-announces:4 no-cleanup:3 no-orphan-close:3; do
     scripts/sim.sh --mutant "${mutant%:*}" --seeds "${mutant#*:}" --seconds 10
 done
 # Faults outside the model must break the lock (seen: clock-jump on seeds 1, 2, 5, 7 of 1-7;

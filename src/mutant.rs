@@ -73,6 +73,11 @@ pub enum Mutant {
     /// when its keys landed on a quorum (quarantined masters grant without counting), the
     /// announcement wakes the caller's own waiter straight into the next round, which spins.
     SetCleanupAnnounces,
+    /// A broken connection's replacement does not close it on the master first: a request
+    /// still on its way on the old connection (a stalled flow, bytes in a paused master's
+    /// socket) runs after what the replacement carried, a cleanup included, and its key then
+    /// lives until its TTL.
+    NoOrphanClose,
 }
 
 /// Notes a reply of an acquire round: when the first one came (`ClockAfterFirstReply`; an error

@@ -10,6 +10,7 @@
 pub mod batches;
 pub mod beyond;
 pub mod checker;
+pub mod conns;
 pub mod flood;
 pub mod handoff;
 pub mod history;
@@ -19,9 +20,11 @@ pub mod leases;
 pub mod lifetime;
 pub mod mutants;
 pub mod nemesis;
+pub mod reentrant;
 pub mod scheduled;
 pub mod seams;
 pub mod slots;
+pub mod stall;
 pub mod waiter;
 pub mod workload;
 
@@ -145,6 +148,7 @@ pub fn run(config: &Config) -> Outcome {
     let stop_at = config.faulty_for;
     let client = |index: usize, workers: usize, seed: u64| Client {
         index,
+        clients: config.clients,
         masters: config.masters,
         served: masters.clone(),
         workers,
@@ -206,6 +210,15 @@ pub fn run(config: &Config) -> Outcome {
             .entry("pause-outlived-validity")
             .or_default() += outlived;
     }
+    for served in &masters {
+        let mut conns = served.conns.borrow_mut();
+        for (effect, n) in &conns.effects {
+            *history.effects.entry(effect).or_default() += n;
+        }
+        for (at, what) in std::mem::take(&mut conns.violations) {
+            history.violation(at, conns::STALE_AFTER_RECONNECT, format_args!("{what}"));
+        }
+    }
     let effects: Vec<String> = history
         .effects
         .iter()
@@ -220,11 +233,23 @@ pub fn run(config: &Config) -> Outcome {
         readers: quorumlock::defaults::RW_READERS,
     };
     let mut violations = checker::check(&history.holds, limits);
-    checker::slots_at_most_once(&history.slot_runs, slots::RETENTION, &mut violations);
+    // A retried slot runs again by design: its attempts are judged apart.
+    let (retried, once): (Vec<_>, Vec<_>) = history
+        .slot_runs
+        .iter()
+        .cloned()
+        .partition(|run| run.checker == scheduled::RETRY_OVERLAP);
+    checker::slots_at_most_once(&once, slots::RETENTION, &mut violations);
     checker::runs_apart(
-        &history.slot_runs,
+        &once,
         scheduled::FORBID_JOB,
         &history.pauses,
+        &mut violations,
+    );
+    checker::retries(
+        &retried,
+        scheduled::RETRY_JOB,
+        scheduled::RETRY_ATTEMPTS,
         &mut violations,
     );
     for (checker, n) in &history.seen {

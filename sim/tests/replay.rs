@@ -74,3 +74,41 @@ fn one_seed_replays_across_processes() {
     let again = hash_in_a_process(seed, seconds);
     assert_eq!(first.join().expect("first process"), again);
 }
+
+/// A seed with stalled connections replays too (which connection, how long, which client sides
+/// are reset and when, all from the seed), and the stalls took effect: requests held, stale
+/// ones run late, others landing on a master side the library had closed.
+#[test]
+#[cfg_attr(
+    not(tokio_unstable),
+    ignore = "needs --cfg tokio_unstable, as scripts/sim.sh builds"
+)]
+fn a_seed_with_stalls_replays_byte_for_byte() {
+    let config = Config {
+        seed: 6,
+        masters: 3,
+        clients: 2,
+        workers: 4,
+        faulty_for: Duration::from_secs(4),
+        mutant: None,
+        beyond: None,
+        faults: Some(vec!["stall"]),
+    };
+    let first = run(&config);
+    let again = run(&config);
+    assert!(first.violations.is_empty(), "{first:?}");
+    for effect in [
+        "stall-requests-held",
+        "stall-client-resets",
+        "stall-stale-requests",
+        "stall-requests-on-closed",
+    ] {
+        assert!(
+            first.effects.get(effect).is_some_and(|&n| n > 0),
+            "{effect}: {:?}",
+            first.effects
+        );
+    }
+    assert_eq!(first.trace_hash, again.trace_hash);
+    assert_eq!(first.effects, again.effects);
+}

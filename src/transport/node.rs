@@ -259,6 +259,10 @@ impl RedisNode {
                 }
             };
             let discarded = pooled.discard(generation);
+            #[cfg(quorumlock_mutants)]
+            if discarded && self.mutant == Some(Mutant::NoOrphanClose) {
+                pooled.forget_orphan();
+            }
             if discarded {
                 tracing::debug!(node = %self.address.display, generation, error = %kind, "connection broken, discarding");
                 pooled.backlog.unanswered.store(0, Ordering::Relaxed);

@@ -179,6 +179,12 @@ impl PooledConnection {
         current
     }
 
+    /// Forgets the broken connection to close on the master (the `NoOrphanClose` mutant).
+    #[cfg(quorumlock_mutants)]
+    pub(crate) fn forget_orphan(&self) {
+        self.state().orphan = None;
+    }
+
     /// Starts opening a connection on a task of its own, so that it completes even if every
     /// request waiting for it gives up. It replaces `orphan`, if any.
     fn start_connecting(&self, orphan: Option<MasterSide>) -> Result<ConnectFuture, NodeErrorKind> {

@@ -87,6 +87,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng) {
                     granted,
                     ended: now(),
                     valid_until: Some(sim_time_of(lease.valid_until())),
+                    token: None,
                 });
                 let _ = match abandon {
                     true => run.abandon().await,

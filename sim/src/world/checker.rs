@@ -104,6 +104,34 @@ pub fn slots_at_most_once(runs: &[SlotRun], retention: Duration, violations: &mu
     }
 }
 
+/// The attempts of each retried slot of `job` (its runs, claimed again after one was
+/// cancelled): never two at once (`retry-overlap`, less 100 ms as in [`runs_apart`]), each
+/// attempt's fencing token above every earlier attempt's (`retry-token`), and at most
+/// `max_attempts` of them (`retry-attempts`).
+pub fn retries(runs: &[SlotRun], job: &str, max_attempts: u32, violations: &mut Violations) {
+    let prefix = format!("{job}/");
+    let mut by_slot: BTreeMap<&str, Vec<&SlotRun>> = BTreeMap::new();
+    for run in runs.iter().filter(|r| r.slot.starts_with(&prefix)) {
+        by_slot.entry(&run.slot).or_default().push(run);
+    }
+    let slack = Duration::from_millis(100);
+    for attempts in by_slot.values_mut() {
+        attempts.sort_by_key(|r| r.granted);
+        if attempts.len() > max_attempts as usize {
+            *violations.entry("retry-attempts").or_default() += 1;
+        }
+        for (i, later) in attempts.iter().enumerate() {
+            let earlier = &attempts[..i];
+            if earlier.iter().any(|r| later.granted + slack < r.ended) {
+                *violations.entry("retry-overlap").or_default() += 1;
+            }
+            if earlier.iter().any(|r| later.token <= r.token) {
+                *violations.entry("retry-token").or_default() += 1;
+            }
+        }
+    }
+}
+
 /// `forbid-overlap`: the runs of a [`Concurrency::Forbid`](quorumlock_scheduler::Concurrency)
 /// job (their slots start with `job/`) never overlap, whichever clients and slots: each run
 /// holds the job's lock, and ends when that lock's lease or its claim's ends, before the lock
@@ -214,7 +242,22 @@ fn overlaps(group: &[&Hold], limits: Limits, violations: &mut Violations) {
     }
     events.sort_unstable();
     let (mut exclusive, mut permits, mut readers, mut writers) = (0usize, 0usize, 0usize, 0usize);
+    // A reentrant owner's guards count as one holder while any of them holds.
+    let mut guards_of: BTreeMap<u32, usize> = BTreeMap::new();
     for (_, start, i) in events {
+        if let Some(owner) = group[i].owner {
+            let guards = guards_of.entry(owner).or_default();
+            let before = *guards;
+            if start == 0 {
+                *guards -= 1;
+            } else {
+                *guards += 1;
+            }
+            // Only the owner's first guard in and its last guard out change the count.
+            if before != usize::from(start == 0) {
+                continue;
+            }
+        }
         let counter = match group[i].kind {
             Kind::Lock | Kind::Set | Kind::Lease | Kind::Leader => &mut exclusive,
             Kind::Permit => &mut permits,
@@ -243,7 +286,8 @@ fn overlaps(group: &[&Hold], limits: Limits, violations: &mut Violations) {
 }
 
 /// A fenced grant's token is above the token of every grant of its group that was granted
-/// before it was asked for.
+/// before it was asked for, except its own reentrant owner's (a re-entry keeps its hold's
+/// token; `reentrant-token` judges those as they are made).
 fn token_order(group: &[&Hold], violations: &mut Violations) {
     let mut fenced: Vec<&Hold> = group
         .iter()
@@ -253,13 +297,38 @@ fn token_order(group: &[&Hold], violations: &mut Violations) {
     fenced.sort_by_key(|h| h.granted);
     let mut by_ask = fenced.clone();
     by_ask.sort_by_key(|h| h.asked);
-    let (mut before, mut highest) = (0, None::<u64>);
+    // The highest token granted so far with its holder, and the highest of every other holder
+    // (a plain hold, `owner: None`, is a holder of its own): whatever a hold's owner, the highest
+    // token another holder had is one of the two.
+    let mut top: Option<(u64, Option<u32>)> = None;
+    let mut others_top: Option<u64> = None;
+    let same = |a: Option<u32>, b: Option<u32>| a.is_some() && a == b;
+    let mut before = 0;
     for hold in by_ask {
         while before < fenced.len() && fenced[before].granted < hold.asked {
-            highest = highest.max(fenced[before].token);
+            let (token, owner) = (
+                fenced[before].token.unwrap_or_default(),
+                fenced[before].owner,
+            );
+            top = match top {
+                None => Some((token, owner)),
+                Some((t, o)) if same(owner, o) => Some((t.max(token), o)),
+                Some((t, _)) if token > t => {
+                    others_top = Some(t);
+                    Some((token, owner))
+                }
+                Some(kept) => {
+                    others_top = others_top.max(Some(token));
+                    Some(kept)
+                }
+            };
             before += 1;
         }
-        if highest.is_some() && hold.token <= highest {
+        let others = match top {
+            Some((_, o)) if same(hold.owner, o) => others_top,
+            top => top.map(|(token, _)| token),
+        };
+        if others.is_some() && hold.token <= others {
             *violations.entry("token-order").or_default() += 1;
         }
     }
@@ -279,6 +348,15 @@ mod tests {
             until: Duration::from_millis(to),
             token,
             valid_until: None,
+            owner: None,
+        }
+    }
+
+    /// A guard of reentrant owner `owner`.
+    fn guard(owner: u32, from: u64, to: u64, token: Option<u64>) -> Hold {
+        Hold {
+            owner: Some(owner),
+            ..hold(Kind::Lock, from, to, token)
         }
     }
 
@@ -457,5 +535,83 @@ mod tests {
             hold(Kind::Lock, 10, 20, Some(5)),
         ];
         assert_eq!(check(&falling, LIMITS).get("token-order"), Some(&1));
+    }
+
+    #[test]
+    fn a_retried_slots_attempts_come_one_after_another_with_rising_tokens() {
+        let attempt = |from: u64, to: u64, token: u64| SlotRun {
+            client: 0,
+            slot: "retry/1".into(),
+            checker: "retry-overlap",
+            granted: Duration::from_millis(from),
+            ended: Duration::from_millis(to),
+            valid_until: None,
+            token: Some(token),
+        };
+        let judge = |runs: &[SlotRun]| {
+            let mut violations = Violations::new();
+            retries(runs, "retry", 2, &mut violations);
+            violations
+        };
+        assert!(judge(&[attempt(0, 100, 5), attempt(400, 500, 6)]).is_empty());
+        // Within the 100 ms a cancelled run may take to stop: fine; beyond it, an overlap.
+        assert!(judge(&[attempt(0, 150, 5), attempt(60, 500, 6)]).is_empty());
+        let overlap = judge(&[attempt(0, 300, 5), attempt(100, 500, 6)]);
+        assert_eq!(overlap.get("retry-overlap"), Some(&1));
+        let stale = judge(&[attempt(0, 100, 6), attempt(400, 500, 6)]);
+        assert_eq!(stale.get("retry-token"), Some(&1));
+        let third = [
+            attempt(0, 100, 5),
+            attempt(400, 500, 6),
+            attempt(900, 950, 7),
+        ];
+        assert_eq!(judge(&third).get("retry-attempts"), Some(&1));
+        // Another job's runs are not this one's.
+        let other = SlotRun {
+            slot: "tick/1".into(),
+            ..attempt(50, 500, 1)
+        };
+        assert!(judge(&[attempt(0, 100, 5), other]).is_empty());
+    }
+
+    #[test]
+    fn a_reentrant_owners_guards_overlap_and_exclude_everyone_else() {
+        let nested = [
+            guard(1, 0, 30, None),
+            guard(1, 5, 10, None),
+            guard(1, 20, 40, None),
+        ];
+        assert!(check(&nested, LIMITS).is_empty());
+        let then_plain = [&nested[..], &[hold(Kind::Lock, 40, 50, None)]].concat();
+        assert!(check(&then_plain, LIMITS).is_empty());
+        // Another holder inside the owner's later guard, after its first one ended.
+        let plain = [&nested[..], &[hold(Kind::Lock, 35, 50, None)]].concat();
+        assert_eq!(check(&plain, LIMITS).get("mutual-exclusion"), Some(&1));
+        let other = [&nested[..], &[guard(2, 12, 15, None)]].concat();
+        assert_eq!(check(&other, LIMITS).get("mutual-exclusion"), Some(&1));
+    }
+
+    #[test]
+    fn a_re_entry_keeps_its_owners_token_and_no_one_elses() {
+        let kept = [guard(1, 0, 30, Some(5)), guard(1, 10, 20, Some(5))];
+        assert!(check(&kept, LIMITS).is_empty());
+        // Another owner (or a plain holder) after the owner's hold needs a higher token.
+        for later in [guard(2, 30, 40, Some(5)), hold(Kind::Lock, 30, 40, Some(5))] {
+            let stale = [&kept[..], &[later]].concat();
+            assert_eq!(check(&stale, LIMITS).get("token-order"), Some(&1));
+        }
+        // The owner's new hold after another holder's grant needs a higher token than it.
+        let back = [
+            &kept[..],
+            &[hold(Kind::Lock, 30, 40, Some(6)), guard(1, 40, 50, Some(6))],
+        ]
+        .concat();
+        assert_eq!(check(&back, LIMITS).get("token-order"), Some(&1));
+        let fresh = [
+            &kept[..],
+            &[hold(Kind::Lock, 30, 40, Some(6)), guard(1, 40, 50, Some(7))],
+        ]
+        .concat();
+        assert!(check(&fresh, LIMITS).is_empty());
     }
 }

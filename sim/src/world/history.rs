@@ -46,6 +46,9 @@ pub struct Hold {
     /// the library had it when the hold ended. A holder whose process was paused counts on no
     /// more than that within the lock's model (see [`History::pauses`]).
     pub valid_until: Option<Duration>,
+    /// The reentrant owner whose guard this is (its session's operation number), if any: the
+    /// guards of one owner may overlap and share a token; they exclude every other holder.
+    pub owner: Option<u32>,
 }
 
 /// One run of a slot, as its runner had it: from the claim's grant until it stopped (its time
@@ -66,6 +69,8 @@ pub struct SlotRun {
     /// The end of its lease's validity as the library had it when the run stopped (see
     /// [`Hold::valid_until`]), if known.
     pub valid_until: Option<Duration>,
+    /// Its claim's fencing token, where the checker needs it (a retried slot's attempts).
+    pub token: Option<u64>,
 }
 
 /// A client process paused (frozen) by the nemesis, from `from` to `to`.
@@ -219,13 +224,16 @@ impl History {
         self.event(
             hold.granted,
             format_args!(
-                "c{} {:?} {} asked={} until={} token={:?}",
+                "c{} {:?} {} asked={} until={} token={:?}{}",
                 hold.client,
                 hold.kind,
                 hold.group,
                 hold.asked.as_micros(),
                 hold.until.as_micros(),
-                hold.token
+                hold.token,
+                hold.owner
+                    .map(|o| format!(" owner={o}"))
+                    .unwrap_or_default()
             ),
         );
         self.holds.push(hold);

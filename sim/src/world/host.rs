@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use turmoil::net::{TcpListener, TcpStream};
 
+use super::conns::{ConnLog, Logged};
 use crate::clock::SimClock;
 use crate::master::SimMaster;
 
@@ -33,6 +34,8 @@ pub struct Served {
     pub down_until: Cell<Duration>,
     /// Until when (simulated time) it does not process anything: a paused process.
     pub paused_until: Cell<Duration>,
+    /// The connections it accepted (see [`super::conns`]).
+    pub conns: RefCell<ConnLog>,
     /// Woken after a batch that wrote to, or closed, another connection (a `PUBLISH`, a
     /// `CLIENT KILL`).
     written: Notify,
@@ -48,6 +51,7 @@ impl Served {
             jump_us: Cell::new(0),
             down_until: Cell::new(Duration::ZERO),
             paused_until: Cell::new(Duration::ZERO),
+            conns: RefCell::new(ConnLog::default()),
             written: Notify::new(),
         }
     }
@@ -83,13 +87,14 @@ pub async fn serve(served: Rc<Served>) -> turmoil::Result {
     let listener = TcpListener::bind(("0.0.0.0", PORT)).await?;
     loop {
         let (stream, peer) = listener.accept().await?;
-        tokio::task::spawn_local(connection(Rc::clone(&served), stream, peer.to_string()));
+        tokio::task::spawn_local(connection(Rc::clone(&served), stream, peer));
     }
 }
 
 /// One client connection: bytes in, replies and pushed messages out, in order.
-async fn connection(served: Rc<Served>, stream: TcpStream, peer: String) {
-    let id = served.master.borrow_mut().connect(&peer);
+async fn connection(served: Rc<Served>, stream: TcpStream, peer: std::net::SocketAddr) {
+    let id = served.master.borrow_mut().connect(&peer.to_string());
+    let logged = Logged::new(&served, peer);
     let (mut read, mut write) = stream.into_split();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -120,6 +125,7 @@ async fn connection(served: Rc<Served>, stream: TcpStream, peer: String) {
             master.feed(id, &buf[..n]);
             master.take_others_touched()
         };
+        logged.fed(&buf[..n]);
         // Waking every connection after every batch costs a poll of each: only a batch that
         // wrote to (or closed) another connection needs it.
         if others_touched {

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use super::history::History;
 use super::host::Served;
+use super::scheduled;
 use super::seams::SimWorld;
 use super::workload::MAX_TTL;
 use crate::keyspace::{Data, Entry};
@@ -50,6 +51,8 @@ enum Class {
     Lock,
     /// A slot's record: the claim TTL plus the retention, at most.
     SlotRecord,
+    /// A record of a job of the scheduler's fleet, kept longer (see `scheduled`).
+    FleetRecord,
     /// A fence counter: the fence retention, at most.
     Fence,
     /// The epoch marker, the provisioning record: no expiry needed.
@@ -66,7 +69,12 @@ fn classify(key: &[u8]) -> Class {
         return Class::Lock;
     };
     let starts = |p: &[u8]| reserved.starts_with(p);
-    if starts(b"slot-record:") {
+    if reserved
+        .strip_prefix(b"slot-record:")
+        .is_some_and(scheduled::in_fleet)
+    {
+        Class::FleetRecord
+    } else if starts(b"slot-record:") {
         Class::SlotRecord
     } else if starts(b"fence:") {
         Class::Fence
@@ -96,6 +104,7 @@ fn bound_ms(class: Class) -> Result<Option<i64>, ()> {
     match class {
         Class::Lock => Ok(ms(MAX_TTL)),
         Class::SlotRecord => Ok(ms(super::slots::RECORD_BOUND)),
+        Class::FleetRecord => Ok(ms(scheduled::FLEET_RECORD_BOUND)),
         Class::Fence => Ok(ms(quorumlock::defaults::FENCE_RETENTION)),
         Class::Forever => Ok(None),
         Class::Unknown => Err(()),
@@ -240,14 +249,17 @@ impl KeyAudit {
         // heal (a run kept by its lease): the last operation's end counts as a fault's.
         let last_op = history.ops.iter().filter_map(|o| o.end).max();
         let settled = (quiet + SLACK).max(last_op.unwrap_or_default());
-        let longest = MAX_TTL.max(super::slots::RECORD_BOUND);
+        let longest = MAX_TTL
+            .max(super::slots::RECORD_BOUND)
+            .max(scheduled::FLEET_RECORD_BOUND);
         let at = (settled + longest + Duration::from_millis(50)).max(end);
         for (m, served) in self.masters.iter().enumerate() {
             let then_ms = served.clock_at(at).millis();
             let mut master = served.master.borrow_mut();
             for (key, entry) in master.keyspace().iter() {
                 let alive = entry.expires_at.is_none_or(|x| then_ms <= x);
-                if alive && matches!(classify(key), Class::Lock | Class::SlotRecord) {
+                let class = classify(key);
+                if alive && matches!(class, Class::Lock | Class::SlotRecord | Class::FleetRecord) {
                     history.violation(
                         at,
                         "key-after-heal",
@@ -283,6 +295,10 @@ mod tests {
         assert_eq!(
             classify(b"quorumlock:\x1fslot-record:1:j:4"),
             Class::SlotRecord
+        );
+        assert_eq!(
+            classify(b"quorumlock:\x1fslot-record:5:retry:4"),
+            Class::FleetRecord
         );
         assert_eq!(classify(b"quorumlock:\x1ffence:l3"), Class::Fence);
         assert_eq!(classify(b"quorumlock:\x1fepoch"), Class::Forever);

@@ -27,6 +27,7 @@ pub fn by_name(name: &str) -> Result<quorumlock::Mutant, String> {
         "trust-durable-restarts" => TrustDurableRestarts,
         "claim-undo-disarmed-early" => ClaimUndoDisarmedEarly,
         "set-cleanup-announces" => SetCleanupAnnounces,
+        "no-orphan-close" => NoOrphanClose,
         _ => return Err(format!("no mutant called {name:?}")),
     })
 }

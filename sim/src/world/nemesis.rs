@@ -18,14 +18,15 @@ use super::beyond::Beyond;
 use super::history::{History, PauseWindow};
 use super::host::Served;
 use super::seams::SimWorld;
+use super::stall::Stalls;
 use crate::keyspace::Keyspace;
 use crate::seed::SeedRng;
 
 /// The faults by name (`--faults`), with the draw that picks each. The first stream of faults
 /// draws one of the first ten (a crash three times in ten, the others once), the second
 /// stream, on a generator of its own, one of the last three: adding the second moved none of
-/// the first's faults.
-pub const FAULTS: [(&str, u64); 11] = [
+/// the first's faults. Stalled connections come from a third stream ([`super::stall`]).
+pub const FAULTS: [(&str, u64); 12] = [
     ("hold", 0),
     ("isolate", 1),
     ("slow-link", 2),
@@ -37,6 +38,7 @@ pub const FAULTS: [(&str, u64); 11] = [
     ("one-way", 10),
     ("ring", 11),
     ("client-pause", 12),
+    ("stall", 13),
 ];
 
 /// The faults named in `names` (comma-separated), as `--faults` takes them.
@@ -158,6 +160,8 @@ pub struct Nemesis {
     beyond: Option<Beyond>,
     /// The draws of the only faults injected, if not all of them (`--faults`).
     only: Option<Vec<u64>>,
+    /// The third stream: stalled connections.
+    stalls: Stalls,
 }
 
 impl Nemesis {
@@ -172,10 +176,16 @@ impl Nemesis {
         beyond: Option<Beyond>,
         only: Option<&[&str]>,
     ) -> Self {
+        let stalls = Stalls::new(
+            seed,
+            only.is_none_or(|names| names.contains(&"stall")),
+            masters.clone(),
+            clients,
+        );
         let only = only.map(|names| {
             FAULTS
                 .iter()
-                .filter(|(name, _)| names.contains(name))
+                .filter(|(name, _)| names.contains(name) && *name != "stall")
                 .map(|&(_, draw)| draw)
                 .collect()
         });
@@ -194,6 +204,7 @@ impl Nemesis {
             healed: false,
             beyond,
             only,
+            stalls,
         }
     }
 
@@ -245,6 +256,7 @@ impl Nemesis {
                         history.lift(window, now);
                     }
                 }
+                self.stalls.heal(sim, now, history);
                 history.healed = Some(now);
                 history.event(now, format_args!("nemesis healed"));
             }
@@ -266,6 +278,7 @@ impl Nemesis {
             self.next_second = now + after;
             self.start_second(sim, now, history);
         }
+        self.stalls.step(sim, now, history);
         self.pass_one_way(sim);
     }
 
@@ -278,6 +291,9 @@ impl Nemesis {
     }
 
     fn start(&mut self, sim: &mut Sim<'_>, now: Duration, history: &mut History, second: bool) {
+        if self.only.as_ref().is_some_and(Vec::is_empty) {
+            return;
+        }
         let master = self.below(self.masters.len() as u64) as usize;
         let client = self.below(self.clients as u64) as usize;
         // The first stream's faults never wait for the second's (see `claim_links`).
@@ -583,8 +599,8 @@ impl Nemesis {
                     }
                     for sent in link {
                         let (src, dst) = sent.pair();
-                        if (src.ip(), dst.ip()) == (from, to) {
-                            sent.deliver();
+                        // A stalled connection's segments stay held (`stall`).
+                        if (src.ip(), dst.ip()) == (from, to) && sent.deliver() {
                             *passed += 1;
                         }
                     }

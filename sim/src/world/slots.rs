@@ -83,6 +83,7 @@ pub async fn worker(client: Rc<Client>, locks: Redlock, mut rng: SeedRng, name: 
                     granted,
                     ended: now(),
                     valid_until: Some(sim_time_of(lease.valid_until())),
+                    token: None,
                 });
                 let _ = match rng.one_in(4) {
                     true => run.abandon().await,

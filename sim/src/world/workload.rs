@@ -13,7 +13,7 @@ use super::checker::{self, drift, Granted};
 use super::history::{History, Hold, Kind};
 use super::host::{now, Served, PORT};
 use super::seams::SimWorld;
-use super::{batches, leases, scheduled, slots, waiter};
+use super::{batches, leases, reentrant, scheduled, slots, waiter};
 use crate::seed::SeedRng;
 
 /// How many resources the workers lock one at a time, and as sets of two.
@@ -34,6 +34,8 @@ const SLOT_WORKERS: u64 = 2;
 pub struct Client {
     /// Its index (host `c{index}`).
     pub index: usize,
+    /// How many workload clients the run has (hosts `c0`, `c1`, ...).
+    pub clients: usize,
     /// How many masters there are (hosts `m0`, `m1`, ...).
     pub masters: usize,
     /// The masters themselves, for checkers that read their data.
@@ -89,6 +91,8 @@ impl Client {
         workers.push(tokio::task::spawn_local(campaigner));
         let batches = batches::worker(Rc::clone(&me), locks.clone(), rng(5000));
         workers.push(tokio::task::spawn_local(batches));
+        let reentrant = reentrant::worker(Rc::clone(&me), locks.clone(), rng(6000));
+        workers.push(tokio::task::spawn_local(reentrant));
         let scheduler = scheduled::runner(Rc::clone(&me), locks.clone());
         workers.push(tokio::task::spawn_local(scheduler));
         for worker in workers {
@@ -321,7 +325,7 @@ impl Client {
 
     /// Holds for a while: mostly briefly, sometimes up to half its `ttl`, now and then past it
     /// (a paused holder, which then releases a lock that may have moved on).
-    async fn hold_for(&self, rng: &mut SeedRng, ttl: Duration) {
+    pub(super) async fn hold_for(&self, rng: &mut SeedRng, ttl: Duration) {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let hold = match rng.below(100) {
             0..3 => ms + rng.below(2 * ms),
@@ -333,13 +337,25 @@ impl Client {
 
     /// After a refused or failed acquisition: a short random pause, so that a worker does not
     /// spin on a contended resource.
-    async fn back_off(rng: &mut SeedRng) {
+    pub(super) async fn back_off(rng: &mut SeedRng) {
         tokio::time::sleep(Duration::from_millis(1 + rng.below(20))).await;
     }
 
     /// A grant of `resources` (one hold each), checked as it is made; the holds' indices.
     pub(super) fn granted(
         &self,
+        kind: Kind,
+        resources: &[String],
+        grant: Granted,
+        token: Option<u64>,
+    ) -> Vec<usize> {
+        self.granted_to(None, kind, resources, grant, token)
+    }
+
+    /// [`Self::granted`], to the reentrant owner `owner` if any (see [`Hold::owner`]).
+    pub(super) fn granted_to(
+        &self,
+        owner: Option<u32>,
         kind: Kind,
         resources: &[String],
         mut grant: Granted,
@@ -361,6 +377,7 @@ impl Client {
                     until: grant.granted + grant.remaining,
                     token,
                     valid_until: None,
+                    owner,
                 })
             })
             .collect()
@@ -380,6 +397,7 @@ impl Client {
             until: grant.granted + grant.remaining,
             token: None,
             valid_until: None,
+            owner: None,
         })
     }
 
@@ -462,7 +480,7 @@ impl Client {
 }
 
 /// `asked` with the validity its call returned.
-fn grant_of(asked: Granted, remaining: Duration) -> Granted {
+pub(super) fn grant_of(asked: Granted, remaining: Duration) -> Granted {
     Granted { remaining, ..asked }
 }
 

@@ -549,6 +549,12 @@ impl Tcp {
             .unwrap_or(false)
     }
 
+    /// Whether the stream is still open on this host (not reset). (Not in upstream turmoil
+    /// 0.7.2.)
+    pub(crate) fn is_stream_open(&self, pair: SocketPair) -> bool {
+        self.sockets.contains_key(&pair)
+    }
+
     /// Remove the stream socket without decrementing the half-close refcount.
     /// Used when sending RST: the connection is torn down immediately.
     pub(crate) fn reset_stream(&mut self, pair: SocketPair) {

@@ -1,7 +1,7 @@
 use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
 use std::cell::RefCell;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::DerefMut;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -294,6 +294,31 @@ impl<'a> Sim<'a> {
     pub fn release(&self, a: impl ToIpAddrs, b: impl ToIpAddrs) {
         let mut world = self.world.borrow_mut();
         world.release_many(a, b);
+    }
+
+    /// Holds one TCP connection's segments from `src` to `dst` (its data and its FIN, those in
+    /// flight and those sent later) until [`Sim::release_stream`], as a lost segment and its
+    /// retransmission hold up everything after it on one connection, while the other
+    /// connections between the two hosts flow. An RST is not held, nor a SYN (a new
+    /// connection has a port of its own). A release of the link ([`Sim::release`]) leaves the
+    /// connection held. Call it for each way to hold both. (Not in upstream turmoil 0.7.2.)
+    pub fn hold_stream(&self, src: SocketAddr, dst: SocketAddr) {
+        self.world.borrow_mut().hold_stream(src, dst);
+    }
+
+    /// Delivers what [`Sim::hold_stream`] held from `src` to `dst`, in the order it was sent
+    /// (unless the link is held, then at its release), and holds nothing more of it. (Not in
+    /// upstream turmoil 0.7.2.)
+    pub fn release_stream(&self, src: SocketAddr, dst: SocketAddr) {
+        self.world.borrow_mut().release_stream(src, dst);
+    }
+
+    /// Resets the side of `local` (a socket address on some host) of its connection to
+    /// `remote`, as an RST from a middlebox would: that host's reads fail with
+    /// `ConnectionReset`, its writes with `BrokenPipe`, and it sends nothing more on the
+    /// connection; the peer's side stays open. (Not in upstream turmoil 0.7.2.)
+    pub fn reset_stream(&self, local: SocketAddr, remote: SocketAddr) {
+        self.world.borrow_mut().reset_stream(local, remote);
     }
 
     /// Partition two hosts, or sets of hosts, resulting in all messages sent

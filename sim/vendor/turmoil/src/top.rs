@@ -1,4 +1,4 @@
-use crate::envelope::{Envelope, Protocol};
+use crate::envelope::{Envelope, Protocol, Segment};
 use crate::host::Host;
 use crate::rt::Rt;
 use crate::{config, TRACING_TARGET};
@@ -56,6 +56,7 @@ pub struct LinkIter<'a> {
     b: IpAddr,
     now: Instant,
     iter: std::collections::vec_deque::IterMut<'a, Sent>,
+    held_streams: &'a [(SocketAddr, SocketAddr)],
 }
 
 impl LinkIter<'_> {
@@ -81,6 +82,7 @@ pub struct SentRef<'a> {
     dst: SocketAddr,
     now: Instant,
     sent: &'a mut Sent,
+    held_streams: &'a [(SocketAddr, SocketAddr)],
 }
 
 impl SentRef<'_> {
@@ -95,9 +97,15 @@ impl SentRef<'_> {
     }
 
     /// Schedule the message for delivery the next time the simulation steps,
-    /// consuming the item.
-    pub fn deliver(self) {
+    /// consuming the item. A segment of a connection held by [`crate::Sim::hold_stream`]
+    /// stays held: whether it was scheduled. (The return value is not in upstream turmoil
+    /// 0.7.2.)
+    pub fn deliver(self) -> bool {
+        if is_sequenced(&self.sent.protocol) && self.held_streams.contains(&(self.src, self.dst)) {
+            return false;
+        }
         self.sent.deliver(self.now);
+        true
     }
 }
 
@@ -112,6 +120,7 @@ impl<'a> Iterator for LinksIter<'a> {
             b: pair.1,
             now: link.now,
             iter: link.sent.iter_mut(),
+            held_streams: &link.held_streams,
         })
     }
 }
@@ -127,6 +136,7 @@ impl<'a> Iterator for LinkIter<'a> {
             dst: sent.dst,
             now: self.now,
             sent,
+            held_streams: self.held_streams,
         })
     }
 }
@@ -154,6 +164,10 @@ struct Link {
 
     /// The current network time, moved forward with [`Link::tick`].
     now: Instant,
+
+    /// Connections whose data and FIN are held, one way each: (src, dst). (Not in upstream
+    /// turmoil 0.7.2: see [`Link::hold_stream`].)
+    held_streams: Vec<(SocketAddr, SocketAddr)>,
 }
 
 /// States that a link between two nodes can be in.
@@ -265,6 +279,16 @@ impl Topology {
         self.get_link_mut(&Pair::new(a, b)).release();
     }
 
+    pub(crate) fn hold_stream(&mut self, src: SocketAddr, dst: SocketAddr) {
+        self.get_link_mut(&Pair::new(src.ip(), dst.ip()))
+            .hold_stream(src, dst);
+    }
+
+    pub(crate) fn release_stream(&mut self, src: SocketAddr, dst: SocketAddr) {
+        self.get_link_mut(&Pair::new(src.ip(), dst.ip()))
+            .release_stream(src, dst);
+    }
+
     pub(crate) fn partition(&mut self, a: IpAddr, b: IpAddr) {
         self.get_link_mut(&Pair::new(a, b)).explicit_partition();
     }
@@ -304,6 +328,15 @@ impl Topology {
     }
 }
 
+/// Whether `message` is a connection's data or its FIN: what a held connection holds (see
+/// [`Link::hold_stream`]). (Not in upstream turmoil 0.7.2.)
+fn is_sequenced(message: &Protocol) -> bool {
+    matches!(
+        message,
+        Protocol::Tcp(Segment::Data(..)) | Protocol::Tcp(Segment::Fin(_))
+    )
+}
+
 /// Represents a message sent between two hosts on the network.
 struct Sent {
     src: SocketAddr,
@@ -332,6 +365,7 @@ impl Link {
             sent: VecDeque::new(),
             deliverable: IndexMap::new(),
             now,
+            held_streams: Vec::new(),
         }
     }
 
@@ -381,6 +415,7 @@ impl Link {
     ) -> Result<()> {
         let state = self.get_state_for_message(src.ip(), dst.ip());
         let status = match state {
+            State::Healthy if self.is_stream_held(src, dst, &message) => DeliveryStatus::Hold,
             State::Healthy => {
                 let delay = self.delay(global_config.latency(), rand);
                 DeliveryStatus::DeliverAfter(self.now + delay)
@@ -489,13 +524,57 @@ impl Link {
         }
     }
 
-    // This link becomes healthy, and any held messages are scheduled for delivery.
+    // This link becomes healthy, and any held messages are scheduled for delivery (but those
+    // of a connection still held by `hold_stream`).
     fn release(&mut self) {
         self.state_a_b = State::Healthy;
         self.state_b_a = State::Healthy;
-        for sent in &mut self.sent {
+        for i in 0..self.sent.len() {
+            let sent = &self.sent[i];
+            if self.is_stream_held(sent.src, sent.dst, &sent.protocol) {
+                continue;
+            }
+            let sent = &mut self.sent[i];
             if let DeliveryStatus::Hold = sent.status {
                 sent.deliver(self.now);
+            }
+        }
+    }
+
+    /// Whether `message` from `src` to `dst` belongs to a connection held by
+    /// [`Link::hold_stream`]: its data and its FIN are held; a SYN (a new connection has a
+    /// port of its own) and an RST are not.
+    fn is_stream_held(&self, src: SocketAddr, dst: SocketAddr, message: &Protocol) -> bool {
+        is_sequenced(message) && self.held_streams.contains(&(src, dst))
+    }
+
+    // Holds one connection's segments from `src` to `dst`, those in flight and those sent
+    // until `release_stream`, as a lost segment and its retransmission hold up everything after
+    // it on one connection: the other connections on the link flow. (Not in upstream turmoil.)
+    fn hold_stream(&mut self, src: SocketAddr, dst: SocketAddr) {
+        if !self.held_streams.contains(&(src, dst)) {
+            self.held_streams.push((src, dst));
+        }
+        for i in 0..self.sent.len() {
+            let sent = &self.sent[i];
+            if self.is_stream_held(sent.src, sent.dst, &sent.protocol) {
+                self.sent[i].status = DeliveryStatus::Hold;
+            }
+        }
+    }
+
+    // Schedules what `hold_stream` held for delivery, in the order it was sent, unless the
+    // link itself is held that way (then its release delivers them).
+    fn release_stream(&mut self, src: SocketAddr, dst: SocketAddr) {
+        self.held_streams.retain(|&pair| pair != (src, dst));
+        if !matches!(self.get_state_for_message(src.ip(), dst.ip()), State::Healthy) {
+            return;
+        }
+        for sent in &mut self.sent {
+            if is_sequenced(&sent.protocol) && (sent.src, sent.dst) == (src, dst) {
+                if let DeliveryStatus::Hold = sent.status {
+                    sent.deliver(self.now);
+                }
             }
         }
     }

@@ -3,6 +3,7 @@ use crate::envelope::Protocol;
 use crate::host::HostTimer;
 use crate::ip::IpVersionAddrIter;
 use crate::net::udp::MulticastGroups;
+use crate::net::SocketPair;
 use crate::{
     config, for_pairs, Dns, Host, Result as TurmoilResult, ToIpAddr, ToIpAddrs, Topology,
     TRACING_TARGET,
@@ -138,6 +139,22 @@ impl World {
 
     pub(crate) fn release(&mut self, a: IpAddr, b: IpAddr) {
         self.topology.release(a, b);
+    }
+
+    pub(crate) fn hold_stream(&mut self, src: SocketAddr, dst: SocketAddr) {
+        self.topology.hold_stream(src, dst);
+    }
+
+    pub(crate) fn release_stream(&mut self, src: SocketAddr, dst: SocketAddr) {
+        self.topology.release_stream(src, dst);
+    }
+
+    /// Drops `local`'s side of its connection to `remote` as a received RST would. (Not in
+    /// upstream turmoil 0.7.2.)
+    pub(crate) fn reset_stream(&mut self, local: SocketAddr, remote: SocketAddr) {
+        if let Some(host) = self.hosts.get_mut(&local.ip()) {
+            host.tcp.reset_stream(SocketPair::new(local, remote));
+        }
     }
 
     pub(crate) fn release_many(&mut self, a: impl ToIpAddrs, b: impl ToIpAddrs) {

@@ -602,7 +602,11 @@ impl Drop for ReadHalf {
             // a Data segment parked in the host's reorder buffer. A queued
             // FIN is not a reset condition — a graceful close followed by a
             // drop should stay graceful.
-            let has_unread = !self.is_closed
+            // A side already reset (an RST received, `Sim::reset_stream`) sends nothing more.
+            // (Not in upstream turmoil 0.7.2, which sends an RST from a reset side.)
+            let open = world.current_host_mut().tcp.is_stream_open(*self.pair);
+            let has_unread = open
+                && !self.is_closed
                 && (self.rx.buffer.is_some()
                     || matches!(self.rx.recv.try_recv(), Ok(SequencedSegment::Data(_)))
                     || world.current_host_mut().tcp.has_buffered_data(*self.pair));
