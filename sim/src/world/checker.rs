@@ -497,6 +497,7 @@ mod tests {
             granted: ms(from),
             ended: ms(to),
             valid_until: None,
+            token: None,
         };
         let overlaps = |runs: &[SlotRun], pauses: &[PauseWindow]| {
             let mut violations = Violations::new();
