@@ -286,8 +286,8 @@ fn overlaps(group: &[&Hold], limits: Limits, violations: &mut Violations) {
 }
 
 /// A fenced grant's token is above the token of every grant of its group that was granted
-/// before it was asked for, except its own reentrant owner's (a re-entry keeps its hold's
-/// token; `reentrant-token` judges those as they are made).
+/// before it was asked for, and no lower than its own reentrant owner's (a re-entry keeps its
+/// hold's token; `reentrant-token` judges those as they are made).
 fn token_order(group: &[&Hold], violations: &mut Violations) {
     let mut fenced: Vec<&Hold> = group
         .iter()
@@ -324,11 +324,13 @@ fn token_order(group: &[&Hold], violations: &mut Violations) {
             };
             before += 1;
         }
-        let others = match top {
-            Some((_, o)) if same(hold.owner, o) => others_top,
-            top => top.map(|(token, _)| token),
+        // Its own owner's highest token, when that is the top: kept or passed, never gone
+        // below (a new hold of the owner needs a new token).
+        let (others, own) = match top {
+            Some((token, o)) if same(hold.owner, o) => (others_top, Some(token)),
+            top => (top.map(|(token, _)| token), None),
         };
-        if others.is_some() && hold.token <= others {
+        if (others.is_some() && hold.token <= others) || hold.token < own {
             *violations.entry("token-order").or_default() += 1;
         }
     }
@@ -589,6 +591,93 @@ mod tests {
         assert_eq!(check(&plain, LIMITS).get("mutual-exclusion"), Some(&1));
         let other = [&nested[..], &[guard(2, 12, 15, None)]].concat();
         assert_eq!(check(&other, LIMITS).get("mutual-exclusion"), Some(&1));
+    }
+
+    /// Random lock holds of owners 1–3 and plain holders, every instant distinct.
+    fn random_holds(rng: &mut crate::seed::SeedRng) -> Vec<Hold> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut instant = |rng: &mut crate::seed::SeedRng| loop {
+            let t = rng.below(100_000);
+            if seen.insert(t) {
+                return t;
+            }
+        };
+        (0..1 + rng.below(12))
+            .map(|_| {
+                let mut times = [instant(rng), instant(rng), instant(rng)];
+                times.sort_unstable();
+                let token = (!rng.one_in(5)).then(|| rng.below(6));
+                Hold {
+                    asked: Duration::from_millis(times[0]),
+                    owner: (!rng.one_in(3)).then(|| u32::try_from(rng.below(3)).unwrap_or(0)),
+                    ..hold(Kind::Lock, times[1], times[2], token)
+                }
+            })
+            .collect()
+    }
+
+    /// Whether two holds are one holder's: guards of one reentrant owner.
+    fn same_owner(a: &Hold, b: &Hold) -> bool {
+        a.owner.is_some() && a.owner == b.owner
+    }
+
+    /// `token-order` by brute force: a fenced hold needs a token above every other holder's
+    /// granted before it was asked for, and no lower than its own owner's.
+    fn stale_tokens(holds: &[Hold]) -> u64 {
+        let stale = |h: &Hold| {
+            holds.iter().any(|g| {
+                g.granted < h.asked
+                    && g.token.is_some()
+                    && match same_owner(g, h) {
+                        true => h.token < g.token,
+                        false => h.token <= g.token,
+                    }
+            })
+        };
+        holds
+            .iter()
+            .filter(|h| h.token.is_some() && stale(h))
+            .count() as u64
+    }
+
+    /// `mutual-exclusion` by brute force: a grant that begins its holder's hold while another
+    /// holder holds.
+    fn overlapping(holds: &[Hold]) -> u64 {
+        let holding = |g: &Hold, at: Duration| g.granted <= at && at < g.until;
+        holds
+            .iter()
+            .enumerate()
+            .filter(|&(i, h)| {
+                let first = !holds
+                    .iter()
+                    .enumerate()
+                    .any(|(j, g)| j != i && same_owner(g, h) && holding(g, h.granted));
+                let others = holds
+                    .iter()
+                    .any(|g| !std::ptr::eq(g, h) && !same_owner(g, h) && holding(g, h.granted));
+                first && others
+            })
+            .count() as u64
+    }
+
+    #[test]
+    fn token_order_and_exclusion_agree_with_brute_force_on_random_holds() {
+        let mut rng = crate::seed::SeedRng::new(7);
+        for case in 0..20_000 {
+            let holds = random_holds(&mut rng);
+            let found = check(&holds, LIMITS);
+            let got = |checker| found.get(checker).copied().unwrap_or(0);
+            assert_eq!(got("token-order"), stale_tokens(&holds), "case {case}: {holds:#?}");
+            assert_eq!(got("mutual-exclusion"), overlapping(&holds), "case {case}: {holds:#?}");
+        }
+    }
+
+    #[test]
+    fn a_new_hold_of_an_owner_may_not_take_a_lower_token_than_its_last() {
+        // Owner 1's hold with token 5 ran out; its next one, granted 7 (nobody in between),
+        // got 3: the fence counter went back.
+        let back = [guard(1, 0, 30, Some(5)), guard(1, 40, 50, Some(3))];
+        assert_eq!(check(&back, LIMITS).get("token-order"), Some(&1));
     }
 
     #[test]
