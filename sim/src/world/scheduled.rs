@@ -256,7 +256,11 @@ fn job(
             lease: ctx.lease(),
             token: ctx.fence(),
         };
-        let ms = lasts_ms(ctx.worker(), &running.slot);
+        let ms = match name {
+            // Long enough that a member's death or stop often cancels one: else a retry is rare.
+            RETRY_JOB => 150 + lasts_ms(ctx.worker(), &running.slot) % 300,
+            _ => lasts_ms(ctx.worker(), &running.slot),
+        };
         async move {
             let _running = running;
             tokio::time::sleep(Duration::from_millis(ms)).await;
