@@ -239,7 +239,13 @@ pub fn run(config: &Config) -> Outcome {
         .iter()
         .cloned()
         .partition(|run| run.checker == scheduled::RETRY_OVERLAP);
-    checker::slots_at_most_once(&once, slots::RETENTION, &mut violations);
+    // Each slot at most once while its record is kept: the fleet's jobs' records longer.
+    let (fleet, alone): (Vec<_>, Vec<_>) = once
+        .iter()
+        .cloned()
+        .partition(|run| scheduled::fleet_once(&run.slot));
+    checker::slots_at_most_once(&alone, slots::RETENTION, &mut violations);
+    checker::slots_at_most_once(&fleet, scheduled::FLEET_RETENTION, &mut violations);
     checker::runs_apart(
         &once,
         scheduled::FORBID_JOB,

@@ -60,7 +60,7 @@ const RETRY_DEADLINE: Duration = Duration::from_millis(1500);
 /// member that restarts forgets which slots it ran; with its clock 4 s ahead it runs a slot
 /// 4 s early, and once the clock is back it would run it again if the record had expired
 /// (seen: a retried slot run three times, on seed 7, with a 1.7 s retention).
-const FLEET_RETENTION: Duration = Duration::from_millis(7000);
+pub const FLEET_RETENTION: Duration = Duration::from_millis(7000);
 /// The longest a record of a fleet's job may be kept (see [`super::slots::RECORD_BOUND`]).
 pub const FLEET_RECORD_BOUND: Duration = TTL.saturating_add(FLEET_RETENTION);
 
@@ -70,6 +70,14 @@ pub fn in_fleet(name: &[u8]) -> bool {
         .iter()
         .any(|job| name.starts_with(format!("{}:{job}:", job.len()).as_bytes()))
 }
+/// Whether `slot` (a run's, `job/slot`) is of a fleet's job judged at most once: its record
+/// is kept [`FLEET_RETENTION`], not the first scheduler's [`RETENTION`].
+pub fn fleet_once(slot: &str) -> bool {
+    [FLEET_JOB, REPLACE_JOB]
+        .iter()
+        .any(|job| slot.strip_prefix(job).is_some_and(|rest| rest.starts_with('/')))
+}
+
 /// The fleet's largest clock difference (the nemesis moves every client's clock alike).
 const FLEET_SKEW: Duration = Duration::from_millis(50);
 
