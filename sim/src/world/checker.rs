@@ -667,8 +667,16 @@ mod tests {
             let holds = random_holds(&mut rng);
             let found = check(&holds, LIMITS);
             let got = |checker| found.get(checker).copied().unwrap_or(0);
-            assert_eq!(got("token-order"), stale_tokens(&holds), "case {case}: {holds:#?}");
-            assert_eq!(got("mutual-exclusion"), overlapping(&holds), "case {case}: {holds:#?}");
+            assert_eq!(
+                got("token-order"),
+                stale_tokens(&holds),
+                "case {case}: {holds:#?}"
+            );
+            assert_eq!(
+                got("mutual-exclusion"),
+                overlapping(&holds),
+                "case {case}: {holds:#?}"
+            );
         }
     }
 

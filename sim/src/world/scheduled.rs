@@ -73,9 +73,10 @@ pub fn in_fleet(name: &[u8]) -> bool {
 /// Whether `slot` (a run's, `job/slot`) is of a fleet's job judged at most once: its record
 /// is kept [`FLEET_RETENTION`], not the first scheduler's [`RETENTION`].
 pub fn fleet_once(slot: &str) -> bool {
-    [FLEET_JOB, REPLACE_JOB]
-        .iter()
-        .any(|job| slot.strip_prefix(job).is_some_and(|rest| rest.starts_with('/')))
+    [FLEET_JOB, REPLACE_JOB].iter().any(|job| {
+        slot.strip_prefix(job)
+            .is_some_and(|rest| rest.starts_with('/'))
+    })
 }
 
 /// The fleet's largest clock difference (the nemesis moves every client's clock alike).
