@@ -35,9 +35,12 @@ pub const HANDOFF_BOUND: Duration = Duration::from_millis(200);
 /// may wait for instead of polling; far beyond the hold and the bound.
 const HOLD_TTL: Duration = Duration::from_millis(1_900);
 /// How long before the waiter's call a fault on a whole master disqualifies a hand-off: a
-/// master restarted within the quarantine (the maximum TTL and its drift) still counts for
-/// nothing, and a pub/sub connection to it may be in its reconnection backoff.
-const QUIET_BEFORE: Duration = Duration::from_millis(2_500);
+/// master restarted within the quarantine still counts for nothing (leaving a cluster of 3 with
+/// exactly a quorum, where a waiter's round after its wake can still be refused), and a pub/sub
+/// connection to it may be in its reconnection backoff. The quarantine is the maximum TTL and
+/// its drift counted from the restart as the master's uptime allows, which is whole seconds:
+/// up to a second more than the truth (see the library's `restart_protection`), plus a margin.
+const QUIET_BEFORE: Duration = Duration::from_millis(3_500);
 /// How long after the heal the probe goes on: hand-offs without faults around.
 const AFTER_HEAL: Duration = Duration::from_secs(4);
 

@@ -34,7 +34,7 @@ use super::workload::Client;
 use crate::seed::SeedRng;
 
 /// The job every client's scheduler runs with the default policies.
-const JOB: &str = "tick";
+pub const JOB: &str = "tick";
 /// The job whose runs never overlap ([`Concurrency::Forbid`]).
 pub const FORBID_JOB: &str = "solo";
 /// Its period.
@@ -43,9 +43,9 @@ const PERIOD: Duration = Duration::from_millis(250);
 const STARTING_DEADLINE: Duration = Duration::from_millis(500);
 
 /// The fleet's job with the default policies.
-const FLEET_JOB: &str = "fleet";
+pub const FLEET_JOB: &str = "fleet";
 /// The fleet's job whose run is cancelled when the next slot falls due.
-const REPLACE_JOB: &str = "replace";
+pub const REPLACE_JOB: &str = "replace";
 /// The fleet's job whose cancelled runs are retried.
 pub const RETRY_JOB: &str = "retry";
 /// The fleet's jobs' period: a backup must claim within it under [`Concurrency::Replace`].
