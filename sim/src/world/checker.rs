@@ -201,6 +201,19 @@ pub struct Granted {
 }
 
 impl Granted {
+    /// The grant of a one-round call (a `try_lock`): asked now for `ttl`; its validity left and
+    /// its grant instant are filled in when it returns and is recorded.
+    pub fn one_round_now(ttl: Duration) -> Self {
+        Self {
+            asked: super::host::now(),
+            granted: Duration::ZERO,
+            ttl,
+            remaining: Duration::ZERO,
+            extends_until: None,
+            one_round: true,
+        }
+    }
+
     /// The grant of a call of several rounds (a waiter's): asked at `asked` for `ttl`, with
     /// `remaining` left on return; `granted` is stamped when it is recorded.
     pub fn of_rounds(asked: Duration, ttl: Duration, remaining: Duration) -> Self {

@@ -117,14 +117,7 @@ async fn enter(
     let cancel_after = rng
         .one_in(10)
         .then(|| Duration::from_micros(rng.below(20_000)));
-    let asked = Granted {
-        asked: now(),
-        granted: Duration::ZERO,
-        ttl,
-        remaining: Duration::ZERO,
-        extends_until: None,
-        one_round: true,
-    };
+    let asked = Granted::one_round_now(ttl);
     let got = cancellable(
         cancel_after,
         client.tagged(op, handle.try_lock(resource, ttl)),
@@ -171,8 +164,8 @@ async fn leave(client: &Client, guards: &mut Guards, rng: &mut SeedRng) {
     let (mut guard, hold) = guards.swap_remove(pick);
     if rng.one_in(5) {
         let extends_until = client.history.borrow().holds[hold].until;
-        let asked = now();
         let ttl = guard.ttl();
+        let asked = Granted::one_round_now(ttl);
         let extended = guard.extend(ttl).await;
         client.end(&[hold]);
         if extended.is_ok() {
@@ -182,12 +175,9 @@ async fn leave(client: &Client, guards: &mut Guards, rng: &mut SeedRng) {
                 Kind::Lock,
                 &[guard.resource().to_owned()],
                 Granted {
-                    asked,
-                    granted: Duration::ZERO,
-                    ttl,
                     remaining: guard.remaining(),
                     extends_until: Some(extends_until),
-                    one_round: true,
+                    ..asked
                 },
                 None,
             );

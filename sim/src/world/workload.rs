@@ -157,14 +157,7 @@ impl Client {
         let cancel_after = rng
             .one_in(10)
             .then(|| Duration::from_micros(rng.below(20_000)));
-        let asked = Granted {
-            asked: now(),
-            granted: Duration::ZERO,
-            ttl,
-            remaining: Duration::ZERO,
-            extends_until: None,
-            one_round: true,
-        };
+        let asked = Granted::one_round_now(ttl);
         match pick {
             0..35 => {
                 let resource = format!("l{}", rng.below(LOCKS));
