@@ -18,7 +18,7 @@ use std::time::Duration;
 use super::checker::Granted;
 use super::history::Kind;
 use super::host::now;
-use super::workload::Client;
+use super::workload::{Client, MAX_TTL};
 use crate::seed::SeedRng;
 
 /// The turmoil host name of the hand-off probe.
@@ -39,8 +39,9 @@ const HOLD_TTL: Duration = Duration::from_millis(1_900);
 /// exactly a quorum, where a waiter's round after its wake can still be refused), and a pub/sub
 /// connection to it may be in its reconnection backoff. The quarantine is the maximum TTL and
 /// its drift counted from the restart as the master's uptime allows, which is whole seconds:
-/// up to a second more than the truth (see the library's `restart_protection`), plus a margin.
-const QUIET_BEFORE: Duration = Duration::from_millis(3_500);
+/// up to a second more than the truth (see the library's `restart_protection`); then 500 ms
+/// for the drift and the pub/sub reconnection.
+const QUIET_BEFORE: Duration = MAX_TTL.saturating_add(Duration::from_millis(1_500));
 /// How long after the heal the probe goes on: hand-offs without faults around.
 const AFTER_HEAL: Duration = Duration::from_secs(4);
 
