@@ -68,8 +68,10 @@ impl SlotOptions {
     }
 
     /// How long the slot's record (claimed, completed, abandoned) is kept on the masters after its
-    /// run ended: after its completion or abandonment was written, or, for a runner that died,
-    /// after its claim ran out (one lease TTL after its last renewal). A host that fires this late
+    /// run ended: at least that long after its completion or abandonment was written (a
+    /// completion never shortens the record, so it may stay until the claim TTL plus the
+    /// retention after the last renewal), or, for a runner that died, after its claim ran out
+    /// (one lease TTL after its last renewal). A host that fires this late
     /// after the run ended still sees "completed" (or "abandoned"): with workers whose clocks
     /// differ, longer than the time between the first claim of a slot and the last (skew plus how
     /// late a worker may start it). A run longer than the retention keeps the record alive with its
