@@ -366,3 +366,40 @@ fn a_late_completion_never_cuts_a_later_claims_record_short() {
         Err(error) => panic!("the late claim failed: {error}"),
     }
 }
+
+/// A completion always leaves its record a TTL: one it creates (a master whose record is
+/// gone, or that the claim never reached) and one that has no TTL are kept for the retention,
+/// never forever, and one the claim keeps longer is left as it is (at most the claim TTL plus
+/// the retention).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_never_leaves_its_record_without_a_ttl() {
+    let cluster = cluster(3);
+    let locks = manager(&cluster);
+    let run = claim(&locks, "ttl", "s", &short()).await;
+    let record = record_key("ttl", "s");
+    // A renewal meanwhile gives neither a TTL: it never creates the record, nor gives a TTL
+    // to one without.
+    cluster[0]
+        .command(&["PERSIST", &record])
+        .expect("take the record's TTL away");
+    cluster[1]
+        .command(&["DEL", &record])
+        .expect("delete the record");
+    run.complete().await.expect("complete");
+    // The completion returns at a quorum: the last master's request may still be in flight.
+    wait_until("the completion landed everywhere", PATIENCE, || {
+        cluster.iter().all(|m| {
+            m.query(&["HGET", &record, "state"])
+                .is_ok_and(|r| r == Reply::Bulk(b"completed".to_vec()))
+        })
+    })
+    .await;
+    for (master, most) in cluster.iter().zip([600, 600, 1200]) {
+        let left = pttl(master, &record);
+        assert!(
+            left > 0 && left <= most,
+            "the completed record on port {} has a TTL of {left} ms (at most {most})",
+            master.port()
+        );
+    }
+}
